@@ -1,0 +1,105 @@
+#include "cli/build_info.h"
+
+#include <gloo/config.h>
+#include <hdf5.h>
+#include <hiredis/hiredis.h>
+
+#include <sstream>
+
+#include "hdp/config.h"
+
+#if HDP_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#endif
+
+namespace hdp::cli {
+namespace {
+
+nlohmann::json cuda_info() {
+  nlohmann::json cuda = {{"built", HDP_HAVE_CUDA == 1}};
+#if HDP_HAVE_CUDA
+  int runtime = 0;
+  cudaRuntimeGetVersion(&runtime);
+  cuda["runtime"] = std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10);
+  cuda["architectures"] = HDP_CUDA_ARCHITECTURES;
+  int devices = 0;
+  // No driver or no device is a normal state on a build machine: report 0 devices and why.
+  if (cudaError_t status = cudaGetDeviceCount(&devices); status != cudaSuccess) {
+    devices = 0;
+    cuda["device_error"] = cudaGetErrorString(status);
+    cudaGetLastError();
+  }
+  cuda["devices"] = devices;
+#endif
+  return cuda;
+}
+
+nlohmann::json nccl_info() {
+  nlohmann::json nccl = {{"built", HDP_HAVE_NCCL == 1}};
+#if HDP_HAVE_NCCL
+  int version = 0;
+  ncclGetVersion(&version);
+  // NCCL >= 2.9 encodes major*10000 + minor*100 + patch.
+  nccl["version"] = std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) + "." +
+                    std::to_string(version % 100);
+#endif
+  return nccl;
+}
+
+nlohmann::json gloo_info() {
+  nlohmann::json transports = nlohmann::json::array();
+  if (GLOO_HAVE_TRANSPORT_TCP) transports.push_back("tcp");
+  if (GLOO_HAVE_TRANSPORT_TCP_TLS) transports.push_back("tcp_tls");
+  if (GLOO_HAVE_TRANSPORT_IBVERBS) transports.push_back("ibverbs");
+  if (GLOO_HAVE_TRANSPORT_UV) transports.push_back("uv");
+  return {{"version", std::to_string(GLOO_VERSION_MAJOR) + "." + std::to_string(GLOO_VERSION_MINOR) + "." +
+                          std::to_string(GLOO_VERSION_PATCH)},
+          {"transports", transports}};
+}
+
+std::string hdf5_version() {
+  unsigned major = 0, minor = 0, release = 0;
+  H5get_libversion(&major, &minor, &release);
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release);
+}
+
+}  // namespace
+
+nlohmann::json build_info() {
+  return {{"version", HDP_VERSION},
+          {"build_type", HDP_BUILD_TYPE},
+          {"sanitizers", HDP_SANITIZE},
+          {"cuda", cuda_info()},
+          {"nccl", nccl_info()},
+          {"gloo", gloo_info()},
+          {"hdf5", hdf5_version()},
+          {"hiredis", std::to_string(HIREDIS_MAJOR) + "." + std::to_string(HIREDIS_MINOR) + "." +
+                          std::to_string(HIREDIS_PATCH)}};
+}
+
+std::string format_build_info(const nlohmann::json& info) {
+  std::ostringstream out;
+  out << "hdp " << info["version"].get<std::string>() << " (" << info["build_type"].get<std::string>() << ")\n";
+  const auto& cuda = info["cuda"];
+  out << "  cuda:     ";
+  if (cuda["built"].get<bool>()) {
+    out << "built (runtime " << cuda["runtime"].get<std::string>() << ", sm_" << cuda["architectures"].get<std::string>()
+        << "), " << cuda["devices"].get<int>() << " device(s)";
+    if (cuda.contains("device_error")) out << " (" << cuda["device_error"].get<std::string>() << ")";
+  } else {
+    out << "not built";
+  }
+  out << "\n  nccl:     "
+      << (info["nccl"]["built"].get<bool>() ? "built (" + info["nccl"]["version"].get<std::string>() + ")"
+                                            : std::string("not built"));
+  out << "\n  gloo:     " << info["gloo"]["version"].get<std::string>() << " (transports:";
+  for (const auto& transport : info["gloo"]["transports"]) out << " " << transport.get<std::string>();
+  out << ")\n  hdf5:     " << info["hdf5"].get<std::string>();
+  out << "\n  hiredis:  " << info["hiredis"].get<std::string>();
+  const auto sanitizers = info["sanitizers"].get<std::string>();
+  out << "\n  sanitize: " << (sanitizers.empty() ? "none" : sanitizers) << "\n";
+  return out.str();
+}
+
+}  // namespace hdp::cli

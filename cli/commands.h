@@ -1,0 +1,15 @@
+// File: cli/commands.h
+//
+// One function per `hdp` subcommand; each adds its subcommand, options and callback to the app.
+// A callback returns normally on success and throws hdp::Error on failure; main() maps the
+// exception to an exit code (cli/exit_codes.h).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace hdp::cli {
+
+void add_version_command(CLI::App& app);
+void add_ping_command(CLI::App& app);
+
+}  // namespace hdp::cli

@@ -1,0 +1,53 @@
+// The `hdp` command: subcommand dispatch and the mapping from exceptions to exit codes.
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+#include "cli/exit_codes.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "hdp/config.h"
+
+namespace {
+
+int run(int argc, char** argv) {
+  using namespace hdp::cli;
+  CLI::App app{"hdp: fault-tolerant, elastic training of long-context LLMs with Hybrid Data Parallelism", "hdp"};
+  app.require_subcommand(1);
+  app.set_config("--config", "", "Read flags from a TOML or INI file ([subcommand] sections)");
+  app.set_version_flag("-V,--version", HDP_VERSION);
+  add_version_command(app);
+  add_ping_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // One clear line, then where to look; never CLI11's full usage dump.
+    std::cerr << "hdp: error: " << e.what() << " (see hdp --help)\n";
+    return kExitUsage;
+  } catch (const hdp::InvalidArgument& e) {
+    std::cerr << "hdp: error: " << e.what() << "\n";
+    return kExitUsage;
+  } catch (const hdp::Error& e) {
+    std::cerr << "hdp: error: " << e.what() << "\n";
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "hdp: internal error: " << e.what() << "\n";
+    return hdp::cli::kExitFailure;
+  }
+}

@@ -1,0 +1,28 @@
+// File: cli/redis_options.h
+//
+// The Redis connection flags every subcommand that talks to the store shares:
+//   --redis URL               (env HDP_REDIS_URL, default redis://127.0.0.1:6379)
+//   --redis-password-file F   (env HDP_REDIS_PASSWORD_FILE; keeps the password out of `ps`)
+//   --redis-timeout MS        (env HDP_REDIS_TIMEOUT_MS; connect, command and retry budget)
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "elastic/redis_store.h"
+
+namespace hdp::cli {
+
+struct RedisOptions {
+  std::string url = "redis://127.0.0.1:6379";
+  std::string password_file;
+  int timeout_ms = 5000;
+
+  void add_to(CLI::App& command);
+  // Parses the URL (InvalidArgument on a bad one), reads the password file, connects.
+  std::shared_ptr<elastic::RedisStore> connect() const;
+};
+
+}  // namespace hdp::cli

@@ -1,0 +1,42 @@
+# Compiler flags shared by every hdp target, and the helpers that declare libraries and tests.
+
+# Designated initializers that leave defaulted members out are intended (options structs).
+set(HDP_WARNINGS -Wall -Wextra -Wpedantic -Wno-unused-parameter -Wno-missing-field-initializers)
+if(HDP_WERROR)
+  list(APPEND HDP_WARNINGS -Werror)
+endif()
+
+if(HDP_SANITIZE)
+  string(REPLACE "," ";" _sanitizers "${HDP_SANITIZE}")
+  foreach(_s IN LISTS _sanitizers)
+    add_compile_options($<$<COMPILE_LANGUAGE:CXX,C>:-fsanitize=${_s}>)
+    add_link_options(-fsanitize=${_s})
+  endforeach()
+  add_compile_options($<$<COMPILE_LANGUAGE:CXX,C>:-fno-omit-frame-pointer>
+                      $<$<COMPILE_LANGUAGE:CXX,C>:-fno-sanitize-recover=all>)
+endif()
+
+# hdp_library(NAME <target> SOURCES ... [PUBLIC_LIBS ...] [PRIVATE_LIBS ...])
+function(hdp_library)
+  cmake_parse_arguments(ARG "" "NAME" "SOURCES;PUBLIC_LIBS;PRIVATE_LIBS" ${ARGN})
+  add_library(${ARG_NAME} STATIC ${ARG_SOURCES})
+  target_compile_options(${ARG_NAME} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${HDP_WARNINGS}>)
+  target_link_libraries(${ARG_NAME} PUBLIC ${ARG_PUBLIC_LIBS} PRIVATE ${ARG_PRIVATE_LIBS})
+endfunction()
+
+# hdp_test(NAME <exe> SOURCES ... LIBS ... LABELS unit|integration|gpu|system [TIMEOUT s])
+# Each GoogleTest case becomes one CTest test, so `ctest -j` runs cases in parallel.
+function(hdp_test)
+  cmake_parse_arguments(ARG "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 120)
+  endif()
+  add_executable(${ARG_NAME} ${ARG_SOURCES})
+  set_target_properties(${ARG_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  target_compile_options(${ARG_NAME} PRIVATE ${HDP_WARNINGS})
+  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_LIBS} hdp_test_support GTest::gtest GTest::gmock)
+  gtest_discover_tests(${ARG_NAME}
+    DISCOVERY_TIMEOUT 60
+    PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+               ENVIRONMENT "HDP_BIN_DIR=${CMAKE_BINARY_DIR}/bin;HDP_REDIS_SERVER=${HDP_REDIS_SERVER}")
+endfunction()

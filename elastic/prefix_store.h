@@ -1,0 +1,39 @@
+// File: elastic/prefix_store.h
+//
+// A Store decorator that puts every key under a fixed prefix (a job's namespace `hdp:<job>:`,
+// a generation's `...gen:<g>:`), so that several jobs and generations share one server without
+// seeing each other's keys. keys() returns names with the prefix removed.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "elastic/store.h"
+
+namespace hdp::elastic {
+
+class PrefixStore final : public Store {
+ public:
+  PrefixStore(std::shared_ptr<Store> inner, std::string prefix);
+
+  const std::string& prefix() const { return prefix_; }
+
+  void set(std::string_view key, std::string_view value) override;
+  void set_with_ttl(std::string_view key, std::string_view value, Duration ttl) override;
+  bool refresh_ttl(std::string_view key, Duration ttl) override;
+  std::optional<std::string> get(std::string_view key) override;
+  std::int64_t add(std::string_view key, std::int64_t delta) override;
+  bool compare_and_set(std::string_view key, std::optional<std::string_view> expected,
+                       std::string_view desired) override;
+  bool erase(std::string_view key) override;
+  std::vector<std::string> keys(std::string_view prefix) override;
+  void wait(const std::vector<std::string>& keys, Duration timeout) override;
+
+ private:
+  std::string scoped(std::string_view key) const;
+
+  std::shared_ptr<Store> inner_;
+  std::string prefix_;
+};
+
+}  // namespace hdp::elastic

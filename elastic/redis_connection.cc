@@ -1,0 +1,159 @@
+#include "elastic/redis_connection.h"
+
+#include <hiredis/hiredis.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <ctime>
+
+namespace hdp::elastic {
+namespace {
+
+timeval to_timeval(std::chrono::milliseconds duration) {
+  auto ms = std::max<long long>(1, duration.count());
+  return timeval{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
+}
+
+RedisReply convert(const redisReply* reply) {
+  RedisReply out;
+  switch (reply->type) {
+    case REDIS_REPLY_STRING: out.type = RedisReply::Type::kString; break;
+    case REDIS_REPLY_STATUS: out.type = RedisReply::Type::kStatus; break;
+    case REDIS_REPLY_ERROR: out.type = RedisReply::Type::kError; break;
+    case REDIS_REPLY_INTEGER: out.type = RedisReply::Type::kInteger; break;
+    case REDIS_REPLY_ARRAY: out.type = RedisReply::Type::kArray; break;
+    default: out.type = RedisReply::Type::kNil; break;
+  }
+  if (reply->type == REDIS_REPLY_STRING || reply->type == REDIS_REPLY_STATUS || reply->type == REDIS_REPLY_ERROR) {
+    out.str.assign(reply->str, reply->len);
+  }
+  out.integer = reply->integer;
+  for (size_t i = 0; reply->type == REDIS_REPLY_ARRAY && i < reply->elements; ++i) {
+    out.elements.push_back(convert(reply->element[i]));
+  }
+  return out;
+}
+
+// hiredis writes with write(2): a peer that closed the socket raises SIGPIPE, whose default action
+// kills the process. A library must not change the process's signal dispositions, so SIGPIPE is
+// blocked in this thread for the duration of one command and a SIGPIPE raised meanwhile is consumed.
+class SigpipeBlock {
+ public:
+  SigpipeBlock() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~SigpipeBlock() {
+    if (!was_pending_) {
+      sigset_t pending;
+      sigpending(&pending);
+      if (sigismember(&pending, SIGPIPE) == 1) {
+        timespec zero{0, 0};
+        sigtimedwait(&pipe_, nullptr, &zero);
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+
+ private:
+  sigset_t pipe_{}, old_{};
+  bool was_pending_ = false;
+};
+
+}  // namespace
+
+RedisConnection::RedisConnection(const RedisEndpoint& endpoint, Duration connect_timeout, Duration command_timeout)
+    : where_(endpoint.display()), context_(nullptr, redisFree) {
+  const timeval connect_tv = to_timeval(connect_timeout);
+  redisContext* raw = endpoint.is_unix() ? redisConnectUnixWithTimeout(endpoint.socket_path.c_str(), connect_tv)
+                                         : redisConnectWithTimeout(endpoint.host.c_str(), endpoint.port, connect_tv);
+  if (!raw) throw RedisIoError("redis at " + where_ + ": cannot allocate a connection");
+  context_.reset(raw);
+  if (raw->err) throw RedisIoError("redis at " + where_ + ": cannot connect: " + raw->errstr);
+  // The log-in exchange shares the connect budget: a server that accepts but never answers (paused,
+  // overloaded) must fail within connect_timeout too.
+  redisSetTimeout(raw, connect_tv);
+  if (!endpoint.is_unix()) redisEnableKeepAlive(raw);
+  login(endpoint);
+  redisSetTimeout(raw, to_timeval(command_timeout));
+}
+
+RedisConnection::~RedisConnection() = default;
+
+void RedisConnection::login(const RedisEndpoint& endpoint) {
+  if (endpoint.password) {
+    RedisReply reply = endpoint.user.empty() ? command({"AUTH", *endpoint.password})
+                                             : command({"AUTH", endpoint.user, *endpoint.password});
+    // The server's message names neither the password nor (for WRONGPASS) the user; it is safe to show.
+    if (reply.type == RedisReply::Type::kError) {
+      throw AuthError("redis at " + where_ + " refused the credentials" +
+                      (endpoint.user.empty() ? "" : " of user '" + endpoint.user + "'") + ": " + reply.str);
+    }
+  }
+  if (endpoint.db != 0) {
+    RedisReply reply = command({"SELECT", std::to_string(endpoint.db)});
+    if (reply.type == RedisReply::Type::kError) {
+      if (reply.str.starts_with("NOAUTH")) {
+        throw AuthError("redis at " + where_ + " requires a password (give it in the URL or with --redis-password-file)");
+      }
+      throw InvalidArgument("redis at " + where_ + ": cannot select database " + std::to_string(endpoint.db) + ": " +
+                            reply.str);
+    }
+  }
+  RedisReply pong = command({"PING"});
+  if (pong.type == RedisReply::Type::kError) {
+    if (pong.str.starts_with("NOAUTH")) {
+      throw AuthError("redis at " + where_ + " requires a password (give it in the URL or with --redis-password-file)");
+    }
+    throw RedisIoError("redis at " + where_ + ": PING failed: " + pong.str);
+  }
+}
+
+bool RedisConnection::alive() const {
+  const redisContext* context = context_.get();
+  if (!context || context->err || context->fd < 0) return false;
+  pollfd fd{context->fd, POLLIN, 0};
+  if (poll(&fd, 1, 0) == 0) return true;  // nothing to read: the socket is open and idle
+  // Readable while idle means EOF (peer closed) or stray bytes; either way the connection is unusable.
+  char byte;
+  ssize_t n = recv(context->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+RedisReply RedisConnection::command(std::initializer_list<std::string_view> args) {
+  return command(std::vector<std::string_view>(args));
+}
+
+RedisReply RedisConnection::command(const std::vector<std::string_view>& args) {
+  std::vector<const char*> argv;
+  std::vector<size_t> lengths;
+  argv.reserve(args.size());
+  lengths.reserve(args.size());
+  for (auto arg : args) {
+    argv.push_back(arg.data());
+    lengths.push_back(arg.size());
+  }
+  redisContext* context = context_.get();
+  if (context->err) throw RedisIoError("redis at " + where_ + ": connection already broken: " + context->errstr);
+  void* raw = nullptr;
+  {
+    SigpipeBlock block;
+    raw = redisCommandArgv(context, static_cast<int>(argv.size()), argv.data(), lengths.data());
+  }
+  if (!raw) {
+    std::string reason = context->err ? context->errstr : "no reply";
+    // hiredis reports a socket timeout as the EAGAIN text; say what it means.
+    if (reason.find("temporarily unavailable") != std::string::npos) reason = "no reply within the timeout";
+    throw RedisIoError("redis at " + where_ + ": " + reason);
+  }
+  std::unique_ptr<redisReply, void (*)(void*)> reply(static_cast<redisReply*>(raw), freeReplyObject);
+  return convert(reply.get());
+}
+
+}  // namespace hdp::elastic

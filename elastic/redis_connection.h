@@ -1,0 +1,65 @@
+// File: elastic/redis_connection.h
+//
+// One hiredis connection: connect with a timeout, authenticate (AUTH [user] password), select the
+// database, and run binary-safe commands (argv + lengths, never a format string). Not thread-safe;
+// RedisStore serialises access and owns the reconnect policy.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+#include "elastic/redis_url.h"
+
+struct redisContext;
+
+namespace hdp::elastic {
+
+// The connection broke (refused, reset, timed out, EOF). After this the connection is unusable.
+class RedisIoError : public StoreUnavailable {
+ public:
+  using StoreUnavailable::StoreUnavailable;
+};
+
+struct RedisReply {
+  enum class Type { kNil, kString, kInteger, kArray, kStatus, kError };
+  Type type = Type::kNil;
+  std::string str;        // kString, kStatus, kError
+  long long integer = 0;  // kInteger
+  std::vector<RedisReply> elements;  // kArray
+};
+
+class RedisConnection {
+ public:
+  using Duration = std::chrono::milliseconds;
+
+  // Connects and logs in, all within `connect_timeout`. Throws RedisIoError when the server cannot
+  // be reached or does not answer, AuthError when it refuses the credentials.
+  RedisConnection(const RedisEndpoint& endpoint, Duration connect_timeout, Duration command_timeout);
+  ~RedisConnection();
+  RedisConnection(const RedisConnection&) = delete;
+  RedisConnection& operator=(const RedisConnection&) = delete;
+
+  // Cheap check, no round trip: false when the server has closed the socket (it was restarted or
+  // killed). A command sent on such a socket could not have reached the new server, so a false
+  // here makes a reconnect safe even for commands that must not run twice.
+  bool alive() const;
+
+  // Sends one command and reads its reply; an error reply is returned as Type::kError, not thrown.
+  // Throws RedisIoError when the connection breaks (the command may or may not have run).
+  RedisReply command(std::initializer_list<std::string_view> args);
+  RedisReply command(const std::vector<std::string_view>& args);
+
+ private:
+  void login(const RedisEndpoint& endpoint);
+
+  std::string where_;  // endpoint.display(), for messages
+  std::unique_ptr<redisContext, void (*)(redisContext*)> context_;
+};
+
+}  // namespace hdp::elastic

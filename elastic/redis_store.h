@@ -1,0 +1,77 @@
+// File: elastic/redis_store.h
+//
+// The Store over a Redis server (hiredis). One connection, guarded by a mutex, so one RedisStore
+// serves many threads one command at a time; open one per thread for parallel traffic.
+//
+// Failure policy:
+//  - A broken connection is re-opened with capped exponential backoff plus jitter, for at most
+//    `retry_timeout`; then StoreUnavailable. A server restart is therefore invisible to callers.
+//  - Before each command the socket is checked for EOF; a connection the server closed is re-opened
+//    before sending, so even add() and compare_and_set() survive a restart without running twice.
+//  - When a connection breaks *after* a command was sent, idempotent commands (set, get, erase,
+//    keys, ...) are retried; add() and compare_and_set() throw StoreUnavailable, because the
+//    server may have applied them.
+//  - Wrong credentials: AuthError naming the server, never the password; no retry.
+//
+// Example:
+//   auto store = std::make_shared<RedisStore>(parse_redis_url("redis://127.0.0.1:6379"));
+//   store->set_with_ttl("hdp:job:node:n1", "alive", 5s);
+#pragma once
+
+#include <mutex>
+#include <optional>
+
+#include "elastic/backoff.h"
+#include "elastic/redis_connection.h"
+#include "elastic/redis_url.h"
+#include "elastic/store.h"
+
+namespace hdp::elastic {
+
+struct RedisStoreOptions {
+  std::chrono::milliseconds connect_timeout{2000};  // one connect + log-in attempt
+  std::chrono::milliseconds command_timeout{5000};  // one command's round trip
+  std::chrono::milliseconds retry_timeout{10000};   // keep reconnecting this long before StoreUnavailable
+  BackoffOptions backoff{};
+};
+
+class RedisStore final : public Store {
+ public:
+  // Connects at once (within retry_timeout); throws StoreUnavailable, AuthError or InvalidArgument.
+  explicit RedisStore(RedisEndpoint endpoint, RedisStoreOptions options = {});
+  ~RedisStore() override;
+
+  const RedisEndpoint& endpoint() const { return endpoint_; }
+  // How many times the connection was re-opened since construction (for tests and status).
+  int reconnects() const;
+
+  void set(std::string_view key, std::string_view value) override;
+  void set_with_ttl(std::string_view key, std::string_view value, Duration ttl) override;
+  bool refresh_ttl(std::string_view key, Duration ttl) override;
+  std::optional<std::string> get(std::string_view key) override;
+  std::int64_t add(std::string_view key, std::int64_t delta) override;
+  bool compare_and_set(std::string_view key, std::optional<std::string_view> expected,
+                       std::string_view desired) override;
+  bool erase(std::string_view key) override;
+  std::vector<std::string> keys(std::string_view prefix) override;
+  void wait(const std::vector<std::string>& keys, Duration timeout) override;
+
+  // Runs any command with the retry policy above (`idempotent` says whether it may run twice).
+  // An error reply from the server is returned, not thrown.
+  RedisReply command(const std::vector<std::string_view>& args, bool idempotent);
+
+ private:
+  // Opens a connection, retrying until `deadline`. Requires mutex_.
+  void reconnect(std::chrono::steady_clock::time_point deadline);
+  // Throws for an error reply, naming the command.
+  RedisReply checked(RedisReply reply, std::string_view what) const;
+
+  const RedisEndpoint endpoint_;
+  const RedisStoreOptions options_;
+  mutable std::mutex mutex_;
+  std::unique_ptr<RedisConnection> connection_;  // guarded by mutex_; null while broken
+  bool connected_once_ = false;                  // guarded by mutex_
+  int reconnects_ = 0;                           // guarded by mutex_
+};
+
+}  // namespace hdp::elastic

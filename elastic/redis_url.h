@@ -1,0 +1,36 @@
+// File: elastic/redis_url.h
+//
+// Where a Redis server is and how to log in to it, parsed from a URL:
+//   redis://[user[:password]@]host[:port][/db]     (host may be [v6-address]; user and password
+//                                                    may be percent-encoded)
+//   unix:///path/to/socket[?db=N]
+// The password never appears in display() or in an error message.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace hdp::elastic {
+
+struct RedisEndpoint {
+  std::string host;         // empty for a unix socket
+  int port = 6379;
+  std::string socket_path;  // empty for TCP
+  std::string user;         // empty: the default user
+  std::optional<std::string> password;
+  int db = 0;
+
+  bool is_unix() const { return !socket_path.empty(); }
+  // "host:port" or the socket path, with "/db" and "user@" when set; never the password.
+  std::string display() const;
+};
+
+// Throws InvalidArgument with the reason and the URL, its password masked.
+RedisEndpoint parse_redis_url(std::string_view url);
+
+// Reads a password from a file (trailing newline removed), so that it never appears in `ps`.
+// Throws InvalidArgument naming the file when it cannot be read or is empty.
+std::string read_password_file(const std::string& path);
+
+}  // namespace hdp::elastic

@@ -1,0 +1,51 @@
+// File: elastic/store.h
+//
+// The key-value Store that rendezvous, membership and job state are built on (modelled on c10d's
+// Store). The semantics below hold for every implementation and are pinned down by one conformance
+// suite (tests/elastic/store_conformance_test.cc):
+//
+//  - Keys and values are arbitrary bytes (spaces, newlines, '*', NUL) up to at least 64 MiB.
+//  - get() of a missing key returns nullopt; it never blocks (use wait() to block).
+//  - set() overwrites and removes any TTL; set_with_ttl() overwrites and sets one.
+//  - add() treats a missing key as 0, stores the sum as a decimal string, keeps an existing TTL,
+//    and throws InvalidArgument when the stored value is not a 64-bit integer.
+//  - compare_and_set(key, expected, desired) is atomic: with `expected` == nullopt it succeeds only
+//    when the key is absent; it keeps an existing TTL.
+//  - keys(prefix) lists the live keys starting with `prefix`, sorted bytewise.
+//  - wait() blocks until every key exists, or throws TimeoutError after `timeout`.
+//  - An expired key is indistinguishable from one never written.
+//
+// Every call may block (network I/O for RedisStore). Implementations are safe to call from many
+// threads at once. Tier-1 failures (unreachable store) throw StoreUnavailable.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hdp::elastic {
+
+class Store {
+ public:
+  using Duration = std::chrono::milliseconds;
+
+  virtual ~Store() = default;
+
+  virtual void set(std::string_view key, std::string_view value) = 0;
+  virtual void set_with_ttl(std::string_view key, std::string_view value, Duration ttl) = 0;
+  // Extends a live key's TTL to `ttl`; returns false when the key does not exist (it expired).
+  virtual bool refresh_ttl(std::string_view key, Duration ttl) = 0;
+  virtual std::optional<std::string> get(std::string_view key) = 0;
+  virtual std::int64_t add(std::string_view key, std::int64_t delta) = 0;
+  virtual bool compare_and_set(std::string_view key, std::optional<std::string_view> expected,
+                               std::string_view desired) = 0;
+  // Returns true when the key existed.
+  virtual bool erase(std::string_view key) = 0;
+  virtual std::vector<std::string> keys(std::string_view prefix) = 0;
+  virtual void wait(const std::vector<std::string>& keys, Duration timeout) = 0;
+};
+
+}  // namespace hdp::elastic

@@ -1,0 +1,104 @@
+#include "elastic/redis_url.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "common/error.h"
+#include "tests/support/temp_dir.h"
+
+namespace hdp::elastic {
+namespace {
+
+TEST(RedisUrl, HostOnlyUsesTheDefaultPort) {
+  auto e = parse_redis_url("redis://cache.example");
+  EXPECT_EQ(e.host, "cache.example");
+  EXPECT_EQ(e.port, 6379);
+  EXPECT_EQ(e.db, 0);
+  EXPECT_FALSE(e.password);
+  EXPECT_FALSE(e.is_unix());
+}
+
+TEST(RedisUrl, FullFormWithAclUserPasswordAndDb) {
+  auto e = parse_redis_url("redis://alice:s3cret@10.1.2.3:7000/4");
+  EXPECT_EQ(e.user, "alice");
+  EXPECT_EQ(e.password, "s3cret");
+  EXPECT_EQ(e.host, "10.1.2.3");
+  EXPECT_EQ(e.port, 7000);
+  EXPECT_EQ(e.db, 4);
+  EXPECT_EQ(e.display(), "alice@10.1.2.3:7000/4");
+}
+
+TEST(RedisUrl, PasswordOnlyMeansTheDefaultUser) {
+  auto e = parse_redis_url("redis://:pw@localhost:6380");
+  EXPECT_EQ(e.user, "");
+  EXPECT_EQ(e.password, "pw");
+}
+
+TEST(RedisUrl, PercentEncodedCredentialsAreDecoded) {
+  auto e = parse_redis_url("redis://bob:p%40ss%3Aw%2Frd@h:1");
+  EXPECT_EQ(e.password, "p@ss:w/rd");
+}
+
+TEST(RedisUrl, Ipv6HostInBrackets) {
+  auto e = parse_redis_url("redis://[::1]:6390/2");
+  EXPECT_EQ(e.host, "::1");
+  EXPECT_EQ(e.port, 6390);
+  EXPECT_EQ(e.db, 2);
+}
+
+TEST(RedisUrl, UnixSocketWithDatabase) {
+  auto e = parse_redis_url("unix:///run/redis/redis.sock?db=3");
+  EXPECT_TRUE(e.is_unix());
+  EXPECT_EQ(e.socket_path, "/run/redis/redis.sock");
+  EXPECT_EQ(e.db, 3);
+}
+
+TEST(RedisUrl, MalformedUrlsAreRejectedWithTheReason) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"http://host:1", "unknown scheme"},
+      {"redis://", "host is missing"},
+      {"redis://host:notaport", "port"},
+      {"redis://host:0", "port"},
+      {"redis://host:70000", "port"},
+      {"redis://host:", "port"},
+      {"redis://host:1/x", "database"},
+      {"redis://[::1:5", "unterminated"},
+      {"unix://relative.sock", "absolute"},
+      {"unix:///s.sock?timeout=3", "db=N"},
+      {"redis://u:%zz@h", "percent"},
+      {"", "unknown scheme"}};
+  for (const auto& [url, reason] : cases) {
+    try {
+      parse_redis_url(url);
+      ADD_FAILURE() << "accepted " << url;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << url << " -> " << e.what();
+    }
+  }
+}
+
+TEST(RedisUrl, ErrorsNeverShowThePassword) {
+  try {
+    parse_redis_url("redis://alice:TopSecret99@host:badport");
+    FAIL() << "accepted a bad port";
+  } catch (const InvalidArgument& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.find("TopSecret99"), std::string::npos) << message;
+    EXPECT_NE(message.find("alice:***@host"), std::string::npos) << message;
+  }
+  EXPECT_EQ(parse_redis_url("redis://alice:TopSecret99@host:1").display().find("TopSecret99"), std::string::npos);
+}
+
+TEST(RedisUrl, PasswordFileIsReadWithoutItsTrailingNewline) {
+  test::TempDir dir;
+  const std::string path = (dir.path() / "pw").string();
+  std::ofstream(path) << "from-file\n";
+  EXPECT_EQ(read_password_file(path), "from-file");
+  std::ofstream(path, std::ios::trunc) << "\n";
+  EXPECT_THROW(read_password_file(path), InvalidArgument);
+  EXPECT_THROW(read_password_file((dir.path() / "missing").string()), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace hdp::elastic

@@ -1,0 +1,253 @@
+// The Store conformance suite: the semantics documented in elastic/store.h, checked the same way
+// for every implementation. The suite is instantiated per backend in *_store_test.cc files, which
+// carry their own CTest labels (unit for memory, integration for Redis).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <barrier>
+#include <random>
+#include <thread>
+
+#include "common/error.h"
+#include "tests/elastic/store_conformance.h"
+
+namespace hdp::test {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+
+
+TEST_P(StoreConformance, GetOfMissingKeyIsNullopt) { EXPECT_EQ(store_->get("absent"), std::nullopt); }
+
+TEST_P(StoreConformance, SetThenGetRoundTrips) {
+  store_->set("k", "v");
+  EXPECT_EQ(store_->get("k"), "v");
+}
+
+TEST_P(StoreConformance, SetOverwrites) {
+  store_->set("k", "first");
+  store_->set("k", "second");
+  EXPECT_EQ(store_->get("k"), "second");
+}
+
+TEST_P(StoreConformance, EmptyValueIsStoredAndDistinctFromMissing) {
+  store_->set("empty", "");
+  EXPECT_EQ(store_->get("empty"), "");
+}
+
+TEST_P(StoreConformance, EraseReportsWhetherTheKeyExisted) {
+  store_->set("k", "v");
+  EXPECT_TRUE(store_->erase("k"));
+  EXPECT_FALSE(store_->erase("k"));
+  EXPECT_EQ(store_->get("k"), std::nullopt);
+}
+
+TEST_P(StoreConformance, AddTreatsMissingAsZeroAndReturnsTheSum) {
+  EXPECT_EQ(store_->add("counter", 5), 5);
+  EXPECT_EQ(store_->add("counter", -7), -2);
+  EXPECT_EQ(store_->get("counter"), "-2");
+}
+
+TEST_P(StoreConformance, AddOnNonIntegerValueThrowsInvalidArgument) {
+  store_->set("text", "twelve");
+  EXPECT_THROW(store_->add("text", 1), InvalidArgument);
+  EXPECT_EQ(store_->get("text"), "twelve");
+}
+
+TEST_P(StoreConformance, AddFromSixteenThreadsSumsExactly) {
+  constexpr int kThreads = 16, kAddsPerThread = 250;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([this, t] {
+      auto client = backend_->client();
+      for (int i = 0; i < kAddsPerThread; ++i) client->add("sum", t + 1);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  // 250 * (1 + 2 + ... + 16)
+  EXPECT_EQ(store_->get("sum"), std::to_string(kAddsPerThread * kThreads * (kThreads + 1) / 2));
+}
+
+TEST_P(StoreConformance, CompareAndSetWithNoExpectedValueCreatesOnlyWhenAbsent) {
+  EXPECT_TRUE(store_->compare_and_set("k", std::nullopt, "mine"));
+  EXPECT_FALSE(store_->compare_and_set("k", std::nullopt, "theirs"));
+  EXPECT_EQ(store_->get("k"), "mine");
+}
+
+TEST_P(StoreConformance, CompareAndSetSwapsOnlyOnMatch) {
+  store_->set("k", "1");
+  EXPECT_FALSE(store_->compare_and_set("k", std::string_view("0"), "2"));
+  EXPECT_EQ(store_->get("k"), "1");
+  EXPECT_TRUE(store_->compare_and_set("k", std::string_view("1"), "2"));
+  EXPECT_EQ(store_->get("k"), "2");
+  EXPECT_FALSE(store_->compare_and_set("missing", std::string_view("1"), "2"));
+  EXPECT_EQ(store_->get("missing"), std::nullopt);
+}
+
+TEST_P(StoreConformance, CompareAndSetRaceHasExactlyOneWinnerPerRound) {
+  constexpr int kThreads = 8, kRounds = 40;
+  std::atomic<int> winners[kRounds] = {};
+  std::barrier sync(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      auto client = backend_->client();
+      for (int round = 0; round < kRounds; ++round) {
+        sync.arrive_and_wait();
+        std::optional<std::string> expected;
+        if (round > 0) expected = "round" + std::to_string(round - 1);
+        std::optional<std::string_view> expected_view;
+        if (expected) expected_view = *expected;
+        if (client->compare_and_set("gen", expected_view, "round" + std::to_string(round))) ++winners[round];
+        sync.arrive_and_wait();
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (int round = 0; round < kRounds; ++round) EXPECT_EQ(winners[round].load(), 1) << "round " << round;
+}
+
+TEST_P(StoreConformance, CompareAndSetLoopsFromManyThreadsLoseNoUpdate) {
+  constexpr int kThreads = 8, kIncrements = 50;
+  store_->set("value", "0");
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([this] {
+      auto client = backend_->client();
+      for (int i = 0; i < kIncrements; ++i) {
+        for (;;) {
+          std::string current = *client->get("value");
+          if (client->compare_and_set("value", std::string_view(current), std::to_string(std::stoi(current) + 1))) break;
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(store_->get("value"), std::to_string(kThreads * kIncrements));
+}
+
+TEST_P(StoreConformance, KeyWithTtlExpires) {
+  store_->set_with_ttl("lease", "alive", 150ms);
+  EXPECT_EQ(store_->get("lease"), "alive");
+  std::this_thread::sleep_for(400ms);
+  EXPECT_EQ(store_->get("lease"), std::nullopt);
+  EXPECT_FALSE(store_->erase("lease"));
+}
+
+TEST_P(StoreConformance, RefreshTtlKeepsAKeyAlive) {
+  store_->set_with_ttl("lease", "alive", 300ms);
+  for (int i = 0; i < 6; ++i) {
+    std::this_thread::sleep_for(100ms);
+    ASSERT_TRUE(store_->refresh_ttl("lease", 300ms)) << "refresh " << i;
+  }
+  // 600 ms after the first write, twice the TTL: alive only because of the refreshes.
+  EXPECT_EQ(store_->get("lease"), "alive");
+}
+
+TEST_P(StoreConformance, RefreshTtlOfMissingOrExpiredKeyReturnsFalse) {
+  EXPECT_FALSE(store_->refresh_ttl("never", 1s));
+  store_->set_with_ttl("short", "x", 50ms);
+  std::this_thread::sleep_for(200ms);
+  EXPECT_FALSE(store_->refresh_ttl("short", 1s));
+  EXPECT_EQ(store_->get("short"), std::nullopt);
+}
+
+TEST_P(StoreConformance, PlainSetRemovesTheTtl) {
+  store_->set_with_ttl("k", "leased", 150ms);
+  store_->set("k", "permanent");
+  std::this_thread::sleep_for(400ms);
+  EXPECT_EQ(store_->get("k"), "permanent");
+}
+
+TEST_P(StoreConformance, AddAndCompareAndSetKeepTheTtl) {
+  store_->set_with_ttl("counter", "1", 200ms);
+  EXPECT_EQ(store_->add("counter", 1), 2);
+  store_->set_with_ttl("cas", "a", 200ms);
+  EXPECT_TRUE(store_->compare_and_set("cas", std::string_view("a"), "b"));
+  std::this_thread::sleep_for(450ms);
+  EXPECT_EQ(store_->get("counter"), std::nullopt);
+  EXPECT_EQ(store_->get("cas"), std::nullopt);
+}
+
+TEST_P(StoreConformance, NonPositiveTtlIsRejected) {
+  EXPECT_THROW(store_->set_with_ttl("k", "v", 0ms), InvalidArgument);
+  EXPECT_THROW(store_->refresh_ttl("k", -5ms), InvalidArgument);
+}
+
+TEST_P(StoreConformance, WaitReturnsOnceAllKeysExist) {
+  std::thread writer([this] {
+    auto client = backend_->client();
+    std::this_thread::sleep_for(100ms);
+    client->set("a", "1");
+    std::this_thread::sleep_for(100ms);
+    client->set("b", "2");
+  });
+  const auto start = Clock::now();
+  store_->wait({"a", "b"}, 5s);
+  const auto elapsed = Clock::now() - start;
+  writer.join();
+  EXPECT_GE(elapsed, 190ms);
+  EXPECT_LT(elapsed, 2s);
+}
+
+TEST_P(StoreConformance, WaitOnPresentKeysReturnsAtOnce) {
+  store_->set("a", "1");
+  const auto start = Clock::now();
+  store_->wait({"a", "a"}, 5s);
+  EXPECT_LT(Clock::now() - start, 100ms);
+}
+
+TEST_P(StoreConformance, WaitTimesOutWithinItsBound) {
+  store_->set("a", "1");
+  const auto start = Clock::now();
+  EXPECT_THROW(store_->wait({"a", "never"}, 300ms), TimeoutError);
+  const auto elapsed = Clock::now() - start;
+  // The deadline is honoured to within one poll interval (50 ms) plus scheduling noise.
+  EXPECT_GE(elapsed, 300ms);
+  EXPECT_LT(elapsed, 450ms);
+}
+
+TEST_P(StoreConformance, HostileBytesInKeysAndValuesRoundTrip) {
+  const std::vector<std::string> hostile = {
+      "with space", "new\nline", "crlf\r\n*3\r\n$3\r\nSET\r\n", "star*", "question?", "[bracket]", "back\\slash",
+      std::string("nul\0inside", 10), std::string("\0", 1), "\xff\xfe\x80 not utf-8", "$-1\r\n", "%s%n%b"};
+  for (const auto& key : hostile) {
+    for (const auto& value : hostile) store_->set(key, value + key);
+    EXPECT_EQ(store_->get(key), hostile.back() + key) << "key of " << key.size() << " bytes";
+  }
+  std::vector<std::string> sorted = hostile;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(store_->keys(""), sorted);
+}
+
+TEST_P(StoreConformance, KeysListsOnlyThePrefixLiterallySorted) {
+  for (const char* key : {"job:b", "job:a", "job*", "job*x", "jobs", "other"}) store_->set(key, "1");
+  EXPECT_EQ(store_->keys("job:"), (std::vector<std::string>{"job:a", "job:b"}));
+  // '*' in a prefix is a character, not a glob.
+  EXPECT_EQ(store_->keys("job*"), (std::vector<std::string>{"job*", "job*x"}));
+  EXPECT_EQ(store_->keys("nothing"), std::vector<std::string>{});
+  EXPECT_EQ(store_->keys("").size(), 6u);
+}
+
+TEST_P(StoreConformance, KeysOmitsExpiredKeys) {
+  store_->set_with_ttl("node:1", "x", 100ms);
+  store_->set("node:2", "x");
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(store_->keys("node:"), std::vector<std::string>{"node:2"});
+}
+
+TEST_P(StoreConformance, SixteenMebibyteValuesRoundTripExactly) {
+  std::string big(16u << 20, '\0');
+  std::mt19937_64 rng(42);
+  for (auto& byte : big) byte = static_cast<char>(rng());
+  store_->set("big", big);
+  auto back = store_->get("big");
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->size(), big.size());
+  EXPECT_TRUE(*back == big);
+}
+
+}  // namespace
+}  // namespace hdp::test
