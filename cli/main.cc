@@ -14,7 +14,8 @@ namespace {
 int run(int argc, char** argv) {
   using namespace hdp::cli;
   CLI::App app{"hdp: fault-tolerant, elastic training of long-context LLMs with Hybrid Data Parallelism", "hdp"};
-  app.require_subcommand(1);
+  // At most one subcommand; "none" and "unknown" are reported below in words a user can act on.
+  app.require_subcommand(0, 1);
   app.set_config("--config", "", "Read flags from a TOML or INI file ([subcommand] sections)");
   app.set_version_flag("-V,--version", HDP_VERSION);
   add_version_command(app);
@@ -27,6 +28,13 @@ int run(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
+  } catch (const CLI::ExtrasError& e) {
+    if (!app.get_subcommands().empty()) {
+      std::cerr << "hdp: error: " << e.what() << " (see hdp --help)\n";
+    } else {
+      std::cerr << "hdp: error: unknown subcommand '" << app.remaining().front() << "' (see hdp --help)\n";
+    }
+    return kExitUsage;
   } catch (const CLI::ParseError& e) {
     // One clear line, then where to look; never CLI11's full usage dump.
     std::cerr << "hdp: error: " << e.what() << " (see hdp --help)\n";
@@ -37,6 +45,10 @@ int run(int argc, char** argv) {
   } catch (const hdp::Error& e) {
     std::cerr << "hdp: error: " << e.what() << "\n";
     return kExitFailure;
+  }
+  if (app.get_subcommands().empty()) {
+    std::cerr << "hdp: error: a subcommand is required (see hdp --help)\n";
+    return kExitUsage;
   }
   return kExitOk;
 }
