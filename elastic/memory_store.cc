@@ -16,10 +16,24 @@ MemoryStore::Entry* MemoryStore::find_live(std::string_view key) {
   return &it->second;
 }
 
+MemoryStore::Entry* MemoryStore::find_kind(std::string_view key, Entry::Kind kind) {
+  Entry* entry = find_live(key);
+  if (entry && entry->kind != kind) throw InvalidArgument("WRONGTYPE: key holds another kind of value");
+  return entry;
+}
+
+MemoryStore::Entry& MemoryStore::obtain(std::string_view key, Entry::Kind kind) {
+  if (Entry* entry = find_kind(key, kind)) return *entry;
+  Entry& created = entries_[std::string(key)];
+  created = Entry{};
+  created.kind = kind;
+  return created;
+}
+
 void MemoryStore::put(std::string_view key, std::string_view value, std::optional<Clock::time_point> expires) {
   {
     std::lock_guard lock(mutex_);
-    entries_.insert_or_assign(std::string(key), Entry{std::string(value), expires});
+    entries_.insert_or_assign(std::string(key), Entry{.value = std::string(value), .expires = expires});
   }
   changed_.notify_all();
 }
@@ -42,7 +56,7 @@ bool MemoryStore::refresh_ttl(std::string_view key, Duration ttl) {
 
 std::optional<std::string> MemoryStore::get(std::string_view key) {
   std::lock_guard lock(mutex_);
-  if (Entry* entry = find_live(key)) return entry->value;
+  if (Entry* entry = find_kind(key, Entry::Kind::kString)) return entry->value;
   return std::nullopt;
 }
 
@@ -50,7 +64,7 @@ std::int64_t MemoryStore::add(std::string_view key, std::int64_t delta) {
   std::int64_t result = 0;
   {
     std::lock_guard lock(mutex_);
-    Entry* entry = find_live(key);
+    Entry* entry = find_kind(key, Entry::Kind::kString);
     std::int64_t current = 0;
     if (entry) {
       const std::string& text = entry->value;
@@ -63,7 +77,7 @@ std::int64_t MemoryStore::add(std::string_view key, std::int64_t delta) {
     if (entry) {
       entry->value = std::to_string(result);
     } else {
-      entries_.emplace(std::string(key), Entry{std::to_string(result), std::nullopt});
+      entries_.emplace(std::string(key), Entry{.value = std::to_string(result)});
     }
   }
   changed_.notify_all();
@@ -74,10 +88,10 @@ bool MemoryStore::compare_and_set(std::string_view key, std::optional<std::strin
                                   std::string_view desired) {
   {
     std::lock_guard lock(mutex_);
-    Entry* entry = find_live(key);
+    Entry* entry = find_kind(key, Entry::Kind::kString);
     if (!expected) {
       if (entry) return false;
-      entries_.emplace(std::string(key), Entry{std::string(desired), std::nullopt});
+      entries_.emplace(std::string(key), Entry{.value = std::string(desired)});
     } else {
       if (!entry || entry->value != *expected) return false;
       entry->value = std::string(desired);
@@ -117,6 +131,89 @@ void MemoryStore::wait(const std::vector<std::string>& keys, Duration timeout) {
     throw TimeoutError("wait: " + std::to_string(keys.size()) + " key(s) not all present after " +
                        std::to_string(timeout.count()) + " ms");
   }
+}
+
+std::vector<std::optional<std::string>> MemoryStore::multi_get(const std::vector<std::string>& keys) {
+  std::lock_guard lock(mutex_);
+  std::vector<std::optional<std::string>> values;
+  values.reserve(keys.size());
+  for (const auto& key : keys) {
+    // Like Redis MGET: a key of another kind reads as missing.
+    Entry* entry = find_live(key);
+    values.push_back(entry && entry->kind == Entry::Kind::kString ? std::optional(entry->value) : std::nullopt);
+  }
+  return values;
+}
+
+std::map<std::string, std::string> MemoryStore::hash_get_all(std::string_view key) {
+  std::lock_guard lock(mutex_);
+  Entry* entry = find_kind(key, Entry::Kind::kHash);
+  return entry ? entry->hash : std::map<std::string, std::string>{};
+}
+
+std::vector<StreamEntry> MemoryStore::stream_tail(std::string_view key, std::size_t count) {
+  std::lock_guard lock(mutex_);
+  Entry* entry = find_kind(key, Entry::Kind::kStream);
+  if (!entry) return {};
+  const std::size_t skip = entry->stream.size() > count ? entry->stream.size() - count : 0;
+  return {entry->stream.begin() + static_cast<std::ptrdiff_t>(skip), entry->stream.end()};
+}
+
+void MemoryStore::apply(const Write& write) {
+  switch (write.op) {
+    case Write::Op::kSet: {
+      std::optional<Clock::time_point> expires;
+      if (write.ttl.count() > 0) expires = Clock::now() + write.ttl;
+      entries_.insert_or_assign(write.key, Entry{.value = write.value, .expires = expires});
+      break;
+    }
+    case Write::Op::kErase:
+      if (find_live(write.key)) entries_.erase(entries_.find(write.key));
+      break;
+    case Write::Op::kExpire:
+      if (Entry* entry = find_live(write.key)) entry->expires = Clock::now() + write.ttl;
+      break;
+    case Write::Op::kHashSet: {
+      Entry& entry = obtain(write.key, Entry::Kind::kHash);
+      for (const auto& [field, value] : write.fields) entry.hash[field] = value;
+      break;
+    }
+    case Write::Op::kStreamAppend: {
+      Entry& entry = obtain(write.key, Entry::Kind::kStream);
+      const auto now_ms = static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+              .count());
+      // Ids increase strictly, even when the wall clock stands still or steps back (as Redis does).
+      if (now_ms > last_stream_ms_) {
+        last_stream_ms_ = now_ms;
+        stream_sequence_ = 0;
+      } else {
+        ++stream_sequence_;
+      }
+      entry.stream.push_back({std::to_string(last_stream_ms_) + "-" + std::to_string(stream_sequence_), write.fields});
+      while (entry.stream.size() > write.max_length) entry.stream.pop_front();
+      break;
+    }
+  }
+}
+
+bool MemoryStore::commit(const Transaction& transaction) {
+  transaction.validate();
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& condition : transaction.conditions) {
+      Entry* entry = find_kind(condition.key, Entry::Kind::kString);
+      if (condition.value ? (!entry || entry->value != *condition.value) : entry != nullptr) return false;
+    }
+    // Kinds are checked before anything is written, so a failing write cannot leave half a commit.
+    for (const auto& write : transaction.writes) {
+      if (write.op == Write::Op::kHashSet) find_kind(write.key, Entry::Kind::kHash);
+      if (write.op == Write::Op::kStreamAppend) find_kind(write.key, Entry::Kind::kStream);
+    }
+    for (const auto& write : transaction.writes) apply(write);
+  }
+  changed_.notify_all();
+  return true;
 }
 
 }  // namespace hdp::elastic

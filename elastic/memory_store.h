@@ -6,6 +6,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -26,22 +27,37 @@ class MemoryStore final : public Store {
   bool erase(std::string_view key) override;
   std::vector<std::string> keys(std::string_view prefix) override;
   void wait(const std::vector<std::string>& keys, Duration timeout) override;
+  std::vector<std::optional<std::string>> multi_get(const std::vector<std::string>& keys) override;
+  std::map<std::string, std::string> hash_get_all(std::string_view key) override;
+  std::vector<StreamEntry> stream_tail(std::string_view key, std::size_t count) override;
+  bool commit(const Transaction& transaction) override;
 
  private:
   using Clock = std::chrono::steady_clock;
+  // One key's value: a string, a hash or a stream, as in Redis; the kind is fixed at creation.
   struct Entry {
+    enum class Kind { kString, kHash, kStream };
+    Kind kind = Kind::kString;
     std::string value;
+    std::map<std::string, std::string> hash;
+    std::deque<StreamEntry> stream;
     std::optional<Clock::time_point> expires;
   };
   using Map = std::map<std::string, Entry, std::less<>>;
 
   // Returns the live entry for `key`, erasing it first when it has expired. Requires mutex_.
   Entry* find_live(std::string_view key);
+  // Like find_live, but throws InvalidArgument when the key holds another kind. Requires mutex_.
+  Entry* find_kind(std::string_view key, Entry::Kind kind);
+  // Returns the live entry of `kind`, creating it when missing. Requires mutex_.
+  Entry& obtain(std::string_view key, Entry::Kind kind);
   void put(std::string_view key, std::string_view value, std::optional<Clock::time_point> expires);
+  void apply(const Write& write);  // requires mutex_
 
   std::mutex mutex_;
   std::condition_variable changed_;  // notified on every write; wait() sleeps on it
   Map entries_;                      // guarded by mutex_
+  std::uint64_t last_stream_ms_ = 0, stream_sequence_ = 0;  // guarded by mutex_; stream ids
 };
 
 }  // namespace hdp::elastic

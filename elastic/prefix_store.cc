@@ -41,11 +41,32 @@ std::vector<std::string> PrefixStore::keys(std::string_view prefix) {
   return result;
 }
 
-void PrefixStore::wait(const std::vector<std::string>& keys, Duration timeout) {
-  std::vector<std::string> scoped_keys;
-  scoped_keys.reserve(keys.size());
-  for (const auto& key : keys) scoped_keys.push_back(scoped(key));
-  inner_->wait(scoped_keys, timeout);
+std::vector<std::string> PrefixStore::scoped(const std::vector<std::string>& keys) const {
+  std::vector<std::string> result;
+  result.reserve(keys.size());
+  for (const auto& key : keys) result.push_back(scoped(key));
+  return result;
+}
+
+void PrefixStore::wait(const std::vector<std::string>& keys, Duration timeout) { inner_->wait(scoped(keys), timeout); }
+
+std::vector<std::optional<std::string>> PrefixStore::multi_get(const std::vector<std::string>& keys) {
+  return inner_->multi_get(scoped(keys));
+}
+
+std::map<std::string, std::string> PrefixStore::hash_get_all(std::string_view key) {
+  return inner_->hash_get_all(scoped(key));
+}
+
+std::vector<StreamEntry> PrefixStore::stream_tail(std::string_view key, std::size_t count) {
+  return inner_->stream_tail(scoped(key), count);
+}
+
+bool PrefixStore::commit(const Transaction& transaction) {
+  Transaction inner = transaction;
+  for (auto& condition : inner.conditions) condition.key = scoped(condition.key);
+  for (auto& write : inner.writes) write.key = scoped(write.key);
+  return inner_->commit(inner);
 }
 
 }  // namespace hdp::elastic

@@ -28,9 +28,14 @@ class PrefixStore final : public Store {
   bool erase(std::string_view key) override;
   std::vector<std::string> keys(std::string_view prefix) override;
   void wait(const std::vector<std::string>& keys, Duration timeout) override;
+  std::vector<std::optional<std::string>> multi_get(const std::vector<std::string>& keys) override;
+  std::map<std::string, std::string> hash_get_all(std::string_view key) override;
+  std::vector<StreamEntry> stream_tail(std::string_view key, std::size_t count) override;
+  bool commit(const Transaction& transaction) override;
 
  private:
   std::string scoped(std::string_view key) const;
+  std::vector<std::string> scoped(const std::vector<std::string>& keys) const;
 
   std::shared_ptr<Store> inner_;
   std::string prefix_;

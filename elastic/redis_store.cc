@@ -1,6 +1,7 @@
 #include "elastic/redis_store.h"
 
 #include <algorithm>
+#include <deque>
 #include <thread>
 
 #include "common/log.h"
@@ -20,6 +21,66 @@ elseif current then
   return 0
 end
 redis.call('SET', KEYS[1], ARGV[3], 'KEEPTTL')
+return 1
+)lua";
+
+// Store::commit(). KEYS: the condition keys, then one key per write. ARGV[1]: the number of
+// conditions; then per condition '1' + value, or '0' + '' for "absent"; then per write its op and
+// arguments: set value ttl_ms | del | pexpire ttl_ms | hset n f1 v1 .. | xadd maxlen n f1 v1 ..
+// Redis does not roll a script back when a command fails midway, so every type is checked before
+// the first write: either all writes happen or none.
+constexpr std::string_view kCommitScript = R"lua(
+local nc = tonumber(ARGV[1])
+local a = 2
+for i = 1, nc do
+  local current = redis.call('GET', KEYS[i])
+  if ARGV[a] == '1' then
+    if current ~= ARGV[a + 1] then return 0 end
+  elseif current then
+    return 0
+  end
+  a = a + 2
+end
+local start = a
+for k = nc + 1, #KEYS do
+  local op = ARGV[a]
+  if op == 'set' then a = a + 3
+  elseif op == 'del' then a = a + 1
+  elseif op == 'pexpire' then a = a + 2
+  elseif op == 'hset' or op == 'xadd' then
+    local want = (op == 'hset') and 'hash' or 'stream'
+    local kind = redis.call('TYPE', KEYS[k]).ok
+    if kind ~= 'none' and kind ~= want then
+      return redis.error_reply('WRONGTYPE commit: key holds a ' .. kind .. ', not a ' .. want)
+    end
+    if op == 'hset' then a = a + 2 + 2 * tonumber(ARGV[a + 1]) else a = a + 3 + 2 * tonumber(ARGV[a + 2]) end
+  else
+    return redis.error_reply('ERR commit: unknown op ' .. tostring(op))
+  end
+end
+a = start
+for k = nc + 1, #KEYS do
+  local op = ARGV[a]
+  if op == 'set' then
+    if ARGV[a + 2] == '0' then redis.call('SET', KEYS[k], ARGV[a + 1])
+    else redis.call('SET', KEYS[k], ARGV[a + 1], 'PX', ARGV[a + 2]) end
+    a = a + 3
+  elseif op == 'del' then
+    redis.call('DEL', KEYS[k])
+    a = a + 1
+  elseif op == 'pexpire' then
+    redis.call('PEXPIRE', KEYS[k], ARGV[a + 1])
+    a = a + 2
+  elseif op == 'hset' then
+    local n = tonumber(ARGV[a + 1])
+    redis.call('HSET', KEYS[k], unpack(ARGV, a + 2, a + 1 + 2 * n))
+    a = a + 2 + 2 * n
+  else
+    local n = tonumber(ARGV[a + 2])
+    redis.call('XADD', KEYS[k], 'MAXLEN', ARGV[a + 1], '*', unpack(ARGV, a + 3, a + 2 + 2 * n))
+    a = a + 3 + 2 * n
+  end
+end
 return 1
 )lua";
 
@@ -99,6 +160,30 @@ RedisReply RedisStore::command(const std::vector<std::string_view>& args, bool i
   }
 }
 
+RedisReply RedisStore::eval(std::string_view script, const std::vector<std::string_view>& keys_and_args,
+                            std::size_t key_count, bool idempotent) {
+  std::string sha;
+  {
+    std::lock_guard lock(scripts_mutex_);
+    if (auto it = script_shas_.find(script); it != script_shas_.end()) sha = it->second;
+  }
+  if (sha.empty()) {
+    sha = checked(command({"SCRIPT", "LOAD", script}, true), "SCRIPT LOAD").str;
+    std::lock_guard lock(scripts_mutex_);
+    script_shas_.emplace(std::string(script), sha);
+  }
+  const std::string count = std::to_string(key_count);
+  std::vector<std::string_view> args{"EVALSHA", sha, count};
+  args.insert(args.end(), keys_and_args.begin(), keys_and_args.end());
+  RedisReply reply = command(args, idempotent);
+  if (reply.type == RedisReply::Type::kError && reply.str.starts_with("NOSCRIPT")) {
+    args[0] = "EVAL";
+    args[1] = script;
+    reply = command(args, idempotent);
+  }
+  return reply;
+}
+
 RedisReply RedisStore::checked(RedisReply reply, std::string_view what) const {
   if (reply.type != RedisReply::Type::kError) return reply;
   if (reply.str.starts_with("NOAUTH") || reply.str.starts_with("NOPERM") || reply.str.starts_with("WRONGPASS")) {
@@ -135,9 +220,8 @@ std::int64_t RedisStore::add(std::string_view key, std::int64_t delta) {
 
 bool RedisStore::compare_and_set(std::string_view key, std::optional<std::string_view> expected,
                                  std::string_view desired) {
-  RedisReply reply = command({"EVAL", kCompareAndSetScript, "1", key, expected ? "1" : "0",
-                              expected.value_or(std::string_view()), desired},
-                             false);
+  RedisReply reply =
+      eval(kCompareAndSetScript, {key, expected ? "1" : "0", expected.value_or(std::string_view()), desired}, 1, false);
   return checked(std::move(reply), "compare_and_set").integer == 1;
 }
 
@@ -183,6 +267,91 @@ void RedisStore::wait(const std::vector<std::string>& keys, Duration timeout) {
     }
     std::this_thread::sleep_for(std::min<Clock::duration>(poll_interval.next(), deadline - now));
   }
+}
+
+std::vector<std::optional<std::string>> RedisStore::multi_get(const std::vector<std::string>& keys) {
+  if (keys.empty()) return {};
+  std::vector<std::string_view> args{"MGET"};
+  args.insert(args.end(), keys.begin(), keys.end());
+  RedisReply reply = checked(command(args, true), "MGET");
+  std::vector<std::optional<std::string>> values;
+  values.reserve(keys.size());
+  for (auto& element : reply.elements) {
+    values.push_back(element.type == RedisReply::Type::kString ? std::optional(std::move(element.str)) : std::nullopt);
+  }
+  return values;
+}
+
+std::map<std::string, std::string> RedisStore::hash_get_all(std::string_view key) {
+  RedisReply reply = checked(command({"HGETALL", key}, true), "HGETALL");
+  std::map<std::string, std::string> fields;
+  for (std::size_t i = 0; i + 1 < reply.elements.size(); i += 2) {
+    fields.emplace(std::move(reply.elements[i].str), std::move(reply.elements[i + 1].str));
+  }
+  return fields;
+}
+
+std::vector<StreamEntry> RedisStore::stream_tail(std::string_view key, std::size_t count) {
+  if (count == 0) return {};
+  RedisReply reply = checked(command({"XREVRANGE", key, "+", "-", "COUNT", std::to_string(count)}, true), "XREVRANGE");
+  std::vector<StreamEntry> entries;
+  for (auto it = reply.elements.rbegin(); it != reply.elements.rend(); ++it) {
+    if (it->elements.size() != 2) throw InvalidArgument("redis at " + endpoint_.display() + ": unexpected XREVRANGE reply");
+    StreamEntry entry{std::move(it->elements[0].str), {}};
+    auto& flat = it->elements[1].elements;
+    for (std::size_t i = 0; i + 1 < flat.size(); i += 2) entry.fields.emplace_back(std::move(flat[i].str), std::move(flat[i + 1].str));
+    entries.push_back(std::move(entry));
+  }
+  return entries;
+}
+
+bool RedisStore::commit(const Transaction& transaction) {
+  transaction.validate();
+  // Numbers formatted here live in `owned` (a deque: growing it never moves its strings, so the
+  // views in `args` stay valid); everything else is viewed in place.
+  std::deque<std::string> owned;
+  std::vector<std::string_view> keys, args;
+  for (const auto& condition : transaction.conditions) keys.push_back(condition.key);
+  for (const auto& write : transaction.writes) keys.push_back(write.key);
+  args.push_back(owned.emplace_back(std::to_string(transaction.conditions.size())));
+  for (const auto& condition : transaction.conditions) {
+    args.push_back(condition.value ? "1" : "0");
+    args.push_back(condition.value ? std::string_view(*condition.value) : std::string_view());
+  }
+  auto push_fields = [&](const Fields& fields) {
+    args.push_back(owned.emplace_back(std::to_string(fields.size())));
+    for (const auto& [field, value] : fields) {
+      args.push_back(field);
+      args.push_back(value);
+    }
+  };
+  for (const auto& write : transaction.writes) {
+    switch (write.op) {
+      case Write::Op::kSet:
+        args.insert(args.end(), {"set", write.value});
+        args.push_back(owned.emplace_back(std::to_string(write.ttl.count())));
+        break;
+      case Write::Op::kErase:
+        args.push_back("del");
+        break;
+      case Write::Op::kExpire:
+        args.push_back("pexpire");
+        args.push_back(owned.emplace_back(std::to_string(write.ttl.count())));
+        break;
+      case Write::Op::kHashSet:
+        args.push_back("hset");
+        push_fields(write.fields);
+        break;
+      case Write::Op::kStreamAppend:
+        args.push_back("xadd");
+        args.push_back(owned.emplace_back(std::to_string(write.max_length)));
+        push_fields(write.fields);
+        break;
+    }
+  }
+  std::vector<std::string_view> keys_and_args = keys;
+  keys_and_args.insert(keys_and_args.end(), args.begin(), args.end());
+  return checked(eval(kCommitScript, keys_and_args, keys.size(), false), "commit").integer == 1;
 }
 
 }  // namespace hdp::elastic

@@ -18,6 +18,7 @@
 //   store->set_with_ttl("hdp:job:node:n1", "alive", 5s);
 #pragma once
 
+#include <map>
 #include <mutex>
 #include <optional>
 
@@ -55,12 +56,20 @@ class RedisStore final : public Store {
   bool erase(std::string_view key) override;
   std::vector<std::string> keys(std::string_view prefix) override;
   void wait(const std::vector<std::string>& keys, Duration timeout) override;
+  std::vector<std::optional<std::string>> multi_get(const std::vector<std::string>& keys) override;
+  std::map<std::string, std::string> hash_get_all(std::string_view key) override;
+  std::vector<StreamEntry> stream_tail(std::string_view key, std::size_t count) override;
+  bool commit(const Transaction& transaction) override;
 
   // Runs any command with the retry policy above (`idempotent` says whether it may run twice).
   // An error reply from the server is returned, not thrown.
   RedisReply command(const std::vector<std::string_view>& args, bool idempotent);
 
  private:
+  // Runs a Lua script by its SHA (EVALSHA), loading it on a NOSCRIPT reply (a restarted server
+  // has an empty script cache; NOSCRIPT means the script did not run, so a retry is safe).
+  RedisReply eval(std::string_view script, const std::vector<std::string_view>& keys_and_args, std::size_t key_count,
+                  bool idempotent);
   // Opens a connection, retrying until `deadline`. Requires mutex_.
   void reconnect(std::chrono::steady_clock::time_point deadline);
   // Throws for an error reply, naming the command.
@@ -72,6 +81,8 @@ class RedisStore final : public Store {
   std::unique_ptr<RedisConnection> connection_;  // guarded by mutex_; null while broken
   bool connected_once_ = false;                  // guarded by mutex_
   int reconnects_ = 0;                           // guarded by mutex_
+  std::mutex scripts_mutex_;
+  std::map<std::string, std::string, std::less<>> script_shas_;  // script text -> SHA1; guarded by scripts_mutex_
 };
 
 }  // namespace hdp::elastic

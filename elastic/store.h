@@ -14,6 +14,11 @@
 //  - keys(prefix) lists the live keys starting with `prefix`, sorted bytewise.
 //  - wait() blocks until every key exists, or throws TimeoutError after `timeout`.
 //  - An expired key is indistinguishable from one never written.
+//  - commit() is the one atomic multi-key primitive (etcd's Txn, a Lua script on Redis): if every
+//    condition holds, every write is applied, all at once; otherwise nothing is. Fencing by
+//    generation, leader leases and generation publication are all commit()s. Conditions compare
+//    string keys only; hash and stream keys are written by commit() and read by hash_get_all()
+//    and stream_tail().
 //
 // Every call may block (network I/O for RedisStore). Implementations are safe to call from many
 // threads at once. Tier-1 failures (unreachable store) throw StoreUnavailable.
@@ -21,10 +26,14 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
+
+#include "elastic/transaction.h"
 
 namespace hdp::elastic {
 
@@ -46,6 +55,15 @@ class Store {
   virtual bool erase(std::string_view key) = 0;
   virtual std::vector<std::string> keys(std::string_view prefix) = 0;
   virtual void wait(const std::vector<std::string>& keys, Duration timeout) = 0;
+
+  // One round trip for many keys; a missing key reads as nullopt.
+  virtual std::vector<std::optional<std::string>> multi_get(const std::vector<std::string>& keys) = 0;
+  // All fields of a hash written by Write::hash_set; empty when the key is missing.
+  virtual std::map<std::string, std::string> hash_get_all(std::string_view key) = 0;
+  // The newest `count` entries of a stream written by Write::stream_append, oldest first.
+  virtual std::vector<StreamEntry> stream_tail(std::string_view key, std::size_t count) = 0;
+  // Atomically: if every condition holds, apply every write and return true; else change nothing.
+  virtual bool commit(const Transaction& transaction) = 0;
 };
 
 }  // namespace hdp::elastic

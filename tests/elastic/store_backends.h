@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 
 #include "elastic/store.h"
@@ -23,6 +24,9 @@ struct BackendParam {
   std::string name;
   std::function<std::unique_ptr<StoreBackend>()> make;
 };
+
+// Names the backend in test listings instead of dumping the struct's bytes.
+inline void PrintTo(const BackendParam& param, std::ostream* out) { *out << param.name; }
 
 BackendParam memory_backend();
 BackendParam redis_backend();

@@ -251,3 +251,160 @@ TEST_P(StoreConformance, SixteenMebibyteValuesRoundTripExactly) {
 
 }  // namespace
 }  // namespace hdp::test
+
+namespace hdp::test {
+namespace {
+
+using elastic::Transaction;
+using elastic::Write;
+
+TEST_P(StoreConformance, MultiGetReadsManyKeysInOrder) {
+  store_->set("a", "1");
+  store_->set("c", "3");
+  auto values = store_->multi_get({"a", "b", "c", "a"});
+  ASSERT_EQ(values.size(), 4u);
+  EXPECT_EQ(values[0], "1");
+  EXPECT_EQ(values[1], std::nullopt);
+  EXPECT_EQ(values[2], "3");
+  EXPECT_EQ(values[3], "1");
+  EXPECT_TRUE(store_->multi_get({}).empty());
+}
+
+TEST_P(StoreConformance, CommitAppliesEveryWriteWhenAllConditionsHold) {
+  store_->set("gen", "7");
+  store_->set("old", "x");
+  Transaction txn;
+  txn.require("gen", "7").require_absent("leader");
+  txn.add(Write::set("gen", "8"))
+      .add(Write::set("gen:8", "members"))
+      .add(Write::erase("old"))
+      .add(Write::hash_set("state", {{"generation", "8"}, {"status", "running"}}))
+      .add(Write::stream_append("events", {{"type", "resize"}}, 100));
+  EXPECT_TRUE(store_->commit(txn));
+  EXPECT_EQ(store_->get("gen"), "8");
+  EXPECT_EQ(store_->get("gen:8"), "members");
+  EXPECT_EQ(store_->get("old"), std::nullopt);
+  EXPECT_EQ(store_->hash_get_all("state"),
+            (std::map<std::string, std::string>{{"generation", "8"}, {"status", "running"}}));
+  auto events = store_->stream_tail("events", 10);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].fields, (elastic::Fields{{"type", "resize"}}));
+}
+
+TEST_P(StoreConformance, CommitChangesNothingWhenAConditionFails) {
+  store_->set("gen", "8");
+  Transaction stale;
+  stale.require("gen", "7").add(Write::set("gen", "8-from-a-stale-writer")).add(Write::hash_set("state", {{"step", "99"}}));
+  EXPECT_FALSE(store_->commit(stale));
+  Transaction present;
+  present.require_absent("gen").add(Write::set("x", "1"));
+  EXPECT_FALSE(store_->commit(present));
+  EXPECT_EQ(store_->get("gen"), "8");
+  EXPECT_EQ(store_->get("x"), std::nullopt);
+  EXPECT_TRUE(store_->hash_get_all("state").empty());
+}
+
+TEST_P(StoreConformance, CommitRacesFenceEveryStaleWriter) {
+  // 8 writers race to advance a generation 30 times; each round exactly one wins, and the state
+  // hash written in the same commit always agrees with the generation.
+  constexpr int kThreads = 8, kRounds = 30;
+  std::atomic<int> wins{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      auto client = backend_->client();
+      for (int round = 0; round < kRounds; ++round) {
+        Transaction txn;
+        if (round == 0) txn.require_absent("gen"); else txn.require("gen", std::to_string(round));
+        txn.add(Write::set("gen", std::to_string(round + 1)))
+            .add(Write::hash_set("state", {{"generation", std::to_string(round + 1)}, {"writer", std::to_string(t)}}));
+        if (client->commit(txn)) ++wins;
+        // Wait until someone has advanced this round before trying the next one.
+        for (;;) {
+          auto gen = client->get("gen");
+          if (gen && std::stoi(*gen) > round) break;
+          std::this_thread::yield();
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(wins.load(), kRounds);
+  EXPECT_EQ(store_->get("gen"), std::to_string(kRounds));
+  EXPECT_EQ(store_->hash_get_all("state")["generation"], std::to_string(kRounds));
+}
+
+TEST_P(StoreConformance, CommitSetsTtlsAndRefreshesThemConditionally) {
+  Transaction lease;
+  lease.require_absent("leader").add(Write::set("leader", "me", std::chrono::milliseconds(200)));
+  ASSERT_TRUE(store_->commit(lease));
+  for (int i = 0; i < 4; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    Transaction renew;
+    renew.require("leader", "me").add(Write::expire("leader", std::chrono::milliseconds(200)));
+    ASSERT_TRUE(store_->commit(renew)) << "renewal " << i;
+  }
+  Transaction foreign;
+  foreign.require("leader", "someone-else").add(Write::expire("leader", std::chrono::milliseconds(60000)));
+  EXPECT_FALSE(store_->commit(foreign));
+  std::this_thread::sleep_for(std::chrono::milliseconds(450));
+  EXPECT_EQ(store_->get("leader"), std::nullopt);
+}
+
+TEST_P(StoreConformance, HashSetMergesFields) {
+  Transaction first, second;
+  first.add(Write::hash_set("h", {{"a", "1"}, {"b", "2"}}));
+  second.add(Write::hash_set("h", {{"b", "3"}, {"c", std::string("\0\r\n", 3)}}));
+  ASSERT_TRUE(store_->commit(first));
+  ASSERT_TRUE(store_->commit(second));
+  EXPECT_EQ(store_->hash_get_all("h"),
+            (std::map<std::string, std::string>{{"a", "1"}, {"b", "3"}, {"c", std::string("\0\r\n", 3)}}));
+  EXPECT_TRUE(store_->hash_get_all("missing").empty());
+}
+
+TEST_P(StoreConformance, StreamKeepsTheNewestEntriesInOrderWithIncreasingIds) {
+  for (int i = 0; i < 25; ++i) {
+    Transaction txn;
+    txn.add(Write::stream_append("events", {{"seq", std::to_string(i)}}, 10));
+    ASSERT_TRUE(store_->commit(txn));
+  }
+  auto all = store_->stream_tail("events", 1000);
+  ASSERT_EQ(all.size(), 10u);  // capped exactly
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(all[i].fields[0].second, std::to_string(15 + i));
+  auto id_less = [](const std::string& a, const std::string& b) {
+    auto split = [](const std::string& id) {
+      auto dash = id.find('-');
+      return std::pair(std::stoull(id.substr(0, dash)), std::stoull(id.substr(dash + 1)));
+    };
+    return split(a) < split(b);
+  };
+  for (int i = 1; i < 10; ++i) EXPECT_TRUE(id_less(all[i - 1].id, all[i].id)) << all[i - 1].id << " !< " << all[i].id;
+  auto last3 = store_->stream_tail("events", 3);
+  ASSERT_EQ(last3.size(), 3u);
+  EXPECT_EQ(last3.back().fields[0].second, "24");
+  EXPECT_TRUE(store_->stream_tail("nothing", 5).empty());
+}
+
+TEST_P(StoreConformance, CommitWithAWrongTypeWritesNothingAndSaysWhy) {
+  Transaction make_hash;
+  make_hash.add(Write::hash_set("h", {{"f", "v"}}));
+  ASSERT_TRUE(store_->commit(make_hash));
+  Transaction bad;
+  bad.add(Write::set("a", "1")).add(Write::stream_append("h", {{"x", "y"}}, 5));
+  EXPECT_THROW(store_->commit(bad), InvalidArgument);
+  EXPECT_EQ(store_->get("a"), std::nullopt);
+  EXPECT_THROW(store_->get("h"), InvalidArgument);
+}
+
+TEST_P(StoreConformance, CommitRejectsMalformedWrites) {
+  Transaction no_ttl, no_fields, no_cap;
+  no_ttl.add(Write::expire("k", std::chrono::milliseconds(0)));
+  no_fields.add(Write::hash_set("h", {}));
+  no_cap.add(Write::stream_append("s", {{"a", "b"}}, 0));
+  EXPECT_THROW(store_->commit(no_ttl), InvalidArgument);
+  EXPECT_THROW(store_->commit(no_fields), InvalidArgument);
+  EXPECT_THROW(store_->commit(no_cap), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace hdp::test
