@@ -11,5 +11,9 @@ namespace hdp::cli {
 
 void add_version_command(CLI::App& app);
 void add_ping_command(CLI::App& app);
+void add_agent_command(CLI::App& app);
+void add_train_command(CLI::App& app);
+void add_status_command(CLI::App& app);
+void add_run_command(CLI::App& app);
 
 }  // namespace hdp::cli

@@ -20,6 +20,10 @@ int run(int argc, char** argv) {
   app.set_version_flag("-V,--version", HDP_VERSION);
   add_version_command(app);
   add_ping_command(app);
+  add_agent_command(app);
+  add_train_command(app);
+  add_status_command(app);
+  add_run_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -28,6 +32,8 @@ int run(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
+  } catch (const CLI::RuntimeError& e) {
+    return e.get_exit_code();  // a subcommand's chosen exit code (agent outcomes, worker results)
   } catch (const CLI::ExtrasError& e) {
     if (!app.get_subcommands().empty()) {
       std::cerr << "hdp: error: " << e.what() << " (see hdp --help)\n";

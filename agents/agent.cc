@@ -1,0 +1,285 @@
+#include "agents/agent.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "agents/systemd_notify.h"
+#include "agents/worker_supervisor.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "elastic/job_keys.h"
+#include "elastic/job_state.h"
+#include "elastic/leader_lease.h"
+#include "elastic/membership_controller.h"
+#include "elastic/node_registration.h"
+#include "hdp/config.h"
+
+namespace hdp::agents {
+namespace {
+
+namespace asio = boost::asio;
+using namespace elastic;
+using std::chrono::milliseconds;
+
+class Agent {
+ public:
+  Agent(const AgentOptions& options, std::shared_ptr<Store> store)
+      : options_(options),
+        store_(std::move(store)),
+        stop_signals_(io_, SIGTERM, SIGINT, SIGUSR1),
+        child_signal_(io_, SIGCHLD),
+        poll_timer_(io_),
+        heartbeat_timer_(io_),
+        watchdog_timer_(io_),
+        drain_timer_(io_),
+        supervisor_(io_, {options.worker_command, options.slots, options.max_restarts},
+                    [this](int slot, int status, bool exhausted) { on_final_exit(slot, status, exhausted); }),
+        registration_(store_, initial_lease(options), options.lease),
+        leader_(store_, "", options.lease / 2),
+        job_state_(store_) {}
+
+  AgentOutcome run() {
+    ensure_config();
+    registration_.register_new_incarnation(options_.lease * 2);
+    leader_ = LeaderLease(store_, registration_.member_id(), options_.lease / 2);
+    log()->info("node {} registered (incarnation {}, {} slot(s)) in job {}", options_.node_id,
+                registration_.lease().incarnation, options_.slots, options_.job);
+    notify_ready("registered as " + registration_.member_id());
+    start_workers();
+    wait_for_stop_signal();
+    wait_for_children();
+    poll();
+    heartbeat();
+    if (auto interval = watchdog_interval()) keep_watchdog(*interval);
+    io_.run();
+    if (error_) std::rethrow_exception(error_);
+    return *outcome_;
+  }
+
+ private:
+  static NodeLease initial_lease(const AgentOptions& options) {
+    NodeLease lease;
+    lease.node = options.node_id;
+    lease.host = options.advertise_address;
+    lease.pid = static_cast<int>(getpid());
+    lease.version = HDP_VERSION;
+    lease.slots = options.slots;
+    for (int slot = 0; slot < options.slots; ++slot) lease.healthy.push_back(slot);
+    return lease;
+  }
+
+  // The first agent writes the job's --nnodes; later agents must agree, so that no two leaders
+  // ever apply different limits.
+  void ensure_config() {
+    const std::string wanted = encode(options_.nnodes);
+    if (store_->compare_and_set(keys::kConfig, std::nullopt, wanted)) return;
+    auto stored = store_->get(keys::kConfig);
+    if (!stored) return ensure_config();  // erased between our two calls
+    JobConfig existing = decode_job_config(*stored, keys::kConfig);
+    if (existing.min_nodes != options_.nnodes.min_nodes || existing.max_nodes != options_.nnodes.max_nodes) {
+      throw InvalidArgument("job '" + options_.job + "' runs with --nnodes " + std::to_string(existing.min_nodes) + ":" +
+                            std::to_string(existing.max_nodes) + ", this agent was given " +
+                            std::to_string(options_.nnodes.min_nodes) + ":" + std::to_string(options_.nnodes.max_nodes));
+    }
+  }
+
+  std::vector<std::string> worker_environment(int slot) const {
+    std::vector<std::string> env = {"HDP_JOB_ID=" + options_.job,
+                                    "HDP_REDIS_URL=" + options_.redis_url,
+                                    "HDP_NODE_ID=" + options_.node_id,
+                                    "HDP_NODE_INCARNATION=" + registration_.lease().incarnation,
+                                    "HDP_LOCAL_RANK=" + std::to_string(slot),
+                                    "HDP_NPROC_PER_NODE=" + std::to_string(options_.slots),
+                                    "HDP_ADVERTISE_ADDR=" + options_.advertise_address,
+                                    "HDP_AGENT_PID=" + std::to_string(getpid())};
+    if (!options_.redis_password_file.empty()) env.push_back("HDP_REDIS_PASSWORD_FILE=" + options_.redis_password_file);
+    return env;
+  }
+
+  void start_workers() {
+    supervisor_.start_all([this](int slot) { return worker_environment(slot); });
+  }
+
+  // Runs `body`, riding out store outages and refusing to act on garbage read from the store.
+  template <typename Body>
+  void guarded(const char* what, Body&& body) {
+    try {
+      body();
+    } catch (const StoreUnavailable& e) {
+      log()->warn("node {}: {} skipped, store unavailable: {}", options_.node_id, what, e.what());
+    } catch (const InvalidArgument& e) {
+      log()->error("node {}: {} skipped: {}", options_.node_id, what, e.what());
+    } catch (...) {
+      error_ = std::current_exception();
+      io_.stop();
+    }
+  }
+
+  // Leader election and, as leader, the membership controller. Followers poll every lease/4 (one
+  // MGET), so a dead leader's lease (lease/2) is taken over within 3/4 of a lease.
+  void poll() {
+    guarded("leader poll", [&] {
+      auto head = store_->multi_get({keys::kLeader, keys::kGeneration});
+      if (head[1]) last_generation_ = std::max(last_generation_, decode_generation_number(*head[1], keys::kGeneration));
+      if (draining_) return;
+      if (leader_.try_acquire_or_renew(head[0])) {
+        if (!controller_) {
+          controller_ = std::make_unique<MembershipController>(store_, registration_.member_id(), options_.nnodes,
+                                                               options_.settle);
+        }
+        if (auto published = controller_->tick()) last_generation_ = std::max(last_generation_, *published);
+      } else {
+        controller_.reset();
+      }
+    });
+    const milliseconds next = leader_.held() ? std::min(milliseconds(200), options_.lease / 10) : options_.lease / 4;
+    poll_timer_.expires_after(next);
+    poll_timer_.async_wait([this](const boost::system::error_code& error) {
+      if (!error) poll();
+    });
+  }
+
+  void heartbeat() {
+    guarded("heartbeat", [&] {
+      if (registration_.heartbeat(supervisor_.healthy(), last_generation_)) return;
+      log()->warn("node {}: lease of incarnation {} was lost (evicted); restarting workers as a new member",
+                  options_.node_id, registration_.lease().incarnation);
+      supervisor_.kill_and_reap_all();
+      leader_.release();
+      controller_.reset();
+      job_state_.event("evicted", {{"node", options_.node_id}, {"incarnation", registration_.lease().incarnation}});
+      registration_.register_new_incarnation(options_.lease * 2);
+      notify_status("re-registered as " + registration_.member_id());
+      start_workers();
+    });
+    heartbeat_timer_.expires_after(options_.lease / 3);
+    heartbeat_timer_.async_wait([this](const boost::system::error_code& error) {
+      if (!error && !draining_) heartbeat();
+    });
+  }
+
+  void keep_watchdog(milliseconds interval) {
+    notify_watchdog();
+    watchdog_timer_.expires_after(interval);
+    watchdog_timer_.async_wait([this, interval](const boost::system::error_code& error) {
+      if (!error) keep_watchdog(interval);
+    });
+  }
+
+  void wait_for_stop_signal() {
+    stop_signals_.async_wait([this](const boost::system::error_code& error, int signo) {
+      if (error) return;
+      if (draining_) {
+        log()->warn("node {}: second signal ({}); stopping now", options_.node_id, strsignal(signo));
+        supervisor_.kill_and_reap_all();
+        return finish(AgentOutcome::kDrained);
+      }
+      log()->info("node {}: {}: draining (up to {} ms)", options_.node_id, strsignal(signo), options_.drain_timeout.count());
+      notify_status("draining");
+      begin_stop(AgentOutcome::kDrained, SIGTERM);
+      drain_timer_.expires_after(options_.drain_timeout);
+      drain_timer_.async_wait([this](const boost::system::error_code& timer_error) {
+        if (timer_error || outcome_) return;
+        log()->warn("node {}: drain timeout; killing the workers", options_.node_id);
+        supervisor_.kill_and_reap_all();
+        finish(AgentOutcome::kDrained);
+      });
+      wait_for_stop_signal();
+    });
+  }
+
+  void wait_for_children() {
+    child_signal_.async_wait([this](const boost::system::error_code& error, int) {
+      if (error) return;
+      int status = 0;
+      pid_t pid;
+      while ((pid = waitpid(-1, &status, WNOHANG)) > 0) supervisor_.on_exit(pid, status);
+      wait_for_children();
+    });
+  }
+
+  void begin_stop(AgentOutcome outcome, int signo) {
+    draining_ = true;
+    stop_outcome_ = outcome;
+    supervisor_.signal_all(signo);
+    if (supervisor_.all_exited()) finish(outcome);
+  }
+
+  void on_final_exit(int slot, int status, bool exhausted) {
+    if (exhausted) ++exhausted_slots_;
+    if (draining_) {
+      if (supervisor_.all_exited()) finish(*stop_outcome_);
+      return;
+    }
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    if (code == 3) return begin_stop(AgentOutcome::kJobFailed, SIGTERM);
+    if (code == 0) {
+      // A worker that finished cleanly: the job is complete once every worker has.
+      if (supervisor_.all_exited()) finish(AgentOutcome::kCompleted);
+      return;
+    }
+    if (exhausted_slots_ == options_.slots) {
+      error_ = std::make_exception_ptr(Error("node " + options_.node_id + ": every worker failed " +
+                                             std::to_string(options_.max_restarts) + " restarts; giving up"));
+      finish_with_error();
+    }
+  }
+
+  void finish_with_error() {
+    cleanup();
+    io_.stop();
+  }
+
+  void finish(AgentOutcome outcome) {
+    if (outcome_) return;
+    outcome_ = outcome;
+    cleanup();
+    io_.stop();
+  }
+
+  void cleanup() {
+    notify_stopping();
+    supervisor_.kill_and_reap_all();
+    try {
+      leader_.release();
+      registration_.deregister();
+    } catch (const Error& e) {
+      log()->warn("node {}: could not deregister: {}", options_.node_id, e.what());
+    }
+  }
+
+  const AgentOptions& options_;
+  std::shared_ptr<Store> store_;
+  asio::io_context io_;
+  asio::signal_set stop_signals_;
+  asio::signal_set child_signal_;
+  asio::steady_timer poll_timer_, heartbeat_timer_, watchdog_timer_, drain_timer_;
+  WorkerSupervisor supervisor_;
+  NodeRegistration registration_;
+  LeaderLease leader_;
+  std::unique_ptr<MembershipController> controller_;  // while leader
+  JobState job_state_;
+  std::int64_t last_generation_ = 0;
+  bool draining_ = false;
+  int exhausted_slots_ = 0;
+  std::optional<AgentOutcome> stop_outcome_;  // what a stop in progress will return
+  std::optional<AgentOutcome> outcome_;
+  std::exception_ptr error_;
+};
+
+}  // namespace
+
+AgentOutcome run_agent(const AgentOptions& options, std::shared_ptr<Store> job_store) {
+  if (options.slots < 1) throw InvalidArgument("--nproc-per-node must be >= 1");
+  if (options.worker_command.empty()) throw InvalidArgument("the worker command is empty");
+  if (options.lease < milliseconds(300)) throw InvalidArgument("--lease-ms must be >= 300");
+  Agent agent(options, std::move(job_store));
+  return agent.run();
+}
+
+}  // namespace hdp::agents

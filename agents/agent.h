@@ -1,0 +1,49 @@
+// File: agents/agent.h
+//
+// `hdp agent`: one per node. Registers the node's lease, runs one worker per slot, keeps the
+// lease alive, takes part in leader election (the leader runs the MembershipController), and
+// handles signals:
+//   SIGTERM / SIGINT / SIGUSR1: drain — workers get SIGTERM (they checkpoint and exit), the agent
+//   waits up to drain_timeout, deregisters and returns kDrained; a second signal ends at once.
+// An agent whose lease was lost (paused or partitioned past it) notices at its next heartbeat,
+// kills its workers (they belong to a dead incarnation), registers anew and starts them again.
+// A store outage is ridden out: ticks that fail are logged and retried on the next tick.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "elastic/membership.h"
+#include "elastic/store.h"
+
+namespace hdp::agents {
+
+struct AgentOptions {
+  std::string job;
+  std::string node_id;
+  std::string advertise_address;          // what workers publish to their peers
+  std::string redis_url;                  // handed to workers
+  std::string redis_password_file;        // handed to workers (never the password itself)
+  int slots = 1;
+  elastic::JobConfig nnodes;
+  std::chrono::milliseconds lease{5000};
+  std::chrono::milliseconds settle{1000};  // joins within this window become one generation
+  int max_restarts = 3;
+  std::chrono::milliseconds drain_timeout{30000};
+  std::vector<std::string> worker_command;
+};
+
+enum class AgentOutcome {
+  kCompleted,  // the job completed (every worker exited 0)
+  kJobFailed,  // a worker reported that the job failed permanently (exit 3): do not requeue
+  kDrained,    // stopped by a signal after draining
+};
+
+// Runs until the job completes, fails or the agent is drained. Throws hdp::Error for agent
+// errors (a conflicting job configuration, a node id held by another live agent, every slot out
+// of restarts).
+AgentOutcome run_agent(const AgentOptions& options, std::shared_ptr<elastic::Store> job_store);
+
+}  // namespace hdp::agents

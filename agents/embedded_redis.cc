@@ -1,0 +1,123 @@
+#include "agents/embedded_redis.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include "agents/process.h"
+#include "common/error.h"
+
+namespace hdp::agents {
+namespace {
+
+sockaddr_in loopback(int port) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return addr;
+}
+
+bool accepts_connections(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr = loopback(port);
+  const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  close(fd);
+  return ok;
+}
+
+}  // namespace
+
+int free_loopback_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr = loopback(0);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    close(fd);
+    throw Error("cannot bind a loopback port");
+  }
+  socklen_t length = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+EmbeddedRedis::EmbeddedRedis(EmbeddedRedisOptions options) : options_(std::move(options)) {
+  if (const char* binary = std::getenv("HDP_REDIS_SERVER"); binary && *binary) options_.binary = binary;
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/hdp-redis-XXXXXX";
+  if (!mkdtemp(pattern.data())) throw Error("cannot create a directory for redis-server under " + pattern);
+  dir_ = pattern;
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    port_ = free_loopback_port();
+    if (try_start()) return;
+  }
+  std::filesystem::remove_all(dir_);
+  throw Error("could not start " + options_.binary + " on a free loopback port (see its log under " + dir_.string() + ")");
+}
+
+EmbeddedRedis::~EmbeddedRedis() {
+  kill();
+  std::error_code ignored;
+  std::filesystem::remove_all(dir_, ignored);
+}
+
+std::string EmbeddedRedis::url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+
+std::string EmbeddedRedis::socket_path() const { return (dir_ / "redis.sock").string(); }
+
+bool EmbeddedRedis::try_start() {
+  std::vector<std::string> argv = {options_.binary, "--port", std::to_string(port_), "--bind", "127.0.0.1",
+                                   "--save", "", "--appendonly", "no", "--dir", dir_.string(), "--daemonize", "no",
+                                   "--logfile", (dir_ / "redis.log").string(), "--loglevel", "warning"};
+  if (options_.unix_socket) argv.insert(argv.end(), {"--unixsocket", socket_path(), "--unixsocketperm", "700"});
+  if (!options_.password.empty()) argv.insert(argv.end(), {"--requirepass", options_.password});
+  argv.insert(argv.end(), options_.extra_args.begin(), options_.extra_args.end());
+  pid_ = spawn({argv, {}});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return false;  // it exited: most likely the port was taken
+    }
+    if (accepts_connections(port_)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  kill();
+  throw Error("redis-server did not start listening on port " + std::to_string(port_) + " within 10 s");
+}
+
+void EmbeddedRedis::kill() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+}
+
+void EmbeddedRedis::start() {
+  // The port was ours a moment ago; retry briefly in case the old socket lingers.
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    if (try_start()) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  throw Error("could not restart redis-server on port " + std::to_string(port_));
+}
+
+void EmbeddedRedis::pause() {
+  if (pid_ > 0) ::kill(pid_, SIGSTOP);
+}
+
+void EmbeddedRedis::resume() {
+  if (pid_ > 0) ::kill(pid_, SIGCONT);
+}
+
+}  // namespace hdp::agents

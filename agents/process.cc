@@ -1,0 +1,56 @@
+#include "agents/process.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "common/error.h"
+
+namespace hdp::agents {
+
+pid_t spawn(const ProcessSpec& spec) {
+  if (spec.argv.empty()) throw InvalidArgument("spawn: empty command");
+  // Everything the child needs is prepared before fork: after fork only async-signal-safe calls.
+  std::vector<std::string> args = spec.argv, env = spec.environment;
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (char** e = environ; *e; ++e) envp.push_back(*e);
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  const pid_t parent = getpid();
+
+  pid_t pid = fork();
+  if (pid < 0) throw Error(std::string("fork failed: ") + std::strerror(errno));
+  if (pid == 0) {
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);  // the parent died before prctl took effect
+    // Signal handlers are reset by exec, but a blocked mask is inherited: unblock everything.
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    execvpe(argv[0], argv.data(), envp.data());
+    _exit(127);
+  }
+  setpgid(pid, pid);  // also from the parent, so the group exists before we ever signal it
+  return pid;
+}
+
+void signal_group(pid_t pid, int signo) {
+  if (pid > 0) kill(-pid, signo);
+}
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    return "signal " + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
+  }
+  return "status " + std::to_string(status);
+}
+
+}  // namespace hdp::agents

@@ -1,0 +1,31 @@
+// File: agents/process.h
+//
+// Starting child processes that cannot outlive their parent: each child gets its own process
+// group (so its own children are reached by one signal) and PR_SET_PDEATHSIG=SIGKILL (so it dies
+// with the parent, even when the parent is killed with SIGKILL). Reaping is the caller's job
+// (the agent reaps on SIGCHLD).
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace hdp::agents {
+
+struct ProcessSpec {
+  std::vector<std::string> argv;         // argv[0] is looked up in PATH
+  std::vector<std::string> environment;  // "NAME=value" entries added to the parent's environment
+};
+
+// Forks and execs; returns the child's pid (also its process group id). Throws hdp::Error when
+// fork fails; an exec failure shows as the child exiting with status 127.
+pid_t spawn(const ProcessSpec& spec);
+
+// Sends `signo` to the child's whole process group.
+void signal_group(pid_t pid, int signo);
+
+// Describes a wait status: "exit 3", "signal 9 (Killed)".
+std::string describe_status(int status);
+
+}  // namespace hdp::agents

@@ -1,0 +1,93 @@
+#include "agents/worker_supervisor.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "agents/process.h"
+#include "common/log.h"
+
+namespace hdp::agents {
+
+WorkerSupervisor::WorkerSupervisor(boost::asio::io_context& io, Options options, ExitHandler on_final_exit)
+    : io_(io), options_(std::move(options)), on_final_exit_(std::move(on_final_exit)), slots_(options_.slots) {}
+
+WorkerSupervisor::~WorkerSupervisor() { kill_and_reap_all(); }
+
+void WorkerSupervisor::start_all(Environment environment) {
+  environment_ = std::move(environment);
+  for (int slot = 0; slot < options_.slots; ++slot) {
+    slots_[slot].restarts = 0;
+    slots_[slot].stopping = false;
+    slots_[slot].backoff = std::make_unique<elastic::Backoff>(options_.backoff);
+    start(slot);
+  }
+}
+
+void WorkerSupervisor::start(int slot) {
+  slots_[slot].pid = spawn({options_.command, environment_(slot)});
+  log()->info("worker {} started (pid {}): {}", slot, slots_[slot].pid, options_.command.front());
+}
+
+bool WorkerSupervisor::on_exit(pid_t pid, int status) {
+  for (int slot = 0; slot < options_.slots; ++slot) {
+    Slot& s = slots_[slot];
+    if (s.pid != pid) continue;
+    s.pid = -1;
+    signal_group(pid, SIGKILL);  // whatever the worker left running in its group goes with it
+    const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (s.stopping || clean) {
+      log()->info("worker {} (pid {}) ended: {}", slot, pid, describe_status(status));
+      on_final_exit_(slot, status, false);
+    } else if (s.restarts >= options_.max_restarts) {
+      log()->error("worker {} (pid {}) failed: {}; no restarts left ({} used)", slot, pid, describe_status(status),
+                   s.restarts);
+      on_final_exit_(slot, status, true);
+    } else if (WIFEXITED(status) && WEXITSTATUS(status) == 3) {
+      // Exit 3 is the worker's word that the job failed permanently: restarting cannot help.
+      log()->error("worker {} (pid {}) reports the job failed", slot, pid);
+      on_final_exit_(slot, status, false);
+    } else {
+      ++s.restarts;
+      const auto delay = s.backoff->next();
+      log()->warn("worker {} (pid {}) failed: {}; restart {}/{} in {} ms", slot, pid, describe_status(status),
+                  s.restarts, options_.max_restarts, delay.count());
+      s.restart_timer = std::make_unique<boost::asio::steady_timer>(io_, delay);
+      s.restart_timer->async_wait([this, slot](const boost::system::error_code& error) {
+        if (!error && !slots_[slot].stopping && slots_[slot].pid < 0) start(slot);
+      });
+    }
+    return true;
+  }
+  return false;
+}
+
+std::vector<int> WorkerSupervisor::healthy() const {
+  std::vector<int> result;
+  for (int slot = 0; slot < options_.slots; ++slot) {
+    if (slots_[slot].pid > 0) result.push_back(slot);
+  }
+  return result;
+}
+
+bool WorkerSupervisor::all_exited() const { return healthy().empty(); }
+
+void WorkerSupervisor::signal_all(int signo) {
+  for (auto& slot : slots_) {
+    slot.stopping = true;
+    if (slot.restart_timer) slot.restart_timer->cancel();
+    if (slot.pid > 0) signal_group(slot.pid, signo);
+  }
+}
+
+void WorkerSupervisor::kill_and_reap_all() {
+  for (auto& slot : slots_) {
+    if (slot.restart_timer) slot.restart_timer->cancel();
+    if (slot.pid <= 0) continue;
+    signal_group(slot.pid, SIGKILL);
+    int status = 0;
+    waitpid(slot.pid, &status, 0);
+    slot.pid = -1;
+  }
+}
+
+}  // namespace hdp::agents

@@ -1,0 +1,67 @@
+// File: agents/worker_supervisor.h
+//
+// One worker process per slot: started with its slot's environment, restarted with backoff when
+// it crashes (up to max_restarts per slot), never left behind (process groups + PDEATHSIG, see
+// agents/process.h). The agent reaps children on SIGCHLD and hands each exit to on_exit().
+// Single-threaded: every call runs on the agent's io_context thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "elastic/backoff.h"
+
+namespace hdp::agents {
+
+class WorkerSupervisor {
+ public:
+  struct Options {
+    std::vector<std::string> command;
+    int slots = 1;
+    int max_restarts = 3;
+    elastic::BackoffOptions backoff{.initial = std::chrono::milliseconds(200), .max = std::chrono::seconds(5)};
+  };
+  using Environment = std::function<std::vector<std::string>(int slot)>;
+  // Called for every exit the supervisor does not handle by restarting: a clean exit (0), an exit
+  // of a stopping worker, or a slot that ran out of restarts.
+  using ExitHandler = std::function<void(int slot, int status, bool restarts_exhausted)>;
+
+  WorkerSupervisor(boost::asio::io_context& io, Options options, ExitHandler on_final_exit);
+  ~WorkerSupervisor();
+
+  // Starts every slot's worker (slots restart counters too).
+  void start_all(Environment environment);
+  // Returns true when `pid` was one of ours.
+  bool on_exit(pid_t pid, int status);
+
+  std::vector<int> healthy() const;  // slots whose worker is running
+  bool all_exited() const;
+  void signal_all(int signo);  // to every running worker's process group
+  // SIGKILL every worker's group and reap them now (blocks until they are gone: SIGKILL cannot be
+  // ignored, so this is quick). Pending restarts are cancelled.
+  void kill_and_reap_all();
+
+ private:
+  struct Slot {
+    pid_t pid = -1;
+    int restarts = 0;
+    bool stopping = false;  // signalled by us: its exit is final
+    std::unique_ptr<boost::asio::steady_timer> restart_timer;
+    std::unique_ptr<elastic::Backoff> backoff;
+  };
+  void start(int slot);
+
+  boost::asio::io_context& io_;
+  Options options_;
+  ExitHandler on_final_exit_;
+  Environment environment_;
+  std::vector<Slot> slots_;
+};
+
+}  // namespace hdp::agents

@@ -1,0 +1,127 @@
+// `hdp agent`: the per-node daemon (agents/agent.h). Exit codes: 0 job completed, 1 agent error,
+// 2 usage error, 3 job failed permanently (do not requeue), 4 drained on a signal.
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
+#include <memory>
+
+#include "agents/agent.h"
+#include "cli/build_info.h"
+#include "cli/commands.h"
+#include "cli/exit_codes.h"
+#include "cli/job_options.h"
+#include "common/error.h"
+#include "elastic/membership.h"
+
+namespace hdp::cli {
+namespace {
+
+struct AgentFlags {
+  JobOptions job;
+  std::string node_id;
+  std::string advertise;
+  int nproc = 0;
+  std::string nnodes = "1:4096";
+  int lease_ms = 5000;
+  int settle_ms = 1000;
+  int max_restarts = 3;
+  int drain_timeout_s = 30;
+  std::vector<std::string> worker;
+};
+
+std::string default_node_id() {
+  if (const char* slurm = std::getenv("SLURMD_NODENAME"); slurm && *slurm) return slurm;
+  char host[HOST_NAME_MAX + 1] = {};
+  gethostname(host, sizeof host);
+  return host;
+}
+
+// The local address that routes to the Redis host: what peers on other nodes can reach. (A UDP
+// connect sends nothing; it only picks the route.)
+std::string default_advertise_address(const elastic::RedisEndpoint& endpoint) {
+  if (endpoint.is_unix()) return "127.0.0.1";
+  addrinfo hints{}, *found = nullptr;
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  if (getaddrinfo(endpoint.host.c_str(), std::to_string(endpoint.port).c_str(), &hints, &found) != 0 || !found) {
+    return "127.0.0.1";
+  }
+  std::string address = "127.0.0.1";
+  int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  sockaddr_in local{};
+  socklen_t length = sizeof local;
+  if (fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0) {
+    char text[INET_ADDRSTRLEN] = {};
+    if (inet_ntop(AF_INET, &local.sin_addr, text, sizeof text)) address = text;
+  }
+  if (fd >= 0) close(fd);
+  freeaddrinfo(found);
+  return address;
+}
+
+std::string self_executable() {
+  char path[PATH_MAX] = {};
+  ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+  return n > 0 ? std::string(path, static_cast<size_t>(n)) : "hdp";
+}
+
+}  // namespace
+
+void add_agent_command(CLI::App& app) {
+  auto flags = std::make_shared<AgentFlags>();
+  CLI::App* command = app.add_subcommand("agent", "Run the node agent: lease, workers, leader election (one per node)");
+  flags->job.add_to(*command);
+  command->add_option("--node-id", flags->node_id, "This node's id (default: $SLURMD_NODENAME, else the hostname)")
+      ->envname("HDP_NODE_ID");
+  command->add_option("--advertise-addr", flags->advertise, "Address workers publish to peers (default: the route to Redis)")
+      ->envname("HDP_ADVERTISE_ADDR");
+  command->add_option("--nproc-per-node", flags->nproc, "Workers on this node (default: CUDA devices, else 1)")
+      ->envname("HDP_NPROC_PER_NODE")
+      ->check(CLI::Range(1, 1024));
+  command->add_option("--nnodes", flags->nnodes, "Nodes the job runs on: N or MIN:MAX")
+      ->envname("HDP_NNODES")
+      ->capture_default_str();
+  command->add_option("--lease-ms", flags->lease_ms, "Node lease; a silent node is dropped after this")
+      ->envname("HDP_LEASE_MS")
+      ->check(CLI::Range(300, 600000))
+      ->capture_default_str();
+  command->add_option("--settle-ms", flags->settle_ms, "Joins within this window become one generation")
+      ->check(CLI::Range(0, 600000))
+      ->capture_default_str();
+  command->add_option("--max-restarts", flags->max_restarts, "Restarts of a crashed worker before its slot is given up")
+      ->check(CLI::Range(0, 1000000))
+      ->capture_default_str();
+  command->add_option("--drain-timeout", flags->drain_timeout_s, "Seconds workers get to checkpoint and exit on a drain")
+      ->check(CLI::Range(0, 86400))
+      ->capture_default_str();
+  command->add_option("worker", flags->worker, "Worker command after -- (default: hdp train --smoke)");
+  command->callback([flags] {
+    agents::AgentOptions options;
+    options.job = flags->job.job_id();
+    options.nnodes = elastic::parse_nnodes(flags->nnodes);
+    const elastic::RedisEndpoint endpoint = elastic::parse_redis_url(flags->job.redis.url);
+    options.node_id = flags->node_id.empty() ? default_node_id() : flags->node_id;
+    options.advertise_address = flags->advertise.empty() ? default_advertise_address(endpoint) : flags->advertise;
+    options.redis_url = flags->job.redis.url;
+    options.redis_password_file = flags->job.redis.password_file;
+    options.slots = flags->nproc > 0 ? flags->nproc : std::max(1, cuda_device_count());
+    options.lease = std::chrono::milliseconds(flags->lease_ms);
+    options.settle = std::chrono::milliseconds(flags->settle_ms);
+    options.max_restarts = flags->max_restarts;
+    options.drain_timeout = std::chrono::seconds(flags->drain_timeout_s);
+    options.worker_command = flags->worker.empty() ? std::vector<std::string>{self_executable(), "train", "--smoke"}
+                                                   : flags->worker;
+    switch (agents::run_agent(options, flags->job.connect_job())) {
+      case agents::AgentOutcome::kCompleted: throw CLI::RuntimeError(kExitOk);
+      case agents::AgentOutcome::kJobFailed: throw CLI::RuntimeError(kExitJobFailed);
+      case agents::AgentOutcome::kDrained: throw CLI::RuntimeError(kExitDrained);
+    }
+  });
+}
+
+}  // namespace hdp::cli

@@ -1,0 +1,153 @@
+// `hdp run`: the one-machine launcher. Starts a private redis-server on a free loopback port
+// (unless --redis is given), N agents with distinct node ids, prints the job id and how to query
+// it, reports progress, and on exit stops everything it started. SIGINT/SIGTERM drain the agents;
+// a second signal kills them.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <climits>
+#include <iostream>
+#include <memory>
+#include <thread>
+
+#include "agents/embedded_redis.h"
+#include "agents/process.h"
+#include "cli/commands.h"
+#include "cli/exit_codes.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "elastic/job_keys.h"
+#include "elastic/job_state.h"
+#include "elastic/membership.h"
+#include "elastic/node_registration.h"
+#include "elastic/prefix_store.h"
+#include "elastic/redis_store.h"
+
+namespace hdp::cli {
+namespace {
+
+std::atomic<int> signals_received{0};
+void count_signal(int) { ++signals_received; }
+
+struct RunFlags {
+  int nodes = 2;
+  int nproc = 1;
+  std::string redis;
+  std::string job;
+  std::string nnodes;
+  int lease_ms = 5000;
+  std::vector<std::string> worker;
+};
+
+std::string self_path() {
+  char path[PATH_MAX] = {};
+  ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+  return n > 0 ? std::string(path, static_cast<size_t>(n)) : "hdp";
+}
+
+// One line whenever the job's generation, status or step changes.
+class ProgressLine {
+ public:
+  explicit ProgressLine(std::shared_ptr<elastic::Store> store) : state_(std::move(store)) {}
+  void update() {
+    try {
+      auto s = state_.snapshot(0);
+      auto get = [&](const char* k) { return s.state.count(k) ? s.state.at(k) : std::string("-"); };
+      std::string line = "generation " + std::to_string(s.generation) + ", world size " +
+                         std::to_string(s.members ? s.members->world_size() : 0) + ", status " + get("status") +
+                         ", step " + get("step");
+      if (line != last_) std::cout << "hdp run: " << line << std::endl;
+      last_ = line;
+    } catch (const Error& e) {
+      log()->debug("hdp run: progress unavailable: {}", e.what());
+    }
+  }
+
+ private:
+  elastic::JobState state_;
+  std::string last_;
+};
+
+int run_job(const RunFlags& flags) {
+  std::unique_ptr<agents::EmbeddedRedis> redis;
+  std::string url = flags.redis;
+  if (url.empty()) {
+    redis = std::make_unique<agents::EmbeddedRedis>();
+    url = redis->url();
+  }
+  const std::string job = flags.job.empty() ? "run-" + elastic::new_incarnation().substr(0, 8) : flags.job;
+  elastic::validate_job_id(job);
+  const std::string nnodes = flags.nnodes.empty() ? std::to_string(flags.nodes) + ":" + std::to_string(flags.nodes)
+                                                  : flags.nnodes;
+  elastic::parse_nnodes(nnodes);
+  std::cout << "hdp run: job " << job << " on " << url << " with " << flags.nodes << " agent(s) x " << flags.nproc
+            << " worker(s)\nhdp run: watch it with: hdp status --job " << job << " --redis " << url << " --watch"
+            << std::endl;
+
+  const std::string self = self_path();
+  std::vector<pid_t> agents_running;
+  for (int i = 0; i < flags.nodes; ++i) {
+    std::vector<std::string> argv = {self, "agent", "--job", job, "--redis", url, "--node-id",
+                                     "node" + std::to_string(i), "--nproc-per-node", std::to_string(flags.nproc),
+                                     "--nnodes", nnodes, "--lease-ms", std::to_string(flags.lease_ms)};
+    if (!flags.worker.empty()) {
+      argv.push_back("--");
+      argv.insert(argv.end(), flags.worker.begin(), flags.worker.end());
+    }
+    agents_running.push_back(agents::spawn({argv, {}}));
+  }
+
+  struct sigaction action {};
+  action.sa_handler = count_signal;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+
+  ProgressLine progress(std::make_shared<elastic::PrefixStore>(
+      std::make_shared<elastic::RedisStore>(elastic::parse_redis_url(url)), elastic::keys::job_namespace(job)));
+  int exit_code = kExitOk, forwarded = 0;
+  while (!agents_running.empty()) {
+    if (signals_received > forwarded) {
+      forwarded = signals_received;
+      const int signo = forwarded == 1 ? SIGTERM : SIGKILL;
+      std::cout << "hdp run: " << (forwarded == 1 ? "draining the agents" : "killing the agents") << std::endl;
+      for (pid_t pid : agents_running) kill(pid, signo);
+    }
+    int status = 0;
+    pid_t done = waitpid(-1, &status, WNOHANG);
+    if (done > 0) {
+      std::erase(agents_running, done);
+      const int code = WIFEXITED(status) ? WEXITSTATUS(status) : kExitFailure;
+      std::cout << "hdp run: agent pid " << done << " ended (" << agents::describe_status(status) << ")" << std::endl;
+      if (code != kExitOk && exit_code == kExitOk) exit_code = code;
+      continue;
+    }
+    progress.update();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  progress.update();
+  std::cout << "hdp run: job " << job << (exit_code == kExitOk ? " completed" : " ended with exit code " + std::to_string(exit_code))
+            << std::endl;
+  return exit_code;
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app) {
+  auto flags = std::make_shared<RunFlags>();
+  CLI::App* command = app.add_subcommand("run", "Run a whole job on this machine: a private Redis and N agents");
+  command->add_option("--nodes", flags->nodes, "Agents to start")->check(CLI::Range(1, 256))->capture_default_str();
+  command->add_option("--nproc-per-node", flags->nproc, "Workers per agent")->check(CLI::Range(1, 64))->capture_default_str();
+  command->add_option("--redis", flags->redis, "Use this Redis instead of a private one")->envname("HDP_REDIS_URL");
+  command->add_option("--job", flags->job, "Job id (default: run-<random>)");
+  command->add_option("--nnodes", flags->nnodes, "MIN:MAX for the agents (default: --nodes:--nodes)");
+  command->add_option("--lease-ms", flags->lease_ms, "Node lease of the agents")->check(CLI::Range(300, 600000))->capture_default_str();
+  command->add_option("worker", flags->worker, "Worker command after -- (default: hdp train --smoke)");
+  command->callback([flags] {
+    const int code = run_job(*flags);
+    if (code != kExitOk) throw CLI::RuntimeError(code);
+  });
+}
+
+}  // namespace hdp::cli

@@ -1,0 +1,142 @@
+// `hdp status --job ID [--json] [--watch]`: the job's generation, members, step, last checkpoint
+// and recent events, read from Redis and validated (elastic/job_state.h).
+#include <chrono>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/job_options.h"
+#include "common/error.h"
+#include "elastic/job_state.h"
+
+namespace hdp::cli {
+namespace {
+
+struct StatusFlags {
+  JobOptions job;
+  bool json = false;
+  bool watch = false;
+  int events = 10;
+  int interval_ms = 1000;
+};
+
+std::string field_or_dash(const std::map<std::string, std::string>& state, const char* name) {
+  auto it = state.find(name);
+  return it == state.end() ? "-" : it->second;
+}
+
+nlohmann::json to_json(const std::string& job, const elastic::JobSnapshot& s) {
+  nlohmann::json members = nlohmann::json::array();
+  if (s.members) {
+    for (const auto& m : s.members->members) {
+      auto lease = s.leases.find(m.node);
+      members.push_back({{"node", m.node},
+                         {"incarnation", m.incarnation},
+                         {"host", m.host},
+                         {"first_rank", m.first_rank},
+                         {"slots", m.slots},
+                         {"lease", lease != s.leases.end() && lease->second.incarnation == m.incarnation}});
+    }
+  }
+  nlohmann::json events = nlohmann::json::array();
+  for (const auto& e : s.events) {
+    nlohmann::json fields = nlohmann::json::object();
+    for (const auto& [k, v] : e.fields) fields[k] = v;
+    events.push_back({{"id", e.id}, {"fields", fields}});
+  }
+  return {{"job", job},
+          {"generation", s.generation},
+          {"generation_status", s.members ? nlohmann::json(elastic::encode(s.members->status)) : nlohmann::json()},
+          {"world_size", s.members ? s.members->world_size() : 0},
+          {"leader", s.leader ? nlohmann::json(*s.leader) : nlohmann::json()},
+          {"state", s.state},
+          {"members", members},
+          {"events", events}};
+}
+
+std::string format_time(const std::string& ms_text) {
+  std::time_t seconds = static_cast<std::time_t>(std::stoll(ms_text) / 1000);
+  std::tm tm{};
+  gmtime_r(&seconds, &tm);
+  std::ostringstream out;
+  out << std::put_time(&tm, "%H:%M:%S");
+  return out.str();
+}
+
+std::string to_table(const std::string& job, const elastic::JobSnapshot& s) {
+  std::ostringstream out;
+  out << "job " << job << ": " << field_or_dash(s.state, "status") << ", generation " << s.generation << ", world size "
+      << (s.members ? s.members->world_size() : 0) << ", step " << field_or_dash(s.state, "step") << "\n";
+  out << "leader: " << s.leader.value_or("-") << "    last checkpoint: step " << field_or_dash(s.state, "last_ckpt_step")
+      << " at " << field_or_dash(s.state, "last_ckpt_path") << "\n\n";
+  out << std::left << std::setw(20) << "NODE" << std::setw(18) << "INCARNATION" << std::setw(16) << "HOST"
+      << std::setw(10) << "RANKS" << "LEASE\n";
+  if (s.members) {
+    for (const auto& m : s.members->members) {
+      auto lease = s.leases.find(m.node);
+      const bool live = lease != s.leases.end() && lease->second.incarnation == m.incarnation;
+      const std::string ranks = m.slots.empty() ? "-" : std::to_string(m.first_rank) + "-" +
+                                                            std::to_string(m.first_rank + m.slots.size() - 1);
+      out << std::setw(20) << m.node << std::setw(18) << m.incarnation << std::setw(16) << m.host << std::setw(10)
+          << ranks << (live ? "alive" : "expired") << "\n";
+    }
+  }
+  out << "\nrecent events:\n";
+  for (const auto& e : s.events) {
+    std::string line;
+    std::string time = "--:--:--";
+    for (const auto& [k, v] : e.fields) {
+      if (k == "time_ms") {
+        try {
+          time = format_time(v);
+        } catch (const std::exception&) {
+          // A malformed timestamp in an event is shown raw; the event itself is still worth seeing.
+          time = v.substr(0, 12);
+        }
+      } else {
+        line += (line.empty() ? "" : " ") + k + "=" + v;
+      }
+    }
+    out << "  " << time << "  " << line << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace
+
+void add_status_command(CLI::App& app) {
+  auto flags = std::make_shared<StatusFlags>();
+  CLI::App* command = app.add_subcommand("status", "Show a job's generation, members, step, checkpoint and events");
+  flags->job.add_to(*command);
+  command->add_flag("--json", flags->json, "Print the same facts as JSON");
+  command->add_flag("--watch", flags->watch, "Refresh in place until interrupted");
+  command->add_option("--events", flags->events, "Recent events to show")->check(CLI::Range(0, 1000))->capture_default_str();
+  command->add_option("--interval-ms", flags->interval_ms, "Refresh interval of --watch")
+      ->check(CLI::Range(100, 3600000))
+      ->capture_default_str();
+  command->callback([flags] {
+    const std::string job = flags->job.job_id();
+    auto store = flags->job.connect_job();
+    elastic::JobState state(store);
+    if (!state.exists()) {
+      throw InvalidArgument("no job '" + job + "' in redis at " + elastic::parse_redis_url(flags->job.redis.url).display());
+    }
+    do {
+      const auto snapshot = state.snapshot(static_cast<std::size_t>(flags->events));
+      if (flags->watch) std::cout << "\033[H\033[2J";  // home + clear: redraw in place
+      if (flags->json) {
+        std::cout << to_json(job, snapshot).dump(flags->watch ? -1 : 2) << std::endl;
+      } else {
+        std::cout << to_table(job, snapshot) << std::flush;
+      }
+      if (flags->watch) std::this_thread::sleep_for(std::chrono::milliseconds(flags->interval_ms));
+    } while (flags->watch);
+  });
+}
+
+}  // namespace hdp::cli

@@ -1,0 +1,26 @@
+// File: elastic/job_keys.h
+//
+// The names of a job's keys, relative to its namespace `hdp:<job>:` (a PrefixStore adds that).
+// docs/redis-schema.md documents every key and field.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace hdp::elastic::keys {
+
+inline constexpr const char* kGeneration = "gen";     // current generation number (the fencing token)
+inline constexpr const char* kConfig = "config";      // JSON JobConfig, written once
+inline constexpr const char* kLeader = "leader";      // "<node>/<incarnation>" + TTL
+inline constexpr const char* kJoinCount = "joins";    // counter of join announcements
+inline constexpr const char* kState = "state";        // hash: status, generation, world_size, step, ...
+inline constexpr const char* kEvents = "events";      // capped stream
+
+inline std::string generation(std::int64_t g) { return "gen:" + std::to_string(g); }
+// Prefix under which a generation's communicator bootstrap lives (Gloo's keys).
+inline std::string bootstrap(std::int64_t g) { return "gen:" + std::to_string(g) + ":boot:"; }
+inline std::string node(const std::string& id) { return "node:" + id; }
+inline std::string join(std::int64_t sequence) { return "join:" + std::to_string(sequence); }
+inline std::string job_namespace(const std::string& job) { return "hdp:" + job + ":"; }
+
+}  // namespace hdp::elastic::keys

@@ -1,0 +1,85 @@
+#include "elastic/job_state.h"
+
+#include <algorithm>
+#include <charconv>
+#include <set>
+
+#include "common/error.h"
+#include "elastic/job_keys.h"
+
+namespace hdp::elastic {
+
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Write event_write(const std::string& type, Fields details) {
+  Fields fields{{"type", type}, {"time_ms", std::to_string(now_ms())}};
+  fields.insert(fields.end(), details.begin(), details.end());
+  return Write::stream_append(keys::kEvents, std::move(fields), kEventsKept);
+}
+
+void JobState::event(const std::string& type, Fields details) {
+  store_->commit(Transaction{}.add(event_write(type, std::move(details))));
+}
+
+bool JobState::fenced_update(std::int64_t generation, Fields fields, std::optional<Write> event) {
+  fields.emplace_back("updated_at_ms", std::to_string(now_ms()));
+  Transaction txn;
+  txn.require(keys::kGeneration, std::to_string(generation)).add(Write::hash_set(keys::kState, std::move(fields)));
+  if (event) txn.add(std::move(*event));
+  return store_->commit(txn);
+}
+
+void validate_state_field(const std::string& field, const std::string& value) {
+  static const std::set<std::string> integers = {"generation", "world_size", "step",  "last_ckpt_step",
+                                                 "updated_at_ms", "nodes",  "tokens"};
+  if (field == "status") {
+    if (std::find(std::begin(kStatuses), std::end(kStatuses), value) == std::end(kStatuses)) {
+      throw InvalidArgument("invalid value in Redis key 'state': status '" + value.substr(0, 40) +
+                            "' is not one of waiting, running, resizing, restoring, draining, completed, failed");
+    }
+  } else if (integers.count(field)) {
+    std::int64_t number = 0;
+    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), number);
+    if (value.empty() || ec != std::errc() || end != value.data() + value.size() || number < 0) {
+      throw InvalidArgument("invalid value in Redis key 'state': field '" + field + "' is '" + value.substr(0, 40) +
+                            "', not a non-negative integer");
+    }
+  }
+}
+
+bool JobState::exists() {
+  auto values = store_->multi_get({keys::kGeneration, keys::kConfig});
+  return values[0] || values[1] || !store_->hash_get_all(keys::kState).empty();
+}
+
+JobSnapshot JobState::snapshot(std::size_t event_count) {
+  JobSnapshot snapshot;
+  auto head = store_->multi_get({keys::kGeneration, keys::kLeader});
+  if (head[0]) snapshot.generation = decode_generation_number(*head[0], keys::kGeneration);
+  snapshot.leader = head[1];
+  if (snapshot.generation > 0) {
+    const std::string key = keys::generation(snapshot.generation);
+    auto record = store_->get(key);
+    if (!record) throw InvalidArgument("Redis key '" + key + "' is missing although 'gen' names it");
+    snapshot.members = decode_generation(*record, key);
+    if (snapshot.members->number != snapshot.generation) {
+      throw InvalidArgument("invalid value in Redis key '" + key + "': it describes generation " +
+                            std::to_string(snapshot.members->number));
+    }
+    std::vector<std::string> lease_keys;
+    for (const auto& member : snapshot.members->members) lease_keys.push_back(keys::node(member.node));
+    auto leases = store_->multi_get(lease_keys);
+    for (std::size_t i = 0; i < leases.size(); ++i) {
+      if (leases[i]) snapshot.leases.emplace(snapshot.members->members[i].node, decode_node_lease(*leases[i], lease_keys[i]));
+    }
+  }
+  snapshot.state = store_->hash_get_all(keys::kState);
+  for (const auto& [field, value] : snapshot.state) validate_state_field(field, value);
+  snapshot.events = store_->stream_tail(keys::kEvents, event_count);
+  return snapshot;
+}
+
+}  // namespace hdp::elastic

@@ -1,0 +1,63 @@
+// File: elastic/job_state.h
+//
+// The job's state as people and tools see it: the `state` hash, the capped `events` stream, and a
+// validated snapshot of everything `hdp status` shows. Writers that act for a generation go
+// through fenced_update(), which is refused once a newer generation exists.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "elastic/membership.h"
+#include "elastic/store.h"
+
+namespace hdp::elastic {
+
+inline constexpr std::size_t kEventsKept = 1000;
+
+// The statuses of the state hash's `status` field.
+inline constexpr const char* kStatuses[] = {"waiting", "running", "resizing", "restoring",
+                                            "draining", "completed", "failed"};
+
+std::int64_t now_ms();  // wall clock, milliseconds since the epoch
+
+// A write that appends one event {type, time_ms, ...details} to the capped stream.
+Write event_write(const std::string& type, Fields details);
+
+struct JobSnapshot {
+  std::int64_t generation = 0;              // 0: none published yet
+  std::optional<Generation> members;        // the record of `generation`
+  std::map<std::string, std::string> state; // the state hash, every field validated
+  std::optional<std::string> leader;
+  std::map<std::string, NodeLease> leases;  // live leases of the members, by node
+  std::vector<StreamEntry> events;          // newest last
+};
+
+class JobState {
+ public:
+  explicit JobState(std::shared_ptr<Store> job_store) : store_(std::move(job_store)) {}
+
+  // Appends an event; no fencing (agents report joins and leaves whatever the generation).
+  void event(const std::string& type, Fields details);
+  // Sets state fields (updated_at_ms added) and optionally appends an event, only while
+  // `generation` is current. Returns false when a newer generation exists (the write is stale).
+  bool fenced_update(std::int64_t generation, Fields fields, std::optional<Write> event = std::nullopt);
+
+  // Reads and validates everything; throws InvalidArgument naming the first bad key or field.
+  JobSnapshot snapshot(std::size_t event_count);
+  // True when the job has never been seen in this store (no generation, no state, no config).
+  bool exists();
+
+ private:
+  std::shared_ptr<Store> store_;
+};
+
+// Validates one field of the state hash (known integer fields must be integers, status must be
+// one of kStatuses); throws InvalidArgument naming it.
+void validate_state_field(const std::string& field, const std::string& value);
+
+}  // namespace hdp::elastic

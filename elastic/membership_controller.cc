@@ -1,0 +1,189 @@
+#include "elastic/membership_controller.h"
+
+#include <algorithm>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "elastic/job_keys.h"
+#include "elastic/job_state.h"
+
+namespace hdp::elastic {
+namespace {
+
+bool same_members(const std::vector<Member>& a, const std::vector<Member>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const Member& x, const Member& y) {
+    return x.same_identity(y) && x.slots == y.slots;
+  });
+}
+
+std::string node_list(const std::vector<Member>& members) {
+  std::string text;
+  for (const auto& member : members) text += (text.empty() ? "" : ",") + member.node;
+  return text;
+}
+
+}  // namespace
+
+MembershipController::MembershipController(std::shared_ptr<Store> job_store, std::string leader_id, JobConfig config,
+                                           Store::Duration settle)
+    : store_(std::move(job_store)), leader_id_(std::move(leader_id)), config_(config), settle_(settle) {}
+
+void MembershipController::load_generation(std::int64_t number) {
+  if (number == current_.number) return;
+  if (number == 0) {
+    current_ = Generation{};
+  } else {
+    const std::string key = keys::generation(number);
+    auto record = store_->get(key);
+    if (!record) throw InvalidArgument("Redis key '" + key + "' is missing although 'gen' names it");
+    current_ = decode_generation(*record, key);
+  }
+  // A generation published by another leader may have admitted some of our candidates.
+  std::erase_if(candidates_, [&](const Candidate& c) {
+    return std::any_of(current_.members.begin(), current_.members.end(),
+                       [&](const Member& m) { return m.node == c.node && m.incarnation == c.incarnation; });
+  });
+  if (joins_read_ < current_.joins_seen) joins_read_ = current_.joins_seen;
+}
+
+void MembershipController::read_new_joins(std::int64_t join_count) {
+  if (join_count <= joins_read_) return;
+  std::vector<std::string> announcement_keys;
+  for (std::int64_t sequence = joins_read_ + 1; sequence <= join_count; ++sequence) {
+    announcement_keys.push_back(keys::join(sequence));
+  }
+  auto values = store_->multi_get(announcement_keys);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (!values[i]) continue;  // expired: that agent is long gone
+    auto value = nlohmann::json::parse(*values[i], nullptr, false);
+    if (!value.is_object() || !value.contains("node") || !value["node"].is_string() ||
+        !value.contains("incarnation") || !value["incarnation"].is_string()) {
+      log()->warn("ignoring malformed join announcement in Redis key '{}'", announcement_keys[i]);
+      continue;
+    }
+    candidates_.push_back({joins_read_ + 1 + static_cast<std::int64_t>(i), value["node"], value["incarnation"]});
+  }
+  joins_read_ = join_count;
+}
+
+std::optional<std::int64_t> MembershipController::tick() {
+  auto head = store_->multi_get({keys::kGeneration, keys::kJoinCount});
+  load_generation(head[0] ? decode_generation_number(*head[0], keys::kGeneration) : 0);
+  if (joins_read_ < 0) joins_read_ = current_.joins_seen;
+  read_new_joins(head[1] ? decode_generation_number(*head[1], keys::kJoinCount) : 0);
+
+  // One MGET for the leases of every member and candidate.
+  std::vector<std::string> lease_keys;
+  for (const auto& member : current_.members) lease_keys.push_back(keys::node(member.node));
+  for (const auto& candidate : candidates_) lease_keys.push_back(keys::node(candidate.node));
+  auto raw = store_->multi_get(lease_keys);
+  std::map<std::string, NodeLease> leases;  // by node; only well-formed ones
+  for (std::size_t i = 0; i < raw.size(); ++i) {
+    if (!raw[i]) continue;
+    try {
+      leases.emplace(lease_keys[i].substr(5), decode_node_lease(*raw[i], lease_keys[i]));
+    } catch (const InvalidArgument& e) {
+      log()->warn("treating node as gone: {}", e.what());
+    }
+  }
+  auto live = [&](const std::string& node, const std::string& incarnation) -> const NodeLease* {
+    auto it = leases.find(node);
+    return it != leases.end() && it->second.incarnation == incarnation && !it->second.healthy.empty() ? &it->second
+                                                                                                      : nullptr;
+  };
+
+  std::int64_t newest_seen = current_.number;
+  std::vector<Member> desired;
+  bool lost = false;
+  for (const auto& member : current_.members) {
+    const NodeLease* lease = live(member.node, member.incarnation);
+    if (!lease) {
+      lost = true;
+      continue;
+    }
+    if (!std::includes(lease->healthy.begin(), lease->healthy.end(), member.slots.begin(), member.slots.end())) lost = true;
+    desired.push_back({member.node, member.incarnation, lease->host, lease->healthy, 0});
+    newest_seen = std::max(newest_seen, lease->last_generation);
+  }
+  // Candidates whose lease is gone or was replaced are dead; the others join in announcement order.
+  std::erase_if(candidates_, [&](const Candidate& c) {
+    auto it = leases.find(c.node);
+    return it == leases.end() || it->second.incarnation != c.incarnation;
+  });
+  std::vector<Candidate> standby;
+  for (const auto& candidate : candidates_) {
+    const NodeLease* lease = live(candidate.node, candidate.incarnation);
+    if (!lease) continue;  // alive but no healthy slot yet
+    if (static_cast<int>(desired.size()) >= config_.max_nodes) {
+      standby.push_back(candidate);
+      continue;
+    }
+    desired.push_back({candidate.node, candidate.incarnation, lease->host, lease->healthy, 0});
+    newest_seen = std::max(newest_seen, lease->last_generation);
+  }
+
+  const bool should_run = static_cast<int>(desired.size()) >= config_.min_nodes;
+  const auto status = should_run ? GenerationStatus::kRunning : GenerationStatus::kWaiting;
+  if (same_members(desired, current_.members) && status == current_.status && current_.number > 0) {
+    pending_since_.reset();
+    return std::nullopt;
+  }
+  if (desired.empty() && current_.number == 0) return std::nullopt;
+  if (!lost && desired.size() >= current_.members.size()) {
+    // Joins only: wait for the settle window so that a wave of joins becomes one generation.
+    const auto now = Clock::now();
+    if (!pending_since_) pending_since_ = now;
+    if (now - *pending_since_ < settle_) return std::nullopt;
+  }
+  return publish(std::move(desired), newest_seen, standby);
+}
+
+std::optional<std::int64_t> MembershipController::publish(std::vector<Member> members, std::int64_t newest_seen,
+                                                          const std::vector<Candidate>& standby) {
+  Generation next;
+  next.number = newest_seen + 1;
+  next.members = std::move(members);
+  next.assign_ranks();
+  next.status = static_cast<int>(next.members.size()) >= config_.min_nodes ? GenerationStatus::kRunning
+                                                                           : GenerationStatus::kWaiting;
+  next.joins_seen = standby.empty() ? joins_read_ : standby.front().sequence - 1;
+  next.created_ms = now_ms();
+
+  Transaction txn;
+  if (current_.number == 0) {
+    txn.require_absent(keys::kGeneration);
+  } else {
+    txn.require(keys::kGeneration, std::to_string(current_.number));
+  }
+  txn.require(keys::kLeader, leader_id_);
+  txn.add(Write::set(keys::kGeneration, std::to_string(next.number)))
+      .add(Write::set(keys::generation(next.number), encode(next)));
+  // The previous record stays readable for an hour, for workers still catching up and for people.
+  if (current_.number > 0) txn.add(Write::expire(keys::generation(current_.number), std::chrono::hours(1)));
+  const std::string world = std::to_string(next.world_size());
+  txn.add(Write::hash_set(keys::kState, {{"status", encode(next.status)},
+                                         {"generation", std::to_string(next.number)},
+                                         {"world_size", world},
+                                         {"nodes", std::to_string(next.members.size())},
+                                         {"updated_at_ms", std::to_string(now_ms())}}));
+  txn.add(event_write("resize", {{"generation", std::to_string(next.number)},
+                                 {"world_size", world},
+                                 {"status", encode(next.status)},
+                                 {"members", node_list(next.members)},
+                                 {"standby", std::to_string(standby.size())}}));
+  if (!store_->commit(txn)) return std::nullopt;  // another leader or a newer generation: re-read next tick
+  log()->info("published generation {}: {} node(s), world size {}, {} [{}]", next.number, next.members.size(), world,
+              encode(next.status), node_list(next.members));
+  std::erase_if(candidates_, [&](const Candidate& c) {
+    return std::any_of(next.members.begin(), next.members.end(),
+                       [&](const Member& m) { return m.node == c.node && m.incarnation == c.incarnation; });
+  });
+  current_ = std::move(next);
+  pending_since_.reset();
+  return current_.number;
+}
+
+}  // namespace hdp::elastic

@@ -1,0 +1,57 @@
+// File: elastic/membership_controller.h
+//
+// The leader's view of membership. Each tick() reads, in a constant number of round trips (no
+// KEYS or SCAN): the current generation, the join counter, new join announcements, and the
+// leases of members and candidates in one MGET. When the set of live (node, incarnation, healthy
+// slots) differs from the current generation it publishes generation g+1 in one commit() that
+// checks both `gen == g` and that we still hold the leader lease:
+//  - a member whose lease expired or whose slots failed leaves at once;
+//  - joins wait for a settle window, so that several joins become one change;
+//  - survivors keep their relative order, newcomers follow in join order, up to max_nodes
+//    (the rest stand by); below min_nodes the generation's status is `waiting`.
+// Not thread-safe; tick() blocks on the store.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "elastic/membership.h"
+#include "elastic/store.h"
+
+namespace hdp::elastic {
+
+class MembershipController {
+ public:
+  MembershipController(std::shared_ptr<Store> job_store, std::string leader_id, JobConfig config,
+                       Store::Duration settle);
+
+  // Returns the number of the generation it published, if any.
+  std::optional<std::int64_t> tick();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Candidate {
+    std::int64_t sequence = 0;
+    std::string node;
+    std::string incarnation;
+  };
+
+  void load_generation(std::int64_t number);
+  void read_new_joins(std::int64_t join_count);
+  std::optional<std::int64_t> publish(std::vector<Member> members, std::int64_t newest_seen_generation,
+                                      const std::vector<Candidate>& standby);
+
+  std::shared_ptr<Store> store_;
+  std::string leader_id_;
+  JobConfig config_;
+  Store::Duration settle_;
+  Generation current_;                        // number 0 = none published yet
+  std::int64_t joins_read_ = -1;              // announcements read up to here; -1 until the first tick
+  std::vector<Candidate> candidates_;         // announced, not yet members, not known dead
+  std::optional<Clock::time_point> pending_since_;  // when a join-only change was first seen
+};
+
+}  // namespace hdp::elastic

@@ -1,0 +1,47 @@
+// File: elastic/node_registration.h
+//
+// The agent's side of membership: a lease on node:<id> with a TTL, refreshed by heartbeat(), and a
+// join announcement for the leader. Each registration is a new incarnation (a random token): an
+// agent that was paused or partitioned past its lease finds its lease gone (heartbeat() returns
+// false) and must register again, as a new member. Not thread-safe; every call may block on the
+// store.
+#pragma once
+
+#include <memory>
+
+#include "elastic/membership.h"
+#include "elastic/store.h"
+
+namespace hdp::elastic {
+
+class NodeRegistration {
+ public:
+  // `lease` describes the node (its incarnation is chosen at register time).
+  NodeRegistration(std::shared_ptr<Store> job_store, NodeLease lease, Store::Duration ttl);
+
+  // Writes a fresh incarnation's lease and announces the join. When another lease holds the node
+  // id (a previous incarnation that died without deregistering), waits up to `wait_for_previous`
+  // for it to expire; then throws InvalidArgument (two live agents with one node id).
+  void register_new_incarnation(Store::Duration wait_for_previous);
+
+  // Refreshes the lease; rewrites it when the healthy slots or the last generation changed.
+  // Returns false when the lease is gone or belongs to someone else: this incarnation was evicted.
+  bool heartbeat(const std::vector<int>& healthy, std::int64_t last_generation);
+
+  // Removes the lease if it is still this incarnation's.
+  void deregister();
+
+  const NodeLease& lease() const { return lease_; }
+  std::string member_id() const { return lease_.node + "/" + lease_.incarnation; }
+
+ private:
+  std::shared_ptr<Store> store_;
+  NodeLease lease_;
+  std::string written_;  // the lease JSON as last written; the fencing condition of every refresh
+  Store::Duration ttl_;
+};
+
+// A random 64-bit token in hex.
+std::string new_incarnation();
+
+}  // namespace hdp::elastic

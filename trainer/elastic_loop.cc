@@ -1,0 +1,43 @@
+#include "trainer/elastic_loop.h"
+
+#include <gloo/common/error.h>
+#include <gloo/common/logging.h>
+#include <gloo/rendezvous/context.h>
+
+#include "common/error.h"
+#include "common/log.h"
+
+namespace hdp::trainer {
+
+LoopResult run_elastic_loop(elastic::ElasticContext& ctx, const LoopOptions& options, const std::atomic<bool>& stop,
+                            const GenerationBody& body) {
+  const auto& who = ctx.identity();
+  std::int64_t seen = 0;
+  while (!stop) {
+    elastic::Membership membership;
+    try {
+      membership = ctx.wait_for_next(seen, options.wait_slice);
+    } catch (const TimeoutError&) {
+      continue;  // nothing new yet; look at `stop` and wait again
+    }
+    seen = membership.generation;
+    log()->info("worker {}/{}: generation {}: rank {} of {}", who.node, who.local_rank, membership.generation,
+                membership.rank, membership.world_size);
+    try {
+      std::shared_ptr<gloo::Context> comm = ctx.connect(membership, options.connect_timeout);
+      if (body(membership, comm) == BodyResult::kFinished) return LoopResult::kFinished;
+    } catch (const gloo::Exception& e) {
+      log()->warn("worker {}/{}: generation {}: peer lost ({}); waiting for the next generation", who.node,
+                  who.local_rank, membership.generation, e.what());
+    } catch (const gloo::EnforceNotMet& e) {
+      log()->warn("worker {}/{}: generation {}: communicator failed ({}); waiting for the next generation", who.node,
+                  who.local_rank, membership.generation, e.what());
+    } catch (const RecoverableError& e) {
+      log()->warn("worker {}/{}: generation {}: {}; waiting for the next generation", who.node, who.local_rank,
+                  membership.generation, e.what());
+    }
+  }
+  return LoopResult::kStopped;
+}
+
+}  // namespace hdp::trainer

@@ -1,0 +1,43 @@
+// File: trainer/elastic_loop.h
+//
+// The worker's outer loop, shared by the smoke worker and the trainer: wait for a running
+// generation that includes this worker, build that generation's communicator, run the body until
+// it finishes or the generation changes; when a peer is lost (a Gloo I/O error or timeout) or the
+// store is briefly unreachable, abandon the generation and wait for the next one.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+
+#include "elastic/elastic_context.h"
+
+namespace gloo {
+class Context;
+}
+
+namespace hdp::trainer {
+
+enum class BodyResult {
+  kFinished,           // the job's work is done: leave the loop
+  kGenerationChanged,  // a newer generation exists: rebuild and go on
+};
+
+// The body runs one generation. It should check ctx.changed(m) and `stop` at step boundaries.
+using GenerationBody =
+    std::function<BodyResult(const elastic::Membership& m, const std::shared_ptr<gloo::Context>& comm)>;
+
+struct LoopOptions {
+  std::chrono::milliseconds connect_timeout{30000};  // rendezvous and every collective
+  std::chrono::milliseconds wait_slice{1000};        // how often waiting re-checks `stop`
+};
+
+enum class LoopResult { kFinished, kStopped };
+
+// Returns kFinished when the body finished, kStopped when `stop` was set (drain). Throws what the
+// body throws other than peer loss (gloo exceptions, RecoverableError), which are handled here.
+LoopResult run_elastic_loop(elastic::ElasticContext& ctx, const LoopOptions& options, const std::atomic<bool>& stop,
+                            const GenerationBody& body);
+
+}  // namespace hdp::trainer
