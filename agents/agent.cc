@@ -44,9 +44,7 @@ class Agent {
         job_state_(store_) {}
 
   AgentOutcome run() {
-    ensure_config();
-    registration_.register_new_incarnation(options_.lease * 2);
-    leader_ = LeaderLease(store_, registration_.member_id(), options_.lease / 2);
+    register_incarnation();
     log()->info("node {} registered (incarnation {}, {} slot(s)) in job {}", options_.node_id,
                 registration_.lease().incarnation, options_.slots, options_.job);
     notify_ready("registered as " + registration_.member_id());
@@ -71,6 +69,15 @@ class Agent {
     lease.slots = options.slots;
     for (int slot = 0; slot < options.slots; ++slot) lease.healthy.push_back(slot);
     return lease;
+  }
+
+  // A new incarnation: the job's config (again, in case the store lost it), a fresh lease, and a
+  // leader candidacy under the new member id.
+  void register_incarnation() {
+    ensure_config();
+    registration_.register_new_incarnation(options_.lease * 2);
+    leader_ = LeaderLease(store_, registration_.member_id(), options_.lease / 2);
+    controller_.reset();
   }
 
   // The first agent writes the job's --nnodes; later agents must agree, so that no two leaders
@@ -151,9 +158,8 @@ class Agent {
                   options_.node_id, registration_.lease().incarnation);
       supervisor_.kill_and_reap_all();
       leader_.release();
-      controller_.reset();
       job_state_.event("evicted", {{"node", options_.node_id}, {"incarnation", registration_.lease().incarnation}});
-      registration_.register_new_incarnation(options_.lease * 2);
+      register_incarnation();
       notify_status("re-registered as " + registration_.member_id());
       start_workers();
     });

@@ -18,6 +18,9 @@ struct ProcessSpec {
   std::vector<std::string> environment;  // "NAME=value" entries added to the parent's environment
 };
 
+// PR_SET_PDEATHSIG fires when the *thread* that forked exits, not only the process: spawn from a
+// thread that lives as long as the child should (the agent's io thread, a program's main thread).
+//
 // Forks and execs; returns the child's pid (also its process group id). Throws hdp::Error when
 // fork fails; an exec failure shows as the child exiting with status 127.
 pid_t spawn(const ProcessSpec& spec);

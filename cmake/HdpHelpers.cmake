@@ -24,10 +24,15 @@ function(hdp_library)
   target_link_libraries(${ARG_NAME} PUBLIC ${ARG_PUBLIC_LIBS} PRIVATE ${ARG_PRIVATE_LIBS})
 endfunction()
 
-# hdp_test(NAME <exe> SOURCES ... LIBS ... LABELS unit|integration|gpu|system [TIMEOUT s])
-# Each GoogleTest case becomes one CTest test, so `ctest -j` runs cases in parallel.
+# hdp_test(NAME <exe> SOURCES ... LIBS ... LABELS unit|integration|gpu|system [TIMEOUT s] [SERIAL])
+# Each GoogleTest case becomes one CTest test, so `ctest -j` runs cases in parallel. SERIAL cases
+# run alone: multi-process scenarios whose timing bounds would not survive a loaded machine.
 function(hdp_test)
-  cmake_parse_arguments(ARG "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "SERIAL" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  set(_serial FALSE)
+  if(ARG_SERIAL)
+    set(_serial TRUE)
+  endif()
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
   endif()
@@ -37,6 +42,6 @@ function(hdp_test)
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_LIBS} hdp_test_support GTest::gtest GTest::gmock)
   gtest_discover_tests(${ARG_NAME}
     DISCOVERY_TIMEOUT 60
-    PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+    PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT} RUN_SERIAL ${_serial}
                ENVIRONMENT "HDP_BIN_DIR=${CMAKE_BINARY_DIR}/bin;HDP_REDIS_SERVER=${HDP_REDIS_SERVER}")
 endfunction()

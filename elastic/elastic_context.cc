@@ -70,8 +70,9 @@ Membership ElasticContext::wait_for_next(std::int64_t after, std::chrono::millis
       const std::int64_t g = number ? decode_generation_number(*number, keys::kGeneration) : 0;
       if (g > after) {
         const std::string key = keys::generation(g);
-        auto record = store_->get(key);
-        if (record) {
+        auto values = store_->multi_get({key, keys::broken(g)});
+        const auto& record = values[0];
+        if (record && !values[1]) {
           Generation generation = decode_generation(*record, key);
           auto rank = generation.rank_of(identity_.node, identity_.incarnation, identity_.local_rank);
           if (rank && generation.status == GenerationStatus::kRunning) {
@@ -107,6 +108,17 @@ bool ElasticContext::changed(const Membership& m) {
     last_answer_ = false;
   }
   return last_answer_;
+}
+
+void ElasticContext::report_broken(const Membership& m, const std::string& reason) {
+  try {
+    store_->commit(Transaction{}
+                       .require(keys::kGeneration, std::to_string(m.generation))
+                       .add(Write::set(keys::broken(m.generation), reason.substr(0, 300), std::chrono::hours(1))));
+  } catch (const StoreUnavailable& e) {
+    log()->warn("worker {}/{}: could not report generation {} broken: {}", identity_.node, identity_.local_rank,
+                m.generation, e.what());
+  }
 }
 
 std::shared_ptr<gloo::rendezvous::Context> ElasticContext::connect(const Membership& m,

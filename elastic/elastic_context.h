@@ -54,13 +54,17 @@ class ElasticContext {
   const WorkerIdentity& identity() const { return identity_; }
   const std::shared_ptr<Store>& store() const { return store_; }
 
-  // Blocks until a running generation newer than `after` includes this worker; TimeoutError after
+  // Blocks until a running, unbroken generation newer than `after` includes this worker; TimeoutError after
   // `timeout`. Store outages are waited out (they count against the timeout).
   Membership wait_for_next(std::int64_t after, std::chrono::milliseconds timeout);
 
   // True when a generation other than m's is current. At most one store read per 100 ms; while the
   // store is unreachable it answers false (training goes on peer to peer until the store is back).
   bool changed(const Membership& m);
+
+  // Marks m's generation broken (a peer was lost): the leader publishes a new one, and no worker
+  // joins a broken generation. Refused (a no-op) once a newer generation exists.
+  void report_broken(const Membership& m, const std::string& reason);
 
   // The generation's Gloo context over TCP, bootstrapped under gen:<g>:boot: with `timeout` for
   // the rendezvous and for every collective.

@@ -19,6 +19,9 @@ inline constexpr const char* kEvents = "events";      // capped stream
 inline std::string generation(std::int64_t g) { return "gen:" + std::to_string(g); }
 // Prefix under which a generation's communicator bootstrap lives (Gloo's keys).
 inline std::string bootstrap(std::int64_t g) { return "gen:" + std::to_string(g) + ":boot:"; }
+// Set by a worker that lost a peer in generation g: the leader then publishes a new generation
+// even when the members look unchanged (a crashed worker restarted before its agent noticed).
+inline std::string broken(std::int64_t g) { return "gen:" + std::to_string(g) + ":broken"; }
 inline std::string node(const std::string& id) { return "node:" + id; }
 inline std::string join(std::int64_t sequence) { return "join:" + std::to_string(sequence); }
 inline std::string job_namespace(const std::string& job) { return "hdp:" + job + ":"; }

@@ -70,8 +70,11 @@ void MembershipController::read_new_joins(std::int64_t join_count) {
 }
 
 std::optional<std::int64_t> MembershipController::tick() {
-  auto head = store_->multi_get({keys::kGeneration, keys::kJoinCount});
-  load_generation(head[0] ? decode_generation_number(*head[0], keys::kGeneration) : 0);
+  auto head = store_->multi_get({keys::kGeneration, keys::kJoinCount, keys::broken(current_.number)});
+  const std::int64_t number = head[0] ? decode_generation_number(*head[0], keys::kGeneration) : 0;
+  // The broken flag read belongs to the generation we had cached; it counts only if still current.
+  const bool broken = head[2].has_value() && number == current_.number && number > 0;
+  load_generation(number);
   if (joins_read_ < 0) joins_read_ = current_.joins_seen;
   read_new_joins(head[1] ? decode_generation_number(*head[1], keys::kJoinCount) : 0);
 
@@ -127,7 +130,10 @@ std::optional<std::int64_t> MembershipController::tick() {
 
   const bool should_run = static_cast<int>(desired.size()) >= config_.min_nodes;
   const auto status = should_run ? GenerationStatus::kRunning : GenerationStatus::kWaiting;
-  if (same_members(desired, current_.members) && status == current_.status && current_.number > 0) {
+  if (broken) {
+    log()->warn("generation {} is broken ({}); publishing a new one", current_.number, *head[2]);
+    lost = true;
+  } else if (same_members(desired, current_.members) && status == current_.status && current_.number > 0) {
     pending_since_.reset();
     return std::nullopt;
   }

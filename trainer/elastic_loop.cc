@@ -8,6 +8,18 @@
 #include "common/log.h"
 
 namespace hdp::trainer {
+namespace {
+
+// The generation cannot go on: say so in the store (the leader will publish a new one even if
+// every member is still alive) and wait for the next.
+void abandon(elastic::ElasticContext& ctx, const elastic::Membership& m, const std::string& reason) {
+  const auto& who = ctx.identity();
+  log()->warn("worker {}/{}: generation {}: {}; waiting for the next generation", who.node, who.local_rank, m.generation,
+              reason);
+  ctx.report_broken(m, who.node + "/" + std::to_string(who.local_rank) + ": " + reason);
+}
+
+}  // namespace
 
 LoopResult run_elastic_loop(elastic::ElasticContext& ctx, const LoopOptions& options, const std::atomic<bool>& stop,
                             const GenerationBody& body) {
@@ -27,14 +39,11 @@ LoopResult run_elastic_loop(elastic::ElasticContext& ctx, const LoopOptions& opt
       std::shared_ptr<gloo::Context> comm = ctx.connect(membership, options.connect_timeout);
       if (body(membership, comm) == BodyResult::kFinished) return LoopResult::kFinished;
     } catch (const gloo::Exception& e) {
-      log()->warn("worker {}/{}: generation {}: peer lost ({}); waiting for the next generation", who.node,
-                  who.local_rank, membership.generation, e.what());
+      abandon(ctx, membership, std::string("peer lost: ") + e.what());
     } catch (const gloo::EnforceNotMet& e) {
-      log()->warn("worker {}/{}: generation {}: communicator failed ({}); waiting for the next generation", who.node,
-                  who.local_rank, membership.generation, e.what());
+      abandon(ctx, membership, std::string("communicator failed: ") + e.what());
     } catch (const RecoverableError& e) {
-      log()->warn("worker {}/{}: generation {}: {}; waiting for the next generation", who.node, who.local_rank,
-                  membership.generation, e.what());
+      abandon(ctx, membership, e.what());
     }
   }
   return LoopResult::kStopped;

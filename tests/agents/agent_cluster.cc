@@ -1,0 +1,120 @@
+#include "tests/agents/agent_cluster.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "common/error.h"
+#include "elastic/job_keys.h"
+#include "elastic/prefix_store.h"
+#include "elastic/redis_store.h"
+
+namespace hdp::test {
+
+std::vector<std::string> node_names(const elastic::Generation& generation) {
+  std::vector<std::string> nodes;
+  for (const auto& member : generation.members) nodes.push_back(member.node);
+  return nodes;
+}
+
+AgentCluster::AgentCluster(ClusterOptions options)
+    : options_(std::move(options)), dir_("hdp-cluster"), redis_(std::make_unique<RedisServer>()) {
+  job_ = "test-" + dir_.path().filename().string().substr(12);
+}
+
+AgentCluster::~AgentCluster() {
+  for (auto& [node, process] : agents_) process->kill();  // workers follow (PR_SET_PDEATHSIG)
+}
+
+std::string AgentCluster::hdp() const {
+  const char* dir = std::getenv("HDP_BIN_DIR");
+  return std::string(dir ? dir : "build/bin") + "/hdp";
+}
+
+ChildProcess& AgentCluster::start_agent(const std::string& node, std::vector<std::string> extra) {
+  std::vector<std::string> argv = {hdp(), "agent", "--job", job_, "--redis", redis_->url(), "--node-id", node,
+                                   "--nproc-per-node", std::to_string(options_.nproc),
+                                   "--lease-ms", std::to_string(options_.lease.count()),
+                                   "--settle-ms", std::to_string(options_.settle.count()),
+                                   "--nnodes", options_.nnodes, "--drain-timeout", "5"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  argv.insert(argv.end(), {"--", hdp(), "train", "--smoke", "--steps", std::to_string(options_.steps), "--step-ms",
+                           std::to_string(options_.step_ms), "--timeout-ms", "3000"});
+  agents_[node] = std::make_unique<ChildProcess>(argv, (dir_.path() / (node + ".log")).string());
+  return *agents_[node];
+}
+
+std::string AgentCluster::agent_log(const std::string& node) const {
+  std::ifstream in(dir_.path() / (node + ".log"));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string AgentCluster::all_logs() const {
+  std::string text;
+  for (const auto& [node, process] : agents_) text += "==== " + node + "\n" + agent_log(node);
+  return text;
+}
+
+std::shared_ptr<elastic::Store> AgentCluster::store() {
+  elastic::RedisStoreOptions fast;
+  fast.retry_timeout = std::chrono::milliseconds(500);
+  auto redis = std::make_shared<elastic::RedisStore>(elastic::parse_redis_url(redis_->url()), fast);
+  return std::make_shared<elastic::PrefixStore>(redis, elastic::keys::job_namespace(job_));
+}
+
+std::optional<std::string> AgentCluster::get(const std::string& key) { return store()->get(key); }
+
+std::int64_t AgentCluster::generation() {
+  auto value = get(elastic::keys::kGeneration);
+  return value ? std::stoll(*value) : 0;
+}
+
+std::optional<elastic::Generation> AgentCluster::current() {
+  auto s = store();
+  auto number = s->get(elastic::keys::kGeneration);
+  if (!number) return std::nullopt;
+  auto record = s->get(elastic::keys::generation(std::stoll(*number)));
+  if (!record) return std::nullopt;
+  return elastic::decode_generation(*record, "gen");
+}
+
+std::map<std::string, std::string> AgentCluster::state() { return store()->hash_get_all(elastic::keys::kState); }
+
+std::optional<std::string> AgentCluster::leader() { return get(elastic::keys::kLeader); }
+
+std::int64_t AgentCluster::step() {
+  auto fields = state();
+  return fields.count("step") ? std::stoll(fields["step"]) : 0;
+}
+
+double AgentCluster::wait_until(const std::function<bool()>& predicate, std::chrono::milliseconds timeout) {
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - start < timeout) {
+    try {
+      if (predicate()) return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    } catch (const Error&) {
+      // The store may be down (a test restarting it); keep polling until the deadline.
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return -1;
+}
+
+double AgentCluster::wait_for_members(std::vector<std::string> nodes, std::chrono::milliseconds timeout) {
+  std::sort(nodes.begin(), nodes.end());
+  return wait_until(
+      [&] {
+        auto g = current();
+        if (!g || g->status != elastic::GenerationStatus::kRunning) return false;
+        auto names = node_names(*g);
+        std::sort(names.begin(), names.end());
+        return names == nodes;
+      },
+      timeout);
+}
+
+}  // namespace hdp::test

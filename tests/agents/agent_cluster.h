@@ -1,0 +1,73 @@
+// File: tests/agents/agent_cluster.h
+//
+// A job on loopback for multi-process tests: a private redis-server, `hdp agent` processes
+// started and killed by the test (each with smoke workers), and an observer connection that
+// reads generations, leases and state straight from Redis.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "elastic/membership.h"
+#include "elastic/store.h"
+#include "tests/support/child_process.h"
+#include "tests/support/redis_server.h"
+#include "tests/support/temp_dir.h"
+
+namespace hdp::test {
+
+struct ClusterOptions {
+  std::chrono::milliseconds lease{2000};
+  std::chrono::milliseconds settle{300};
+  std::string nnodes = "1:16";
+  int nproc = 2;
+  int steps = 1000000;  // the smoke job runs until the test ends unless told otherwise
+  int step_ms = 20;
+};
+
+class AgentCluster {
+ public:
+  explicit AgentCluster(ClusterOptions options = {});
+  ~AgentCluster();
+
+  RedisServer& redis() { return *redis_; }
+  const std::string& job() const { return job_; }
+  std::string hdp() const;
+  const ClusterOptions& options() const { return options_; }
+
+  // Starts `hdp agent --node-id <node>`; extra flags go before the worker command.
+  ChildProcess& start_agent(const std::string& node, std::vector<std::string> extra = {});
+  ChildProcess& agent(const std::string& node) { return *agents_.at(node); }
+  std::string agent_log(const std::string& node) const;
+  std::string all_logs() const;
+
+  // Observer reads (a fresh connection per call keeps the observer immune to Redis restarts).
+  std::int64_t generation();
+  std::optional<elastic::Generation> current();
+  std::map<std::string, std::string> state();
+  std::optional<std::string> leader();
+  std::optional<std::string> get(const std::string& key);
+  std::shared_ptr<elastic::Store> store();
+
+  // Polls `predicate` every 20 ms; returns the seconds it took, or -1 after `timeout`.
+  double wait_until(const std::function<bool()>& predicate, std::chrono::milliseconds timeout);
+  // Waits for a running generation whose nodes are exactly `nodes` (in any order).
+  double wait_for_members(std::vector<std::string> nodes, std::chrono::milliseconds timeout);
+  std::int64_t step();
+
+ private:
+  ClusterOptions options_;
+  TempDir dir_;
+  std::unique_ptr<RedisServer> redis_;
+  std::string job_;
+  std::map<std::string, std::unique_ptr<ChildProcess>> agents_;
+};
+
+std::vector<std::string> node_names(const elastic::Generation& generation);
+
+}  // namespace hdp::test

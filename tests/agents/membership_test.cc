@@ -1,0 +1,208 @@
+// Agents and smoke workers as real processes on a real redis-server: nodes killed, added, paused
+// past their lease, workers crashing, Redis restarting. Bounds are stated per test.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "elastic/job_keys.h"
+#include "tests/agents/agent_cluster.h"
+
+namespace hdp::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A wrong all-reduce sum makes a smoke worker exit 3, which its agent logs.
+void expect_exact_sums(const AgentCluster& cluster) {
+  const std::string logs = cluster.all_logs();
+  EXPECT_EQ(logs.find("expected"), std::string::npos) << "a smoke worker saw a wrong sum:\n" << logs;
+  EXPECT_EQ(logs.find("reports the job failed"), std::string::npos) << logs;
+}
+
+// Waits for the job to make `steps` more steps of progress (the smoke workers are training).
+void expect_progress(AgentCluster& cluster, std::int64_t steps, std::chrono::milliseconds within) {
+  const std::int64_t from = cluster.step();
+  EXPECT_GE(cluster.wait_until([&] { return cluster.step() >= from + steps; }, within), 0)
+      << "no progress from step " << from << "\n" << cluster.all_logs();
+}
+
+TEST(Membership, KilledAgentLeavesWithinLeasePlusOneSecondThenAFifthJoinsAndALeaderDiesCleanly) {
+  AgentCluster cluster;
+  for (const char* node : {"n1", "n2", "n3", "n4"}) cluster.start_agent(node);
+  ASSERT_GE(cluster.wait_for_members({"n1", "n2", "n3", "n4"}, 15s), 0) << cluster.all_logs();
+  EXPECT_EQ(cluster.current()->world_size(), 8);
+  expect_progress(cluster, 20, 10s);
+
+  // kill -9 a node that is not the leader: the generation without it must follow within lease + 1 s.
+  const std::string leader = cluster.leader().value_or("");
+  const std::string victim = leader.starts_with("n4/") ? "n3" : "n4";
+  const std::int64_t before = cluster.generation();
+  cluster.agent(victim).kill();
+  std::vector<std::string> survivors = {"n1", "n2", "n3", "n4"};
+  std::erase(survivors, victim);
+  const double left = cluster.wait_for_members(survivors, 10s);
+  ASSERT_GE(left, 0) << cluster.all_logs();
+  EXPECT_LE(left, (cluster.options().lease + 1s).count() / 1000.0);
+  EXPECT_GT(cluster.generation(), before);
+  EXPECT_EQ(cluster.current()->world_size(), 6);
+  expect_progress(cluster, 20, 10s);
+
+  // A fifth node joins the next generation.
+  cluster.start_agent("n5");
+  survivors.push_back("n5");
+  ASSERT_GE(cluster.wait_for_members(survivors, 10s), 0) << cluster.all_logs();
+  EXPECT_EQ(cluster.current()->world_size(), 8);
+  expect_progress(cluster, 20, 10s);
+
+  // kill -9 the leader: another agent holds the lease within one lease, and the dead node leaves.
+  const std::string old_leader = cluster.leader().value();
+  const std::string leader_node = old_leader.substr(0, old_leader.find('/'));
+  cluster.agent(leader_node).kill();
+  const double takeover =
+      cluster.wait_until([&] { return cluster.leader().value_or(old_leader) != old_leader; }, 10s);
+  ASSERT_GE(takeover, 0);
+  EXPECT_LE(takeover, cluster.options().lease.count() / 1000.0);
+  std::erase(survivors, leader_node);
+  ASSERT_GE(cluster.wait_for_members(survivors, 10s), 0) << cluster.all_logs();
+  expect_progress(cluster, 20, 10s);
+  expect_exact_sums(cluster);
+}
+
+TEST(Membership, KilledWorkerIsRestartedAndRejoins) {
+  AgentCluster cluster;
+  cluster.start_agent("n1");
+  cluster.start_agent("n2");
+  ASSERT_GE(cluster.wait_for_members({"n1", "n2"}, 15s), 0) << cluster.all_logs();
+  expect_progress(cluster, 10, 10s);
+  // The worker of slot 1 on n2: the child of n2's agent whose environment says HDP_LOCAL_RANK=1.
+  const std::int64_t before = cluster.generation();
+  const std::string log_before = cluster.agent_log("n2");
+  const auto pos = log_before.find("worker 1 started (pid ");
+  ASSERT_NE(pos, std::string::npos) << log_before;
+  const pid_t worker = std::stoi(log_before.substr(pos + 22));
+  ASSERT_EQ(kill(worker, SIGKILL), 0);
+  // The agent restarts it (backoff ~200 ms); its peers mark the generation broken, and a newer
+  // generation with all four slots follows (the restarted worker in it).
+  ASSERT_GE(cluster.wait_until([&] { return cluster.agent_log("n2").find("restart 1/3") != std::string::npos; }, 5s), 0)
+      << cluster.agent_log("n2");
+  ASSERT_GE(cluster.wait_until(
+                [&] {
+                  auto g = cluster.current();
+                  return g && g->number > before && g->world_size() == 4 &&
+                         g->status == elastic::GenerationStatus::kRunning;
+                },
+                15s),
+            0)
+      << cluster.all_logs();
+  expect_progress(cluster, 20, 10s);
+  expect_exact_sums(cluster);
+}
+
+TEST(Membership, AgentPausedPastItsLeaseIsEvictedAndRejoinsAsANewMember) {
+  AgentCluster cluster;
+  cluster.start_agent("n1");
+  cluster.start_agent("n2");
+  cluster.start_agent("n3");
+  ASSERT_GE(cluster.wait_for_members({"n1", "n2", "n3"}, 15s), 0) << cluster.all_logs();
+  // Pause a node that is not the leader.
+  const std::string leader = cluster.leader().value_or("");
+  const std::string paused = leader.starts_with("n3/") ? "n2" : "n3";
+  std::string old_incarnation;
+  const auto before_pause = cluster.current().value();
+  for (const auto& m : before_pause.members) {
+    if (m.node == paused) old_incarnation = m.incarnation;
+  }
+  cluster.agent(paused).signal(SIGSTOP);
+  std::vector<std::string> others = {"n1", "n2", "n3"};
+  std::erase(others, paused);
+  const double evicted = cluster.wait_for_members(others, 10s);
+  ASSERT_GE(evicted, 0) << cluster.all_logs();
+  EXPECT_LE(evicted, (cluster.options().lease + 1s).count() / 1000.0);
+  const std::int64_t eviction_generation = cluster.generation();
+  expect_progress(cluster, 10, 10s);
+  cluster.agent(paused).signal(SIGCONT);
+
+  // It notices at its next heartbeat, registers a new incarnation and is admitted again.
+  ASSERT_GE(cluster.wait_for_members({"n1", "n2", "n3"}, 10s), 0) << cluster.all_logs();
+  const auto back = cluster.current().value();
+  EXPECT_GT(back.number, eviction_generation);
+  for (const auto& m : back.members) {
+    if (m.node == paused) {
+      EXPECT_NE(m.incarnation, old_incarnation);
+    }
+  }
+  EXPECT_NE(cluster.agent_log(paused).find("was lost (evicted)"), std::string::npos) << cluster.agent_log(paused);
+  // Fencing, checked in Redis: the state names the current generation, and a write fenced by the
+  // generation the paused node was last part of is refused.
+  EXPECT_EQ(cluster.state()["generation"], std::to_string(back.number));
+  auto store = cluster.store();
+  elastic::Transaction stale;
+  stale.require(elastic::keys::kGeneration, std::to_string(eviction_generation - 1))
+      .add(elastic::Write::hash_set(elastic::keys::kState, {{"step", "0"}}));
+  EXPECT_FALSE(store->commit(stale));
+  expect_progress(cluster, 10, 10s);
+  expect_exact_sums(cluster);
+}
+
+TEST(Membership, RedisRestartMidRunIsRiddenOut) {
+  AgentCluster cluster;
+  cluster.start_agent("n1");
+  cluster.start_agent("n2");
+  ASSERT_GE(cluster.wait_for_members({"n1", "n2"}, 15s), 0) << cluster.all_logs();
+  expect_progress(cluster, 10, 10s);
+  const std::int64_t before = cluster.generation();
+  cluster.redis().restart();  // SIGKILL; a fresh, empty server on the same port
+  // The agents find their leases gone, register again, elect a leader and publish a generation
+  // numbered after the ones they saw (fencing tokens never go back); the job trains on.
+  ASSERT_GE(cluster.wait_for_members({"n1", "n2"}, 20s), 0) << cluster.all_logs();
+  EXPECT_GT(cluster.generation(), before);
+  expect_progress(cluster, 10, 15s);
+  EXPECT_TRUE(cluster.agent("n1").running());
+  EXPECT_TRUE(cluster.agent("n2").running());
+  expect_exact_sums(cluster);
+}
+
+TEST(Membership, BelowMinNodesTheJobWaits) {
+  AgentCluster cluster({.nnodes = "3:4"});
+  cluster.start_agent("n1");
+  cluster.start_agent("n2");
+  ASSERT_GE(cluster.wait_until([&] { return cluster.state()["status"] == "waiting"; }, 10s), 0) << cluster.all_logs();
+  std::this_thread::sleep_for(500ms);
+  EXPECT_EQ(cluster.step(), 0);  // nobody trains while waiting
+  cluster.start_agent("n3");
+  ASSERT_GE(cluster.wait_for_members({"n1", "n2", "n3"}, 10s), 0) << cluster.all_logs();
+  EXPECT_EQ(cluster.state()["status"], "running");
+  expect_progress(cluster, 10, 10s);
+}
+
+TEST(Membership, JobCompletesAndEveryAgentExitsZero) {
+  AgentCluster cluster({.steps = 60});
+  cluster.start_agent("n1");
+  cluster.start_agent("n2");
+  for (const char* node : {"n1", "n2"}) {
+    auto status = cluster.agent(node).wait_for(30s);
+    ASSERT_TRUE(status.has_value()) << cluster.all_logs();
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << node << ": " << *status << "\n" << cluster.all_logs();
+  }
+  EXPECT_EQ(cluster.state()["status"], "completed");
+  EXPECT_EQ(cluster.state()["step"], "60");
+}
+
+TEST(Membership, SigtermDrainsDeregistersAndExitsFour) {
+  AgentCluster cluster;
+  cluster.start_agent("n1");
+  cluster.start_agent("n2");
+  ASSERT_GE(cluster.wait_for_members({"n1", "n2"}, 15s), 0) << cluster.all_logs();
+  cluster.agent("n2").signal(SIGTERM);
+  auto status = cluster.agent("n2").wait_for(10s);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 4) << *status;
+  EXPECT_EQ(cluster.get(elastic::keys::node("n2")), std::nullopt);  // deregistered at once, not by expiry
+  ASSERT_GE(cluster.wait_for_members({"n1"}, 5s), 0) << cluster.all_logs();
+}
+
+}  // namespace
+}  // namespace hdp::test
