@@ -1,0 +1,117 @@
+// `hdp agent`, `hdp status` and `hdp run` as a user runs them: bad input, garbage in Redis,
+// readable and JSON status, the one-machine launcher.
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "elastic/job_keys.h"
+#include "tests/agents/agent_cluster.h"
+#include "tests/support/child_process.h"
+
+namespace hdp::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+int line_count(const std::string& text) { return static_cast<int>(std::count(text.begin(), text.end(), '\n')); }
+
+CommandResult hdp(const AgentCluster& cluster, std::vector<std::string> args) {
+  args.insert(args.begin(), cluster.hdp());
+  return run_command(args, {}, 60s);
+}
+
+TEST(ControlPlaneCli, BadInputIsAUsageErrorWithOneClearLine) {
+  AgentCluster cluster;
+  const std::string url = cluster.redis().url();
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"agent", "--job", "j", "--redis", "redis://host:99999"}, "port"},
+      {{"agent", "--job", "j", "--redis", url, "--nnodes", "3:2"}, "--nnodes"},
+      {{"agent", "--job", "has space", "--redis", url}, "job id"},
+      {{"status", "--job", "nosuch", "--redis", url}, "no job 'nosuch'"},
+      {{"status", "--redis", url}, "no job id"},
+      {{"train"}, "--smoke"},
+  };
+  for (const auto& [args, reason] : cases) {
+    auto r = hdp(cluster, args);
+    EXPECT_EQ(r.exit_code, 2) << args[0] << " " << args.back() << ": " << r.err;
+    EXPECT_EQ(line_count(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find(reason), std::string::npos) << r.err;
+  }
+}
+
+TEST(ControlPlaneCli, WrongPasswordIsARuntimeErrorThatHidesThePassword) {
+  RedisServer server({.password = "good"});
+  auto r = run_command({AgentCluster().hdp(), "status", "--job", "j", "--redis",
+                        "redis://:Bad-Secret@127.0.0.1:" + std::to_string(server.port())},
+                       {}, 30s);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err.find("Bad-Secret"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("refused the credentials"), std::string::npos) << r.err;
+}
+
+TEST(ControlPlaneCli, StatusShowsTheJobAsATableAndAsJson) {
+  AgentCluster cluster({.nproc = 1});
+  cluster.start_agent("n1");
+  cluster.start_agent("n2");
+  ASSERT_GE(cluster.wait_for_members({"n1", "n2"}, 15s), 0) << cluster.all_logs();
+  ASSERT_GE(cluster.wait_until([&] { return cluster.step() >= 10; }, 10s), 0) << cluster.all_logs();
+
+  auto table = hdp(cluster, {"status", "--job", cluster.job(), "--redis", cluster.redis().url()});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  for (const char* text : {"running", "generation", "n1", "n2", "alive", "resize", "join"}) {
+    EXPECT_NE(table.out.find(text), std::string::npos) << text << " missing from:\n" << table.out;
+  }
+  auto json = hdp(cluster, {"status", "--job", cluster.job(), "--redis", cluster.redis().url(), "--json"});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  auto facts = nlohmann::json::parse(json.out);
+  EXPECT_EQ(facts["job"], cluster.job());
+  EXPECT_EQ(facts["generation"], cluster.generation());
+  EXPECT_EQ(facts["world_size"], 2);
+  EXPECT_EQ(facts["members"].size(), 2u);
+  EXPECT_EQ(facts["state"]["status"], "running");
+  EXPECT_GE(std::stoll(facts["state"]["step"].get<std::string>()), 10);
+  EXPECT_FALSE(facts["events"].empty());
+}
+
+TEST(ControlPlaneCli, GarbageWrittenIntoRedisIsNamedNeverActedOn) {
+  AgentCluster cluster({.nproc = 1});
+  cluster.start_agent("n1");
+  ASSERT_GE(cluster.wait_for_members({"n1"}, 15s), 0) << cluster.all_logs();
+  const std::string good = cluster.get(elastic::keys::kGeneration).value();
+  auto store = cluster.store();
+  store->set(elastic::keys::kGeneration, "banana");
+  auto r = hdp(cluster, {"status", "--job", cluster.job(), "--redis", cluster.redis().url()});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("'gen'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("banana"), std::string::npos) << r.err;
+  std::this_thread::sleep_for(1s);  // the agent's leader sees the garbage for several ticks
+  EXPECT_TRUE(cluster.agent("n1").running()) << cluster.all_logs();
+  EXPECT_EQ(cluster.get(elastic::keys::kGeneration), "banana");  // and writes nothing over it
+  store->set(elastic::keys::kGeneration, good);
+
+  elastic::Transaction bad_state;
+  bad_state.add(elastic::Write::hash_set(elastic::keys::kState, {{"step", "-12"}}));
+  store->commit(bad_state);
+  r = hdp(cluster, {"status", "--job", cluster.job(), "--redis", cluster.redis().url()});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("'step'"), std::string::npos) << r.err;
+}
+
+TEST(ControlPlaneCli, RunStartsAPrivateRedisAndAgentsAndCleansUp) {
+  auto r = run_command({AgentCluster().hdp(), "run", "--nodes", "2", "--nproc-per-node", "2", "--lease-ms", "2000",
+                        "--", AgentCluster().hdp(), "train", "--smoke", "--steps", "40", "--step-ms", "10"},
+                       {}, 90s);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("hdp status --job run-"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("world size 4"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("completed"), std::string::npos) << r.out;
+  // Everything it started is gone: no redis-server or agent of this run is left.
+  const auto job = r.out.substr(r.out.find("job run-") + 4, 12);
+  auto survivors = run_command({"pgrep", "-c", "-f", job});  // pgrep never counts itself
+  EXPECT_EQ(std::stoi(survivors.out), 0) << "processes of " << job << " outlived hdp run";
+}
+
+}  // namespace
+}  // namespace hdp::test

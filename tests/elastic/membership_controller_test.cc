@@ -1,0 +1,200 @@
+// The leader's membership logic on a MemoryStore: leases written by hand stand in for agents.
+#include "elastic/membership_controller.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "common/error.h"
+#include "elastic/job_keys.h"
+#include "elastic/memory_store.h"
+#include "elastic/node_registration.h"
+
+namespace hdp::elastic {
+namespace {
+
+using namespace std::chrono_literals;
+
+class ControllerTest : public ::testing::Test {
+ protected:
+  // Registers a node the way an agent does (lease + join announcement).
+  NodeRegistration& join(const std::string& node, int slots = 2) {
+    NodeLease lease{.node = node, .host = "127.0.0.1", .pid = 1, .version = "test", .slots = slots};
+    for (int s = 0; s < slots; ++s) lease.healthy.push_back(s);
+    auto& registration = nodes_.emplace(node, NodeRegistration(store_, lease, 60s)).first->second;
+    registration.register_new_incarnation(1s);
+    return registration;
+  }
+  MembershipController controller(JobConfig config = {1, 16}, Store::Duration settle = 0ms) {
+    store_->set(keys::kLeader, "leader");
+    return MembershipController(store_, "leader", config, settle);
+  }
+  Generation current() {
+    auto number = store_->get(keys::kGeneration).value();
+    return decode_generation(*store_->get(keys::generation(std::stoll(number))), "gen");
+  }
+  std::vector<std::string> nodes() {
+    std::vector<std::string> names;
+    for (const auto& m : current().members) names.push_back(m.node);
+    return names;
+  }
+
+  std::shared_ptr<MemoryStore> store_ = std::make_shared<MemoryStore>();
+  std::map<std::string, NodeRegistration> nodes_;
+};
+
+TEST_F(ControllerTest, FirstGenerationHasEveryNodeInJoinOrderWithContiguousRanks) {
+  join("a");
+  join("b", 3);
+  join("c");
+  auto leader = controller();
+  ASSERT_EQ(leader.tick(), 1);
+  EXPECT_EQ(nodes(), (std::vector<std::string>{"a", "b", "c"}));
+  const auto g = current();
+  EXPECT_EQ(g.world_size(), 7);
+  EXPECT_EQ(g.members[1].first_rank, 2);
+  EXPECT_EQ(g.members[2].first_rank, 5);
+  EXPECT_EQ(store_->hash_get_all(keys::kState)["status"], "running");
+  EXPECT_EQ(leader.tick(), std::nullopt);  // nothing changed: nothing published
+}
+
+TEST_F(ControllerTest, SurvivorsKeepTheirOrderAndNewcomersFollow) {
+  join("a");
+  join("b");
+  join("c");
+  auto leader = controller();
+  leader.tick();
+  store_->erase(keys::node("a"));  // a's lease expired
+  join("d");
+  ASSERT_EQ(leader.tick(), 2);
+  EXPECT_EQ(nodes(), (std::vector<std::string>{"b", "c", "d"}));
+}
+
+TEST_F(ControllerTest, JoinsWaitForTheSettleWindowLeavesDoNot) {
+  join("a");
+  auto leader = controller({1, 16}, 300ms);
+  EXPECT_EQ(leader.tick(), std::nullopt);  // the first join starts the window
+  std::this_thread::sleep_for(150ms);
+  join("b");
+  EXPECT_EQ(leader.tick(), std::nullopt);
+  std::this_thread::sleep_for(200ms);
+  ASSERT_EQ(leader.tick(), 1);  // both joins in one generation
+  EXPECT_EQ(nodes(), (std::vector<std::string>{"a", "b"}));
+  store_->erase(keys::node("b"));
+  EXPECT_EQ(leader.tick(), 2);  // a leave is published at once
+}
+
+TEST_F(ControllerTest, BelowMinTheGenerationWaitsAboveMaxNodesStandBy) {
+  join("a");
+  auto leader = controller({2, 3});
+  ASSERT_EQ(leader.tick(), 1);
+  EXPECT_EQ(current().status, GenerationStatus::kWaiting);
+  EXPECT_EQ(store_->hash_get_all(keys::kState)["status"], "waiting");
+  join("b");
+  join("c");
+  join("d");
+  ASSERT_EQ(leader.tick(), 2);
+  EXPECT_EQ(current().status, GenerationStatus::kRunning);
+  EXPECT_EQ(nodes(), (std::vector<std::string>{"a", "b", "c"}));
+  store_->erase(keys::node("b"));  // the standby node takes the free place
+  ASSERT_EQ(leader.tick(), 3);
+  EXPECT_EQ(nodes(), (std::vector<std::string>{"a", "c", "d"}));
+}
+
+TEST_F(ControllerTest, FailedSlotsLeaveAndRecoveredSlotsReturn) {
+  auto& a = join("a", 4);
+  join("b", 2);
+  auto leader = controller();
+  leader.tick();
+  ASSERT_TRUE(a.heartbeat({0, 1, 3}, 1));
+  ASSERT_EQ(leader.tick(), 2);
+  EXPECT_EQ(current().world_size(), 5);
+  EXPECT_EQ(current().members[0].slots, (std::vector<int>{0, 1, 3}));
+  ASSERT_TRUE(a.heartbeat({0, 1, 2, 3}, 2));
+  ASSERT_EQ(leader.tick(), 3);
+  EXPECT_EQ(current().world_size(), 6);
+}
+
+TEST_F(ControllerTest, ABrokenGenerationIsReplacedEvenWithTheSameMembers) {
+  join("a");
+  join("b");
+  auto leader = controller();
+  leader.tick();
+  store_->set(keys::broken(1), "a/0: peer lost");
+  ASSERT_EQ(leader.tick(), 2);
+  EXPECT_EQ(nodes(), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(leader.tick(), std::nullopt);
+}
+
+TEST_F(ControllerTest, AnEvictedIncarnationIsNotAMemberAndItsReturnIsANewOne) {
+  auto& a = join("a");
+  join("b");
+  auto leader = controller();
+  leader.tick();
+  const std::string old = a.lease().incarnation;
+  store_->erase(keys::node("a"));  // expired while the agent was paused
+  EXPECT_FALSE(a.heartbeat({0, 1}, 1));
+  ASSERT_EQ(leader.tick(), 2);
+  EXPECT_EQ(nodes(), (std::vector<std::string>{"b"}));
+  a.register_new_incarnation(1s);
+  ASSERT_EQ(leader.tick(), 3);
+  EXPECT_EQ(nodes(), (std::vector<std::string>{"b", "a"}));
+  EXPECT_NE(current().members[1].incarnation, old);
+}
+
+TEST_F(ControllerTest, ALeaderThatLostItsLeasePublishesNothing) {
+  join("a");
+  auto leader = controller();
+  store_->set(keys::kLeader, "someone-else");
+  EXPECT_EQ(leader.tick(), std::nullopt);
+  EXPECT_EQ(store_->get(keys::kGeneration), std::nullopt);
+}
+
+TEST_F(ControllerTest, GenerationNumbersNeverGoBackAfterTheStoreLosesThem) {
+  auto& a = join("a");
+  ASSERT_TRUE(a.heartbeat({0, 1}, 41));  // the agent had seen generation 41 before a Redis wipe
+  auto leader = controller();
+  ASSERT_EQ(leader.tick(), 42);
+}
+
+TEST_F(ControllerTest, GarbageInTheStoreIsAClearErrorNotAnAction) {
+  join("a");
+  auto leader = controller();
+  store_->set(keys::kGeneration, "banana");
+  try {
+    leader.tick();
+    FAIL() << "accepted a non-numeric generation";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("'gen'"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(store_->get(keys::kGeneration), "banana");  // nothing was overwritten
+}
+
+TEST(Membership, LeaseAndGenerationDecodersRejectGarbage) {
+  EXPECT_THROW(decode_node_lease("not json", "node:x"), InvalidArgument);
+  EXPECT_THROW(decode_node_lease(R"({"node":"x"})", "node:x"), InvalidArgument);
+  EXPECT_THROW(decode_node_lease(R"({"node":"x","incarnation":"1","host":"h","pid":1,"version":"v","slots":2,
+                                    "healthy":[1,0],"last_generation":0})",
+                                 "node:x"),
+               InvalidArgument);  // slots out of order
+  EXPECT_THROW(decode_generation(R"({"generation":2,"status":"running","world_size":9,"members":[],
+                                     "joins_seen":0,"created_ms":0})",
+                                 "gen:2"),
+               InvalidArgument);  // world size disagrees
+  EXPECT_THROW(decode_generation_number("-3", "gen"), InvalidArgument);
+  EXPECT_THROW(decode_generation_number("12abc", "gen"), InvalidArgument);
+  EXPECT_EQ(decode_generation_number("12", "gen"), 12);
+}
+
+TEST(Membership, NnodesParsing) {
+  EXPECT_EQ(parse_nnodes("3").min_nodes, 3);
+  EXPECT_EQ(parse_nnodes("2:5").max_nodes, 5);
+  for (const char* bad : {"3:2", "0", ":", "a:b", "2:", "-1:3", ""}) {
+    EXPECT_THROW(parse_nnodes(bad), InvalidArgument) << bad;
+  }
+  EXPECT_THROW(validate_job_id("has space"), InvalidArgument);
+  EXPECT_NO_THROW(validate_job_id("job-1.a_b"));
+}
+
+}  // namespace
+}  // namespace hdp::elastic
