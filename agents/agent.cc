@@ -51,7 +51,6 @@ class Agent {
     start_workers();
     wait_for_stop_signal();
     wait_for_children();
-    poll();
     heartbeat();
     if (auto interval = watchdog_interval()) keep_watchdog(*interval);
     io_.run();
@@ -127,37 +126,52 @@ class Agent {
     }
   }
 
-  // Leader election and, as leader, the membership controller. Followers poll every lease/4 (one
-  // MGET), so a dead leader's lease (lease/2) is taken over within 3/4 of a lease.
-  void poll() {
-    guarded("leader poll", [&] {
+  void observe_generation(const std::optional<std::string>& number) {
+    if (number) last_generation_ = std::max(last_generation_, decode_generation_number(*number, keys::kGeneration));
+  }
+
+  // Takes part in leader election with the leader key just read; on winning, starts the leader's
+  // fast tick. Followers try at the heartbeat's pace (lease/3), so a dead leader's lease (lease/2)
+  // is taken over within 5/6 of a lease.
+  void contend_for_leadership(const std::optional<std::string>& holder) {
+    if (draining_ || leader_.held() || !leader_.try_acquire_or_renew(holder)) return;
+    controller_ = std::make_unique<MembershipController>(store_, registration_.member_id(), options_.nnodes,
+                                                         options_.settle);
+    lead();
+  }
+
+  // The leader's tick (every 200 ms, lease/10 for short leases): renew the lease and run the
+  // membership controller. Stops when the lease is lost.
+  void lead() {
+    guarded("leader tick", [&] {
       auto head = store_->multi_get({keys::kLeader, keys::kGeneration});
-      if (head[1]) last_generation_ = std::max(last_generation_, decode_generation_number(*head[1], keys::kGeneration));
-      if (draining_) return;
-      if (leader_.try_acquire_or_renew(head[0])) {
-        if (!controller_) {
-          controller_ = std::make_unique<MembershipController>(store_, registration_.member_id(), options_.nnodes,
-                                                               options_.settle);
-        }
+      observe_generation(head[1]);
+      if (!draining_ && leader_.try_acquire_or_renew(head[0])) {
         if (auto published = controller_->tick()) last_generation_ = std::max(last_generation_, *published);
-      } else {
-        controller_.reset();
       }
     });
-    const milliseconds next = leader_.held() ? std::min(milliseconds(200), options_.lease / 10) : options_.lease / 4;
-    poll_timer_.expires_after(next);
+    if (!leader_.held() || draining_) {
+      controller_.reset();
+      return;
+    }
+    poll_timer_.expires_after(std::min(milliseconds(200), options_.lease / 10));
     poll_timer_.async_wait([this](const boost::system::error_code& error) {
-      if (!error) poll();
+      if (!error && controller_) lead();
     });
   }
 
   void heartbeat() {
     guarded("heartbeat", [&] {
-      if (registration_.heartbeat(supervisor_.healthy(), last_generation_)) return;
+      auto beat = registration_.heartbeat(supervisor_.healthy(), last_generation_);
+      if (beat.alive) {
+        observe_generation(beat.generation);
+        return contend_for_leadership(beat.leader);
+      }
       log()->warn("node {}: lease of incarnation {} was lost (evicted); restarting workers as a new member",
                   options_.node_id, registration_.lease().incarnation);
       supervisor_.kill_and_reap_all();
       leader_.release();
+      poll_timer_.cancel();
       job_state_.event("evicted", {{"node", options_.node_id}, {"incarnation", registration_.lease().incarnation}});
       register_incarnation();
       notify_status("re-registered as " + registration_.member_id());

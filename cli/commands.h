@@ -15,5 +15,6 @@ void add_agent_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_status_command(CLI::App& app);
 void add_run_command(CLI::App& app);
+void add_plan_command(CLI::App& app);
 
 }  // namespace hdp::cli

@@ -24,6 +24,7 @@ int run(int argc, char** argv) {
   add_train_command(app);
   add_status_command(app);
   add_run_command(app);
+  add_plan_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -98,16 +98,19 @@ Membership ElasticContext::wait_for_next(std::int64_t after, std::chrono::millis
 }
 
 bool ElasticContext::changed(const Membership& m) {
+  // What is cached is the generation last read, not the answer: an answer cached for one
+  // generation must not leak into the next.
   const auto now = Clock::now();
-  if (now - last_check_ < std::chrono::milliseconds(100)) return last_answer_;
-  last_check_ = now;
-  try {
-    auto number = store_->get(keys::kGeneration);
-    last_answer_ = !number || decode_generation_number(*number, keys::kGeneration) != m.generation;
-  } catch (const StoreUnavailable&) {
-    last_answer_ = false;
+  if (now - last_check_ >= std::chrono::milliseconds(100)) {
+    last_check_ = now;
+    try {
+      auto number = store_->get(keys::kGeneration);
+      last_seen_generation_ = number ? decode_generation_number(*number, keys::kGeneration) : 0;
+    } catch (const StoreUnavailable&) {
+      return false;  // keep training peer to peer; the next check asks again
+    }
   }
-  return last_answer_;
+  return last_seen_generation_ != 0 && last_seen_generation_ != m.generation;
 }
 
 void ElasticContext::report_broken(const Membership& m, const std::string& reason) {

@@ -74,7 +74,7 @@ class ElasticContext {
   std::shared_ptr<Store> store_;
   WorkerIdentity identity_;
   std::chrono::steady_clock::time_point last_check_{};
-  bool last_answer_ = false;
+  std::int64_t last_seen_generation_ = 0;  // 0: not read yet (or none published)
 };
 
 }  // namespace hdp::elastic

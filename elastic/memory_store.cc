@@ -197,13 +197,21 @@ void MemoryStore::apply(const Write& write) {
   }
 }
 
-bool MemoryStore::commit(const Transaction& transaction) {
+CommitResult MemoryStore::commit(const Transaction& transaction) {
   transaction.validate();
+  CommitResult result;
   {
     std::lock_guard lock(mutex_);
+    auto read_all = [&] {
+      for (const auto& key : transaction.reads) {
+        Entry* entry = find_kind(key, Entry::Kind::kString);
+        result.values.push_back(entry ? std::optional(entry->value) : std::nullopt);
+      }
+      return result;
+    };
     for (const auto& condition : transaction.conditions) {
       Entry* entry = find_kind(condition.key, Entry::Kind::kString);
-      if (condition.value ? (!entry || entry->value != *condition.value) : entry != nullptr) return false;
+      if (condition.value ? (!entry || entry->value != *condition.value) : entry != nullptr) return read_all();
     }
     // Kinds are checked before anything is written, so a failing write cannot leave half a commit.
     for (const auto& write : transaction.writes) {
@@ -211,9 +219,11 @@ bool MemoryStore::commit(const Transaction& transaction) {
       if (write.op == Write::Op::kStreamAppend) find_kind(write.key, Entry::Kind::kStream);
     }
     for (const auto& write : transaction.writes) apply(write);
+    result.applied = true;
+    read_all();
   }
   changed_.notify_all();
-  return true;
+  return result;
 }
 
 }  // namespace hdp::elastic

@@ -30,7 +30,7 @@ class MemoryStore final : public Store {
   std::vector<std::optional<std::string>> multi_get(const std::vector<std::string>& keys) override;
   std::map<std::string, std::string> hash_get_all(std::string_view key) override;
   std::vector<StreamEntry> stream_tail(std::string_view key, std::size_t count) override;
-  bool commit(const Transaction& transaction) override;
+  CommitResult commit(const Transaction& transaction) override;
 
  private:
   using Clock = std::chrono::steady_clock;

@@ -52,19 +52,26 @@ void NodeRegistration::register_new_incarnation(Store::Duration wait_for_previou
                                                {"host", lease_.host}, {"slots", std::to_string(lease_.slots)}})));
 }
 
-bool NodeRegistration::heartbeat(const std::vector<int>& healthy, std::int64_t last_generation) {
+NodeRegistration::Heartbeat NodeRegistration::heartbeat(const std::vector<int>& healthy, std::int64_t last_generation) {
   const std::string key = keys::node(lease_.node);
-  if (healthy == lease_.healthy && last_generation == lease_.last_generation) {
-    return store_->commit(Transaction{}.require(key, written_).add(Write::expire(key, ttl_)));
-  }
+  Transaction txn;
+  txn.require(key, written_).read(keys::kLeader).read(keys::kGeneration);
+  std::string encoded;
   NodeLease updated = lease_;
-  updated.healthy = healthy;
-  updated.last_generation = last_generation;
-  std::string encoded = encode(updated);
-  if (!store_->commit(Transaction{}.require(key, written_).add(Write::set(key, encoded, ttl_)))) return false;
-  lease_ = std::move(updated);
-  written_ = std::move(encoded);
-  return true;
+  if (healthy == lease_.healthy && last_generation == lease_.last_generation) {
+    txn.add(Write::expire(key, ttl_));
+  } else {
+    updated.healthy = healthy;
+    updated.last_generation = last_generation;
+    encoded = encode(updated);
+    txn.add(Write::set(key, encoded, ttl_));
+  }
+  CommitResult result = store_->commit(txn);
+  if (result.applied && !encoded.empty()) {
+    lease_ = std::move(updated);
+    written_ = std::move(encoded);
+  }
+  return {result.applied, std::move(result.values[0]), std::move(result.values[1])};
 }
 
 void NodeRegistration::deregister() {

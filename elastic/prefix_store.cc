@@ -62,10 +62,11 @@ std::vector<StreamEntry> PrefixStore::stream_tail(std::string_view key, std::siz
   return inner_->stream_tail(scoped(key), count);
 }
 
-bool PrefixStore::commit(const Transaction& transaction) {
+CommitResult PrefixStore::commit(const Transaction& transaction) {
   Transaction inner = transaction;
   for (auto& condition : inner.conditions) condition.key = scoped(condition.key);
   for (auto& write : inner.writes) write.key = scoped(write.key);
+  for (auto& key : inner.reads) key = scoped(key);
   return inner_->commit(inner);
 }
 

@@ -24,25 +24,34 @@ redis.call('SET', KEYS[1], ARGV[3], 'KEEPTTL')
 return 1
 )lua";
 
-// Store::commit(). KEYS: the condition keys, then one key per write. ARGV[1]: the number of
-// conditions; then per condition '1' + value, or '0' + '' for "absent"; then per write its op and
-// arguments: set value ttl_ms | del | pexpire ttl_ms | hset n f1 v1 .. | xadd maxlen n f1 v1 ..
+// Store::commit(). KEYS: the condition keys, one key per write, then the read keys. ARGV[1]: the
+// number of conditions, ARGV[2]: the number of reads; then per condition '1' + value, or '0' + ''
+// for "absent"; then per write its op and arguments: set value ttl_ms | del | pexpire ttl_ms |
+// hset n f1 v1 .. | xadd maxlen n f1 v1 .. Returns {applied (0/1), read values...}, a missing
+// read as false (a nil in the reply).
 // Redis does not roll a script back when a command fails midway, so every type is checked before
 // the first write: either all writes happen or none.
 constexpr std::string_view kCommitScript = R"lua(
 local nc = tonumber(ARGV[1])
-local a = 2
+local nr = tonumber(ARGV[2])
+local last_write = #KEYS - nr
+local function reads(applied)
+  local out = {applied}
+  for k = last_write + 1, #KEYS do out[#out + 1] = redis.call('GET', KEYS[k]) end
+  return out
+end
+local a = 3
 for i = 1, nc do
   local current = redis.call('GET', KEYS[i])
   if ARGV[a] == '1' then
-    if current ~= ARGV[a + 1] then return 0 end
+    if current ~= ARGV[a + 1] then return reads(0) end
   elseif current then
-    return 0
+    return reads(0)
   end
   a = a + 2
 end
 local start = a
-for k = nc + 1, #KEYS do
+for k = nc + 1, last_write do
   local op = ARGV[a]
   if op == 'set' then a = a + 3
   elseif op == 'del' then a = a + 1
@@ -59,7 +68,7 @@ for k = nc + 1, #KEYS do
   end
 end
 a = start
-for k = nc + 1, #KEYS do
+for k = nc + 1, last_write do
   local op = ARGV[a]
   if op == 'set' then
     if ARGV[a + 2] == '0' then redis.call('SET', KEYS[k], ARGV[a + 1])
@@ -81,7 +90,7 @@ for k = nc + 1, #KEYS do
     a = a + 3 + 2 * n
   end
 end
-return 1
+return reads(1)
 )lua";
 
 // SCAN's MATCH is a glob; a prefix is matched literally by escaping the glob's special characters.
@@ -305,7 +314,7 @@ std::vector<StreamEntry> RedisStore::stream_tail(std::string_view key, std::size
   return entries;
 }
 
-bool RedisStore::commit(const Transaction& transaction) {
+CommitResult RedisStore::commit(const Transaction& transaction) {
   transaction.validate();
   // Numbers formatted here live in `owned` (a deque: growing it never moves its strings, so the
   // views in `args` stay valid); everything else is viewed in place.
@@ -313,7 +322,9 @@ bool RedisStore::commit(const Transaction& transaction) {
   std::vector<std::string_view> keys, args;
   for (const auto& condition : transaction.conditions) keys.push_back(condition.key);
   for (const auto& write : transaction.writes) keys.push_back(write.key);
+  for (const auto& key : transaction.reads) keys.push_back(key);
   args.push_back(owned.emplace_back(std::to_string(transaction.conditions.size())));
+  args.push_back(owned.emplace_back(std::to_string(transaction.reads.size())));
   for (const auto& condition : transaction.conditions) {
     args.push_back(condition.value ? "1" : "0");
     args.push_back(condition.value ? std::string_view(*condition.value) : std::string_view());
@@ -351,7 +362,18 @@ bool RedisStore::commit(const Transaction& transaction) {
   }
   std::vector<std::string_view> keys_and_args = keys;
   keys_and_args.insert(keys_and_args.end(), args.begin(), args.end());
-  return checked(eval(kCommitScript, keys_and_args, keys.size(), false), "commit").integer == 1;
+  RedisReply reply = checked(eval(kCommitScript, keys_and_args, keys.size(), false), "commit");
+  if (reply.type != RedisReply::Type::kArray || reply.elements.size() != 1 + transaction.reads.size()) {
+    throw InvalidArgument("redis at " + endpoint_.display() + ": unexpected commit reply");
+  }
+  CommitResult result;
+  result.applied = reply.elements[0].integer == 1;
+  for (std::size_t i = 1; i < reply.elements.size(); ++i) {
+    auto& element = reply.elements[i];
+    result.values.push_back(element.type == RedisReply::Type::kString ? std::optional(std::move(element.str))
+                                                                       : std::nullopt);
+  }
+  return result;
 }
 
 }  // namespace hdp::elastic

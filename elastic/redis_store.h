@@ -59,7 +59,7 @@ class RedisStore final : public Store {
   std::vector<std::optional<std::string>> multi_get(const std::vector<std::string>& keys) override;
   std::map<std::string, std::string> hash_get_all(std::string_view key) override;
   std::vector<StreamEntry> stream_tail(std::string_view key, std::size_t count) override;
-  bool commit(const Transaction& transaction) override;
+  CommitResult commit(const Transaction& transaction) override;
 
   // Runs any command with the retry policy above (`idempotent` says whether it may run twice).
   // An error reply from the server is returned, not thrown.

@@ -62,8 +62,9 @@ class Store {
   virtual std::map<std::string, std::string> hash_get_all(std::string_view key) = 0;
   // The newest `count` entries of a stream written by Write::stream_append, oldest first.
   virtual std::vector<StreamEntry> stream_tail(std::string_view key, std::size_t count) = 0;
-  // Atomically: if every condition holds, apply every write and return true; else change nothing.
-  virtual bool commit(const Transaction& transaction) = 0;
+  // Atomically: if every condition holds, apply every write; else change nothing. Then read the
+  // transaction's read keys (one round trip for a lease refresh and the reads that go with it).
+  virtual CommitResult commit(const Transaction& transaction) = 0;
 };
 
 }  // namespace hdp::elastic

@@ -37,6 +37,11 @@ Transaction& Transaction::add(Write write) {
   return *this;
 }
 
+Transaction& Transaction::read(std::string key) {
+  reads.push_back(std::move(key));
+  return *this;
+}
+
 void Transaction::validate() const {
   for (const auto& write : writes) {
     switch (write.op) {

@@ -52,13 +52,25 @@ struct Write {
 struct Transaction {
   std::vector<Condition> conditions;
   std::vector<Write> writes;
+  std::vector<std::string> reads;  // string keys read after the writes, in the same atomic step
 
   Transaction& require(std::string key, std::string value);
   Transaction& require_absent(std::string key);
   Transaction& add(Write write);
+  Transaction& read(std::string key);
   // Throws InvalidArgument for a write that cannot be applied (TTL <= 0 on expire, no fields,
   // a stream without a length cap), naming the key.
   void validate() const;
+};
+
+// What Store::commit() returns: whether the writes were applied, and the values of the
+// transaction's reads (taken whether or not the conditions held; missing keys are nullopt).
+// Converts to bool (applied), so `if (store.commit(txn))` reads naturally.
+struct CommitResult {
+  bool applied = false;
+  std::vector<std::optional<std::string>> values;
+
+  operator bool() const { return applied; }  // NOLINT(google-explicit-constructor): see above
 };
 
 }  // namespace hdp::elastic

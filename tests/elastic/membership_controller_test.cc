@@ -106,11 +106,11 @@ TEST_F(ControllerTest, FailedSlotsLeaveAndRecoveredSlotsReturn) {
   join("b", 2);
   auto leader = controller();
   leader.tick();
-  ASSERT_TRUE(a.heartbeat({0, 1, 3}, 1));
+  ASSERT_TRUE(a.heartbeat({0, 1, 3}, 1).alive);
   ASSERT_EQ(leader.tick(), 2);
   EXPECT_EQ(current().world_size(), 5);
   EXPECT_EQ(current().members[0].slots, (std::vector<int>{0, 1, 3}));
-  ASSERT_TRUE(a.heartbeat({0, 1, 2, 3}, 2));
+  ASSERT_TRUE(a.heartbeat({0, 1, 2, 3}, 2).alive);
   ASSERT_EQ(leader.tick(), 3);
   EXPECT_EQ(current().world_size(), 6);
 }
@@ -133,7 +133,7 @@ TEST_F(ControllerTest, AnEvictedIncarnationIsNotAMemberAndItsReturnIsANewOne) {
   leader.tick();
   const std::string old = a.lease().incarnation;
   store_->erase(keys::node("a"));  // expired while the agent was paused
-  EXPECT_FALSE(a.heartbeat({0, 1}, 1));
+  EXPECT_FALSE(a.heartbeat({0, 1}, 1).alive);
   ASSERT_EQ(leader.tick(), 2);
   EXPECT_EQ(nodes(), (std::vector<std::string>{"b"}));
   a.register_new_incarnation(1s);
@@ -152,7 +152,7 @@ TEST_F(ControllerTest, ALeaderThatLostItsLeasePublishesNothing) {
 
 TEST_F(ControllerTest, GenerationNumbersNeverGoBackAfterTheStoreLosesThem) {
   auto& a = join("a");
-  ASSERT_TRUE(a.heartbeat({0, 1}, 41));  // the agent had seen generation 41 before a Redis wipe
+  ASSERT_TRUE(a.heartbeat({0, 1}, 41).alive);  // the agent had seen generation 41 before a Redis wipe
   auto leader = controller();
   ASSERT_EQ(leader.tick(), 42);
 }

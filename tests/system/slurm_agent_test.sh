@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# System test of `hdp agent` under Slurm: deploy/slurm/hdp.sbatch on the local three-node cluster
+# (slurm_cluster.sh) with a private redis-server on a free loopback port and smoke workers.
+#
+#   slurm_agent_test.sh SOURCE_DIR HDP_BINARY
+#
+# 1. The three agents register and a generation with n1, n2 and n3 is published.
+# 2. kill -9 of n3's agent: a newer generation without n3 follows within the lease plus a margin,
+#    the other two agents keep running (srun --kill-on-bad-exit=0), no process of n3's is left.
+# 3. `scancel --signal=USR1` (to the steps): the agents drain and exit 4, deregister (their node
+#    leases are gone), the job ends with exit code 4 and is not requeued, and nothing is left over.
+# Reports SKIP (exit 77) while `hdp agent` is not built, or without slurm-wlm, munge or redis.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=tests/system/slurm_cluster.sh
+source "$here/slurm_cluster.sh"
+
+(($# == 2)) || { echo "usage: $0 SOURCE_DIR HDP_BINARY" >&2; exit 2; }
+src=$(cd "$1" && pwd)
+hdp_bin=$(realpath -m -- "$2")
+sbatch_script=$src/deploy/slurm/hdp.sbatch
+
+# The hdp binary answers --help for any word after it; only the agent's own help names its flags.
+if ! help=$("$hdp_bin" agent --help 2>&1) || ! grep -q -- '--drain-timeout' <<<"$help"; then
+  echo "SKIP: hdp agent not built ($hdp_bin agent --help does not describe the agent)"
+  exit "$CLUSTER_SKIP"
+fi
+for tool in redis-server redis-cli; do
+  command -v "$tool" >/dev/null 2>&1 || { echo "SKIP: $tool is not installed"; exit "$CLUSTER_SKIP"; }
+done
+cluster_require
+cluster_isolate "$0" "$@"
+cluster_start
+
+readonly LEASE_MS=2000
+readonly NNODES=3
+
+# ---- Redis -------------------------------------------------------------------------------------------
+mkdir -p "$CLUSTER_DIR/redis"
+cluster_pick_port
+redis_port=$CLUSTER_PORT
+redis-server --bind 127.0.0.1 --port "$redis_port" --save '' --appendonly no \
+  --dir "$CLUSTER_DIR/redis" --logfile "$CLUSTER_DIR/log/redis.log" &
+CLUSTER_EXTRA_PIDS+=($!)
+redis() { timeout 5 redis-cli -h 127.0.0.1 -p "$redis_port" --raw "$@"; }
+wait_until 10 bash -c '[[ $(timeout 2 redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null) == PONG ]]' _ "$redis_port" ||
+  cluster_fail "redis-server did not answer on port $redis_port within 10 s"
+
+# ---- helpers --------------------------------------------------------------------------------------------
+# The job's keys (docs/redis-schema.md): hdp:<job>:gen is the current generation, hdp:<job>:gen:<g>
+# its members as JSON, hdp:<job>:node:<id> a node's lease.
+current_gen() { redis GET "hdp:$job:gen" 2>/dev/null | grep -E '^[0-9]+$' || true; }
+gen_members() { redis GET "hdp:$job:gen:$1" 2>/dev/null || true; }
+
+# gen_is GEN_MIN NODES...: the current generation is at least GEN_MIN and has exactly these nodes
+# of the cluster among its members.
+gen_is() {
+  local min=$1 g members node
+  shift
+  g=$(current_gen)
+  [[ -n $g ]] && ((g >= min)) || return 1
+  members=$(gen_members "$g")
+  for node in "${CLUSTER_NODES[@]}"; do
+    if [[ " $* " == *" $node "* ]]; then
+      grep -q "\"$node\"" <<<"$members" || return 1
+    else
+      ! grep -q "\"$node\"" <<<"$members" || return 1
+    fi
+  done
+}
+
+# argv_of PID: sets argv to the process's arguments, with an interpreter's name dropped when the
+# binary is a script (so that a wrapper script installed as hdp is recognised too).
+argv_of() {
+  mapfile -d '' -t argv <"/proc/$1/cmdline" 2>/dev/null || return 1
+  if [[ ${argv[0]:-} != "$hdp_bin" && ${argv[1]:-} == "$hdp_bin" ]]; then argv=("${argv[@]:1}"); fi
+}
+
+on_node() { tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null | grep -qx "SLURMD_NODENAME=$2"; }
+
+# agent_pid NODE: the agent process that runs on NODE (its arguments are "<hdp> agent ...").
+agent_pid() {
+  local node=$1 pid argv
+  for pid in $(cluster_pids_with_marker); do
+    on_node "$pid" "$node" && argv_of "$pid" || continue
+    if [[ ${argv[0]:-} == "$hdp_bin" && ${argv[1]:-} == agent ]]; then
+      echo "$pid"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# hdp_pids_on NODE: every process of the hdp binary (agent, workers) still running on NODE.
+hdp_pids_on() {
+  local node=$1 pid argv
+  for pid in $(cluster_pids_with_marker); do
+    on_node "$pid" "$node" && argv_of "$pid" || continue
+    if [[ ${argv[0]:-} == "$hdp_bin" ]]; then echo "$pid"; fi
+  done
+  return 0
+}
+
+no_hdp_process_on() {
+  local node
+  for node in "$@"; do [[ -z $(hdp_pids_on "$node") ]] || return 1; done
+}
+
+# ---- 1. all three nodes join ---------------------------------------------------------------------------
+export HDP_REDIS_URL=redis://127.0.0.1:$redis_port/0
+export HDP_BIN=$hdp_bin
+export HDP_NPROC_PER_NODE=1
+export HDP_LEASE_MS=$LEASE_MS
+export HDP_DRAIN_TIMEOUT=20
+job=$(sbatch --parsable --nodes=$NNODES --output="$CLUSTER_DIR/jobs/hdp-%j.out" "$sbatch_script" -- \
+  "$hdp_bin" train --smoke)
+log_file=$CLUSTER_DIR/jobs/hdp-$job.out
+cluster_log "job $job submitted; waiting for a generation with n1 n2 n3"
+wait_until 60 gen_is 1 n1 n2 n3 ||
+  cluster_fail "no generation with n1 n2 n3 within 60 s (gen '$(current_gen)': $(gen_members "$(current_gen)"))"
+gen_full=$(current_gen)
+for node in "${CLUSTER_NODES[@]}"; do
+  [[ $(redis EXISTS "hdp:$job:node:$node") == 1 ]] || cluster_fail "no lease hdp:$job:node:$node"
+  agent_pid "$node" >/dev/null || cluster_fail "no agent process on $node"
+done
+
+# ---- 2. one node's agent dies: the job resizes ------------------------------------------------------
+victim=$(agent_pid n3)
+cluster_log "generation $gen_full has all three nodes; kill -9 the agent on n3 (pid $victim)"
+kill -KILL "$victim"
+# The lease runs out after LEASE_MS; the leader then publishes the next generation. The margin
+# allows for a settle window and for a loaded two-core host.
+bound=$((LEASE_MS / 1000 + 6))
+wait_until "$bound" gen_is $((gen_full + 1)) n1 n2 ||
+  cluster_fail "no generation without n3 within $bound s of the kill (gen '$(current_gen)': $(gen_members "$(current_gen)"))"
+cluster_log "generation $(current_gen) has n1 n2"
+for node in n1 n2; do
+  agent_pid "$node" >/dev/null || cluster_fail "the agent on $node stopped when n3's agent died"
+done
+wait_until 10 no_hdp_process_on n3 || cluster_fail "processes of n3's dead agent are left: $(hdp_pids_on n3)"
+
+# ---- 3. drain ----------------------------------------------------------------------------------------
+cluster_log "scancel --signal=USR1: drain"
+scancel --signal=USR1 "$job"
+cluster_wait_job_state "$job" $((HDP_DRAIN_TIMEOUT + 20)) COMPLETED FAILED CANCELLED TIMEOUT ||
+  cluster_fail "job $job did not end within $((HDP_DRAIN_TIMEOUT + 20)) s of the drain signal"
+for node in n1 n2; do
+  grep -q "node $node: agent exited with 4" "$log_file" || cluster_fail "the agent on $node did not exit 4 (drained)"
+  [[ $(redis EXISTS "hdp:$job:node:$node") == 0 ]] || cluster_fail "$node's lease is still there after its drain"
+done
+[[ $(cluster_job_field "$job" ExitCode) == 4:0 ]] ||
+  cluster_fail "job $job ended with exit code $(cluster_job_field "$job" ExitCode), expected 4:0 (drained)"
+[[ $(cluster_job_field "$job" Restarts) == 0 ]] || cluster_fail "job $job was requeued after a drain to its steps"
+wait_until 10 no_hdp_process_on "${CLUSTER_NODES[@]}" ||
+  cluster_fail "hdp processes are left after the job ended: $(hdp_pids_on n1) $(hdp_pids_on n2) $(hdp_pids_on n3)"
+
+cluster_log "PASS"
