@@ -25,6 +25,7 @@ int run(int argc, char** argv) {
   add_status_command(app);
   add_run_command(app);
   add_plan_command(app);
+  add_ckpt_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

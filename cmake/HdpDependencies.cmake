@@ -10,6 +10,9 @@ find_package(HDF5 REQUIRED COMPONENTS C)
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 pkg_check_modules(SYSTEMD REQUIRED IMPORTED_TARGET libsystemd)
+# CPU compute: OpenMP for the kernel loops, OpenBLAS (cblas_sgemm) for the GEMMs.
+find_package(OpenMP REQUIRED COMPONENTS CXX)
+pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
 
 # Gloo's Debian config names the library "gloo" without an include path on the target.
 if(TARGET gloo)

@@ -1,0 +1,80 @@
+// File: checkpoint/hdf5_file.h
+//
+// A thin RAII layer over the HDF5 C API: exactly the calls a shard file needs. Every failure
+// throws hdp::FatalError naming the file, the object and the HDF5 call. Datasets are 1-D,
+// contiguous, with fill disabled, so that a write goes straight from the caller's buffer to disk.
+// libhdf5 must be the thread-safe build: ranks-as-threads and the async writers call it from
+// several threads, and the library serialises them with its global lock.
+#pragma once
+
+#include <hdf5.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace hdp::checkpoint {
+
+// Owns one hid_t and closes it with the matching H5*close.
+class Hid {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  Hid() = default;
+  Hid(hid_t id, Closer closer) : id_(id), closer_(closer) {}
+  ~Hid() { reset(); }
+  Hid(Hid&& other) noexcept : id_(other.id_), closer_(other.closer_) { other.id_ = H5I_INVALID_HID; }
+  Hid& operator=(Hid&& other) noexcept;
+  Hid(const Hid&) = delete;
+  Hid& operator=(const Hid&) = delete;
+  hid_t get() const { return id_; }
+  // Gives up ownership without closing.
+  hid_t release();
+  void reset();
+
+ private:
+  hid_t id_ = H5I_INVALID_HID;
+  Closer closer_ = nullptr;
+};
+
+class Hdf5File {
+ public:
+  // Truncates or creates `path` for writing; HDF5 file locking is off (the directory protocol
+  // gives each file one writer, and locking fails on NFS and Lustre).
+  static Hdf5File create(const std::filesystem::path& path);
+  static Hdf5File open_read(const std::filesystem::path& path);
+
+  const std::filesystem::path& path() const { return path_; }
+
+  // Creates the 1-D dataset `name` ("/params/model.norm.weight"; missing groups are created) and
+  // writes `data` into it.
+  void write_floats(const std::string& name, std::span<const float> data);
+  void write_bytes(const std::string& name, std::span<const std::uint8_t> data);
+  // Sets an int64 attribute on an existing object (a group or dataset).
+  void set_attribute(const std::string& object, const std::string& attribute, std::int64_t value);
+
+  // Elements of a 1-D dataset.
+  std::int64_t length(const std::string& name) const;
+  // Reads elements [offset, offset + out.size()) of a 1-D float dataset.
+  void read_floats(const std::string& name, std::int64_t offset, std::span<float> out) const;
+  std::vector<std::uint8_t> read_bytes(const std::string& name) const;
+  // Byte offset of a contiguous dataset's raw data inside the file (tests flip bytes there).
+  std::uint64_t raw_data_offset(const std::string& name) const;
+
+  // Flushes HDF5's caches, fsyncs through the VFD's file descriptor (H5Fflush alone does not
+  // fsync: the sec2 driver has no flush callback), closes the file, then fsyncs once more what
+  // H5Fclose wrote. May block on the disk.
+  void close_durably();
+
+ private:
+  Hdf5File(std::filesystem::path path, Hid file) : path_(std::move(path)), file_(std::move(file)) {}
+  Hid open_dataset(const std::string& name) const;
+  void write_dataset(const std::string& name, hid_t type, std::int64_t length, const void* data);
+  [[noreturn]] void fail(const std::string& what) const;
+
+  std::filesystem::path path_;
+  Hid file_;
+};
+
+}  // namespace hdp::checkpoint

@@ -1,0 +1,72 @@
+#include "checkpoint/posix_io.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "common/error.h"
+
+namespace hdp::checkpoint {
+namespace {
+
+[[noreturn]] void fail(const std::string& what, const std::filesystem::path& path) {
+  throw FatalError(what + " " + path.string() + ": " + std::strerror(errno));
+}
+
+// Closes the descriptor on every path out of a function.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+void fsync_path(const std::filesystem::path& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) fail("cannot open", path);
+  if (::fsync(fd.get()) != 0) fail("cannot fsync", path);
+}
+
+void write_file_durably(const std::filesystem::path& path, std::string_view content) {
+  Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd.get() < 0) fail("cannot create", path);
+  std::size_t done = 0;
+  while (done < content.size()) {
+    const ssize_t n = ::write(fd.get(), content.data() + done, content.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("cannot write", path);
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd.get()) != 0) fail("cannot fsync", path);
+}
+
+void replace_file_atomically(const std::filesystem::path& path, std::string_view content) {
+  std::filesystem::path tmp = path;
+  tmp += ".tmp";
+  write_file_durably(tmp, content);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot rename onto", path);
+  fsync_path(path.parent_path());
+}
+
+std::string read_small_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw FatalError("cannot read " + path.string());
+  std::stringstream content;
+  content << in.rdbuf();
+  return content.str();
+}
+
+}  // namespace hdp::checkpoint

@@ -1,0 +1,227 @@
+#include "kernels/cpu/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/cpu/blas.h"
+#include "kernels/cpu/exp.h"
+#include "kernels/cpu/parallel.h"
+
+namespace hdp::kernels::cpu {
+namespace {
+
+// Tile sizes: 64 query rows x 128 keys; a score tile (32 KiB) and the output accumulator stay in L2.
+// Other shapes from 32 x 64 to 128 x 256, and 64 x 1024, were not measurably faster in bench/ops on
+// the (loaded) development machine. The tile GEMMs run on the calling OpenMP worker (blas.h).
+constexpr int64_t kBq = 64;
+constexpr int64_t kBk = 128;
+
+// One (sequence, head, tile) unit of work; threads take them dynamically (causal tiles differ in cost).
+struct Task {
+  int64_t seq;
+  int head;
+  int64_t start;
+};
+
+// Shared geometry of forward and backward.
+template <typename T>
+struct Geometry {
+  const AttentionLayout& l;
+  int64_t ldq() const { return int64_t(l.n_heads) * l.head_dim; }
+  int64_t ldk() const { return int64_t(l.n_kv_heads) * l.head_dim; }
+  int64_t q_len(int64_t b) const { return l.cu_q[b + 1] - l.cu_q[b]; }
+  int64_t k_len(int64_t b) const { return l.cu_k[b + 1] - l.cu_k[b]; }
+  // Number of leading keys of sequence b that local query row i sees.
+  int64_t visible(int64_t b, int64_t i) const {
+    if (!l.causal) return k_len(b);
+    return std::clamp<int64_t>(l.q_pos[b] + i - l.k_pos[b] + 1, 0, k_len(b));
+  }
+  // S = scale * Q[i0:i0+m] K[j0:j0+n]^T for query head h, into s with leading dimension kBk.
+  void scores(const T* q, const T* k, int64_t b, int h, int64_t i0, int64_t m, int64_t j0, int64_t n,
+              T* s) const {
+    const int g = h / l.group();
+    gemm<T>(false, true, m, n, l.head_dim, T(l.scale), q + ((l.cu_q[b] + i0) * l.n_heads + h) * l.head_dim,
+            ldq(), k + ((l.cu_k[b] + j0) * l.n_kv_heads + g) * l.head_dim, ldk(), T(0), s, kBk);
+  }
+  std::vector<Task> tasks(int heads, bool over_queries) const {
+    std::vector<Task> out;
+    const int64_t tile = over_queries ? kBq : kBk;
+    for (int64_t b = 0; b < l.n_seqs(); ++b) {
+      const int64_t len = over_queries ? q_len(b) : k_len(b);
+      for (int h = 0; h < heads; ++h)
+        for (int64_t s = 0; s < len; s += tile) out.push_back({b, h, s});
+    }
+    return out;
+  }
+};
+
+// An upper bound on the multiply-adds of a task list (each task at most one full tile row).
+int64_t tile_work(size_t tasks, const AttentionLayout& l) {
+  return static_cast<int64_t>(tasks) * kBq * kBk * l.head_dim;
+}
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+template <typename T>
+void forward_tile(const Geometry<T>& geo, const Task& t, const T* q, const T* k, const T* v, T* out, T* lse,
+                  std::vector<T>& s, std::vector<T>& acc) {
+  const AttentionLayout& l = geo.l;
+  const int64_t d = l.head_dim, b = t.seq, i0 = t.start;
+  const int64_t m = std::min(kBq, geo.q_len(b) - i0);
+  const int g = t.head / l.group();
+  T row_max[kBq], row_sum[kBq];
+  std::fill_n(row_max, m, T(kNegInf));
+  std::fill_n(row_sum, m, T(0));
+  std::fill_n(acc.data(), m * d, T(0));
+  const int64_t k_end = geo.visible(b, i0 + m - 1);
+  for (int64_t j0 = 0; j0 < k_end; j0 += kBk) {
+    const int64_t n = std::min(kBk, k_end - j0);
+    geo.scores(q, k, b, t.head, i0, m, j0, n, s.data());
+    for (int64_t r = 0; r < m; ++r) {
+      T* sr = s.data() + r * kBk;
+      const int64_t lim = std::clamp<int64_t>(geo.visible(b, i0 + r) - j0, 0, n);
+      T mx = row_max[r];
+#pragma omp simd reduction(max : mx)
+      for (int64_t c = 0; c < lim; ++c) mx = sr[c] > mx ? sr[c] : mx;
+      if (mx == T(kNegInf)) {  // nothing visible yet: the row contributes nothing
+        std::fill_n(sr, n, T(0));
+        continue;
+      }
+      const T alpha = std::exp(row_max[r] - mx);  // rescales what earlier tiles accumulated
+      const T sum = exp_shift_sum(sr, lim, mx);
+      std::fill(sr + lim, sr + n, T(0));
+      row_sum[r] = row_sum[r] * alpha + sum;
+      row_max[r] = mx;
+#pragma omp simd
+      for (int64_t c = 0; c < d; ++c) acc[r * d + c] *= alpha;
+    }
+    gemm<T>(false, false, m, d, n, T(1), s.data(), kBk, v + ((l.cu_k[b] + j0) * l.n_kv_heads + g) * d, geo.ldk(),
+            T(1), acc.data(), d);
+  }
+  for (int64_t r = 0; r < m; ++r) {
+    const int64_t row = (l.cu_q[b] + i0 + r) * l.n_heads + t.head;
+    T* o = out + row * d;
+    if (row_sum[r] == T(0)) {
+      std::fill_n(o, d, T(0));
+      lse[row] = T(kNegInf);
+      continue;
+    }
+    for (int64_t c = 0; c < d; ++c) o[c] = acc[r * d + c] / row_sum[r];
+    lse[row] = row_max[r] + std::log(row_sum[r]);
+  }
+}
+
+// Backward state: the recomputed probabilities P and score gradients dS of one (q tile, k tile) pair.
+template <typename T>
+struct Backward {
+  const Geometry<T>& geo;
+  const T *q, *k, *v, *lse, *dout, *delta;  // delta[row] = dout . out - dlse
+
+  // Fills p (probabilities) and ds = P * (dout V^T - delta) for query head h.
+  void tile(int64_t b, int h, int64_t i0, int64_t m, int64_t j0, int64_t n, T* p, T* ds) const {
+    const AttentionLayout& l = geo.l;
+    const int64_t d = l.head_dim;
+    geo.scores(q, k, b, h, i0, m, j0, n, p);
+    gemm<T>(false, true, m, n, d, T(1), dout + ((l.cu_q[b] + i0) * l.n_heads + h) * d, geo.ldq(),
+            v + ((l.cu_k[b] + j0) * l.n_kv_heads + h / l.group()) * d, geo.ldk(), T(0), ds, kBk);
+    for (int64_t r = 0; r < m; ++r) {
+      const int64_t row = (l.cu_q[b] + i0 + r) * l.n_heads + h;
+      const int64_t lim = std::clamp<int64_t>(geo.visible(b, i0 + r) - j0, 0, n);
+      T* pr = p + r * kBk;
+      T* dsr = ds + r * kBk;
+      exp_shift_sum(pr, lim, lse[row]);
+      std::fill(pr + lim, pr + n, T(0));
+      for (int64_t c = 0; c < n; ++c) dsr[c] = pr[c] * (dsr[c] - delta[row]);
+    }
+  }
+};
+
+}  // namespace
+
+template <typename T>
+void attention_forward(const AttentionLayout& layout, const T* q, const T* k, const T* v, T* out, T* lse) {
+  const Geometry<T> geo{layout};
+  const std::vector<Task> tasks = geo.tasks(layout.n_heads, true);
+#pragma omp parallel if (worth_parallel(tile_work(tasks.size(), layout)))
+  {
+    std::vector<T> s(kBq * kBk), acc(kBq * layout.head_dim);
+#pragma omp for schedule(dynamic)
+    for (size_t i = 0; i < tasks.size(); ++i) forward_tile(geo, tasks[i], q, k, v, out, lse, s, acc);
+  }
+}
+
+template <typename T>
+void attention_backward(const AttentionLayout& layout, const T* q, const T* k, const T* v, const T* out,
+                        const T* lse, const T* dout, const T* dlse, T* dq, T* dk, T* dv) {
+  const Geometry<T> geo{layout};
+  const AttentionLayout& l = layout;
+  const int64_t d = l.head_dim, rows = l.tq * l.n_heads;
+  std::vector<T> delta(rows);
+#pragma omp parallel for schedule(static) if (worth_parallel(rows * d))
+  for (int64_t r = 0; r < rows; ++r) {
+    T dot = 0;
+    for (int64_t c = 0; c < d; ++c) dot += dout[r * d + c] * out[r * d + c];
+    delta[r] = dot - (dlse ? dlse[r] : T(0));
+  }
+  const Backward<T> bw{geo, q, k, v, lse, dout, delta.data()};
+
+  // Pass 1: each task owns the dq rows of one query tile and head.
+  const std::vector<Task> q_tasks = geo.tasks(l.n_heads, true);
+#pragma omp parallel if (worth_parallel(tile_work(q_tasks.size(), l)))
+  {
+    std::vector<T> p(kBq * kBk), ds(kBq * kBk);
+#pragma omp for schedule(dynamic)
+    for (size_t i = 0; i < q_tasks.size(); ++i) {
+      const Task& t = q_tasks[i];
+      const int64_t m = std::min(kBq, geo.q_len(t.seq) - t.start);
+      const int64_t k_end = geo.visible(t.seq, t.start + m - 1);
+      for (int64_t j0 = 0; j0 < k_end; j0 += kBk) {
+        const int64_t n = std::min(kBk, k_end - j0);
+        bw.tile(t.seq, t.head, t.start, m, j0, n, p.data(), ds.data());
+        gemm<T>(false, false, m, d, n, T(l.scale), ds.data(), kBk,
+                k + ((l.cu_k[t.seq] + j0) * l.n_kv_heads + t.head / l.group()) * d, geo.ldk(), T(1),
+                dq + ((l.cu_q[t.seq] + t.start) * l.n_heads + t.head) * d, geo.ldq());
+      }
+    }
+  }
+
+  // Pass 2: each task owns the dk/dv rows of one key tile and kv head, summed over its query heads.
+  const std::vector<Task> k_tasks = geo.tasks(l.n_kv_heads, false);
+#pragma omp parallel if (worth_parallel(tile_work(k_tasks.size(), l)))
+  {
+    std::vector<T> p(kBq * kBk), ds(kBq * kBk);
+#pragma omp for schedule(dynamic)
+    for (size_t i = 0; i < k_tasks.size(); ++i) {
+      const Task& t = k_tasks[i];
+      const int64_t b = t.seq, j0 = t.start, n = std::min(kBk, geo.k_len(b) - j0);
+      T* dk_tile = dk + ((l.cu_k[b] + j0) * l.n_kv_heads + t.head) * d;
+      T* dv_tile = dv + ((l.cu_k[b] + j0) * l.n_kv_heads + t.head) * d;
+      for (int h = t.head * l.group(); h < (t.head + 1) * l.group(); ++h) {
+        for (int64_t i0 = 0; i0 < geo.q_len(b); i0 += kBq) {
+          const int64_t m = std::min(kBq, geo.q_len(b) - i0);
+          if (geo.visible(b, i0 + m - 1) <= j0) continue;  // this query tile sees none of these keys
+          bw.tile(b, h, i0, m, j0, n, p.data(), ds.data());
+          const T* q_rows = q + ((l.cu_q[b] + i0) * l.n_heads + h) * d;
+          const T* do_rows = dout + ((l.cu_q[b] + i0) * l.n_heads + h) * d;
+          gemm<T>(true, false, n, d, m, T(1), p.data(), kBk, do_rows, geo.ldq(), T(1), dv_tile, geo.ldk());
+          gemm<T>(true, false, n, d, m, T(l.scale), ds.data(), kBk, q_rows, geo.ldq(), T(1), dk_tile, geo.ldk());
+        }
+      }
+    }
+  }
+}
+
+template void attention_forward<float>(const AttentionLayout&, const float*, const float*, const float*, float*,
+                                       float*);
+template void attention_forward<double>(const AttentionLayout&, const double*, const double*, const double*,
+                                        double*, double*);
+template void attention_backward<float>(const AttentionLayout&, const float*, const float*, const float*,
+                                        const float*, const float*, const float*, const float*, float*, float*,
+                                        float*);
+template void attention_backward<double>(const AttentionLayout&, const double*, const double*, const double*,
+                                         const double*, const double*, const double*, const double*, double*,
+                                         double*, double*);
+
+}  // namespace hdp::kernels::cpu

@@ -1,0 +1,42 @@
+#include "kernels/cuda/memory.h"
+
+#include "kernels/cuda/check.h"
+
+namespace hdp::kernels::cuda {
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // "no device" / "no driver" is an answer here, not an error to keep
+    return 0;
+  }
+  return n;
+}
+
+void* device_alloc(size_t bytes) {
+  void* ptr = nullptr;
+  if (bytes > 0) CUDA_CHECK(cudaMalloc(&ptr, bytes));
+  return ptr;
+}
+
+void device_free(void* ptr) noexcept {
+  if (ptr) cudaFree(ptr);  // a destructor path: nothing useful to do with an error here
+}
+
+void copy_host_to_device(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+}
+
+void copy_device_to_host(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+
+void copy_device_to_device(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+}
+
+void device_zero(void* ptr, size_t bytes) {
+  if (bytes > 0) CUDA_CHECK(cudaMemset(ptr, 0, bytes));
+}
+
+}  // namespace hdp::kernels::cuda

@@ -1,0 +1,43 @@
+#include "ops/adamw.h"
+
+#include "hdp/config.h"
+#include "ops/check.h"
+#include "ops/dispatch.h"
+#if HDP_HAVE_CUDA
+#include "kernels/cuda/loss_optim.h"
+#endif
+
+namespace hdp::ops {
+
+void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, AdamWParams params,
+                double grad_norm, double max_grad_norm) {
+  constexpr const char* kOp = "adamw_step";
+  detail::expect_dtype(kOp, "param", param, DType::kF32);
+  detail::expect_args(kOp, param, {{"grad", grad, param.shape()}, {"m", m, param.shape()}, {"v", v, param.shape()}});
+  detail::expect(params.step >= 1, kOp, "step must be >= 1, got " + std::to_string(params.step));
+  params.grad_scale = kernels::clip_scale(grad_norm, max_grad_norm);
+  if (param.device() == Device::kCuda) {
+#if HDP_HAVE_CUDA
+    kernels::cuda::adamw_step(param.data<float>(), grad.data<float>(), m.data<float>(), v.data<float>(), param.numel(),
+                              params);
+#endif
+    return;
+  }
+  kernels::cpu::adamw_step(param.data<float>(), grad.data<float>(), m.data<float>(), v.data<float>(), param.numel(),
+                           params);
+}
+
+double sum_squares(const Tensor& x) {
+  detail::expect_compute("sum_squares", "x", x);
+  if (x.device() == Device::kCuda) {
+#if HDP_HAVE_CUDA
+    return kernels::cuda::sum_squares(x.data<float>(), x.numel());
+#endif
+  }
+  return detail::dispatch_cpu(x, [&](auto tag) {
+    using T = decltype(tag);
+    return kernels::cpu::sum_squares<T>(x.data<T>(), x.numel());
+  });
+}
+
+}  // namespace hdp::ops

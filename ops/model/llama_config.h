@@ -1,0 +1,29 @@
+// File: ops/model/llama_config.h
+//
+// The shape of a LLaMA-style decoder, with Hugging Face LlamaConfig's meaning for every field.
+// The defaults are the byte-level (256-token) 4-layer, d_model 256 model of bench/ops.
+#pragma once
+
+#include <cstdint>
+
+namespace hdp::ops::model {
+
+struct LlamaConfig {
+  int vocab_size = 256;  // bytes: no tokenizer needed
+  int d_model = 256;     // hidden_size
+  int n_layers = 4;      // num_hidden_layers
+  int n_heads = 4;       // num_attention_heads
+  int n_kv_heads = 4;    // num_key_value_heads (GQA when < n_heads)
+  int ffn_dim = 768;     // intermediate_size
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;  // rms_norm_eps
+
+  int head_dim() const { return d_model / n_heads; }
+  // Throws InvalidArgument naming the field when the shape is inconsistent.
+  void validate() const;
+  // Multiply-adds of one token through the weights, times 2: the GEMM FLOPs of a forward pass,
+  // excluding attention's score and value products (see attention_flops).
+  int64_t weight_flops_per_token() const;
+};
+
+}  // namespace hdp::ops::model

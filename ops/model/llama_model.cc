@@ -1,0 +1,123 @@
+#include "ops/model/llama_model.h"
+
+#include "common/error.h"
+#include "ops/add.h"
+#include "ops/cross_entropy.h"
+#include "ops/embedding.h"
+#include "ops/linear.h"
+#include "ops/rope.h"
+#include "ops/swiglu.h"
+
+namespace hdp::ops::model {
+
+Batch pack_documents(const std::vector<std::vector<int32_t>>& documents, Device device) {
+  std::vector<int32_t> tokens, targets;
+  std::vector<int64_t> positions;
+  Batch b;
+  b.cu_seqlens.push_back(0);
+  for (const std::vector<int32_t>& doc : documents) {
+    for (size_t i = 0; i < doc.size(); ++i) {
+      tokens.push_back(doc[i]);
+      targets.push_back(i + 1 < doc.size() ? doc[i + 1] : -1);
+      positions.push_back(static_cast<int64_t>(i));
+    }
+    b.cu_seqlens.push_back(static_cast<int32_t>(tokens.size()));
+  }
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  b.tokens = Tensor::from_vector(tokens, {n}).to(device);
+  b.targets = Tensor::from_vector(targets, {n}).to(device);
+  b.positions = Tensor::from_vector(positions, {n}).to(device);
+  return b;
+}
+
+LlamaModel::LlamaModel(const LlamaConfig& config, DType dtype, Device device) : config_(config) {
+  const int64_t n = param_count(config_);  // validates the config
+  params_ = Tensor::zeros({n}, dtype, device);
+  grads_ = Tensor::zeros({n}, dtype, device);
+  weights_ = bind_weights(config_, params_);
+  grad_views_ = bind_weights(config_, grads_);
+}
+
+void LlamaModel::init(uint64_t seed) { init_params(config_, params_, seed); }
+
+void LlamaModel::zero_grad() { grads_.zero_(); }
+
+double LlamaModel::forward(const Batch& batch) {
+  const LlamaConfig& c = config_;
+  if (!batch.tokens.defined() || batch.tokens.rank() != 1)
+    throw InvalidArgument("LlamaModel::forward: tokens is " + batch.tokens.describe() + ", expected i32 [T]");
+  const int64_t t = batch.tokens.dim(0), hd = c.head_dim();
+  batch_ = batch;
+  spec_ = AttentionSpec::packed(batch.cu_seqlens);
+  acts_.assign(static_cast<size_t>(c.n_layers), LayerActs{});
+
+  Tensor x = embedding_forward(batch.tokens, weights_.embed);
+  for (int i = 0; i < c.n_layers; ++i) {
+    const LayerWeights& w = weights_.layers[static_cast<size_t>(i)];
+    LayerActs& a = acts_[static_cast<size_t>(i)];
+    a.x = x;
+    a.n1 = rmsnorm_forward(x, w.input_norm, c.norm_eps);
+    a.q = rope_forward(linear_forward(a.n1.y, w.q).reshape({t, c.n_heads, hd}), batch.positions, c.rope_theta);
+    a.k = rope_forward(linear_forward(a.n1.y, w.k).reshape({t, c.n_kv_heads, hd}), batch.positions, c.rope_theta);
+    a.v = linear_forward(a.n1.y, w.v).reshape({t, c.n_kv_heads, hd});
+    a.att = attention_forward(a.q, a.k, a.v, spec_);
+    a.x_mid = x.clone();
+    add_(a.x_mid, linear_forward(a.att.out.reshape({t, c.n_heads * hd}), w.o));
+    a.n2 = rmsnorm_forward(a.x_mid, w.post_norm, c.norm_eps);
+    a.gate = linear_forward(a.n2.y, w.gate);
+    a.up = linear_forward(a.n2.y, w.up);
+    a.h = swiglu_forward(a.gate, a.up);
+    x = a.x_mid.clone();
+    add_(x, linear_forward(a.h, w.down));
+  }
+  x_final_ = x;
+  n_final_ = rmsnorm_forward(x, weights_.norm, c.norm_eps);
+  logits_ = linear_forward(n_final_.y, weights_.lm_head);
+  CrossEntropyOutput ce = cross_entropy_forward(logits_, batch.targets);
+  ce_lse_ = ce.lse;
+  return ce.loss_sum;
+}
+
+void LlamaModel::backward(double dloss) {
+  const LlamaConfig& c = config_;
+  if (!logits_.defined()) throw InvalidArgument("LlamaModel::backward: called without a forward()");
+  const int64_t t = batch_.tokens.dim(0), hd = c.head_dim();
+
+  Tensor dlogits = zeros_like(logits_);
+  cross_entropy_backward(logits_, batch_.targets, ce_lse_, dloss, dlogits);
+  Tensor dn = zeros_like(n_final_.y);
+  linear_backward(n_final_.y, weights_.lm_head, dlogits, dn, grad_views_.lm_head);
+  Tensor dx = zeros_like(x_final_);  // gradient of the residual stream, walked down the layers
+  rmsnorm_backward(x_final_, weights_.norm, n_final_.rstd, dn, dx, grad_views_.norm);
+
+  for (int i = c.n_layers - 1; i >= 0; --i) {
+    const LayerWeights& w = weights_.layers[static_cast<size_t>(i)];
+    const LayerWeights& g = grad_views_.layers[static_cast<size_t>(i)];
+    const LayerActs& a = acts_[static_cast<size_t>(i)];
+    // x_next = x_mid + down(h): dx reaches x_mid unchanged and h through down_proj.
+    Tensor dh = zeros_like(a.h);
+    linear_backward(a.h, w.down, dx, dh, g.down);
+    Tensor dgate = zeros_like(a.gate), dup = zeros_like(a.up);
+    swiglu_backward(a.gate, a.up, dh, dgate, dup);
+    Tensor dn2 = zeros_like(a.n2.y);
+    linear_backward(a.n2.y, w.gate, dgate, dn2, g.gate);
+    linear_backward(a.n2.y, w.up, dup, dn2, g.up);
+    rmsnorm_backward(a.x_mid, w.post_norm, a.n2.rstd, dn2, dx, g.post_norm);  // dx is now d x_mid
+    // x_mid = x + o(attention(...)): same split.
+    Tensor datt = Tensor::zeros({t, c.n_heads * hd}, dx.dtype(), dx.device());
+    linear_backward(a.att.out.reshape({t, c.n_heads * hd}), w.o, dx, datt, g.o);
+    Tensor dq = zeros_like(a.q), dk = zeros_like(a.k), dv = zeros_like(a.v);
+    attention_backward(a.q, a.k, a.v, spec_, a.att, datt.reshape(a.q.shape()), Tensor(), dq, dk, dv);
+    Tensor dq_lin = zeros_like(dq), dk_lin = zeros_like(dk);
+    rope_backward(dq, batch_.positions, c.rope_theta, dq_lin);
+    rope_backward(dk, batch_.positions, c.rope_theta, dk_lin);
+    Tensor dn1 = zeros_like(a.n1.y);
+    linear_backward(a.n1.y, w.q, dq_lin.reshape({t, c.n_heads * hd}), dn1, g.q);
+    linear_backward(a.n1.y, w.k, dk_lin.reshape({t, c.n_kv_heads * hd}), dn1, g.k);
+    linear_backward(a.n1.y, w.v, dv.reshape({t, c.n_kv_heads * hd}), dn1, g.v);
+    rmsnorm_backward(a.x, w.input_norm, a.n1.rstd, dn1, dx, g.input_norm);  // dx is now d x
+  }
+  embedding_backward(batch_.tokens, dx, grad_views_.embed);
+}
+
+}  // namespace hdp::ops::model

@@ -1,0 +1,133 @@
+#include "ops/model/llama_params.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "common/error.h"
+
+namespace hdp::ops::model {
+
+std::vector<ParamEntry> param_layout(const LlamaConfig& config) {
+  config.validate();
+  const int64_t d = config.d_model, v = config.vocab_size, f = config.ffn_dim;
+  const int64_t q_out = int64_t(config.n_heads) * config.head_dim();
+  const int64_t kv_out = int64_t(config.n_kv_heads) * config.head_dim();
+  std::vector<ParamEntry> out;
+  int64_t offset = 0;
+  auto add = [&](std::string name, Shape shape) {
+    ParamEntry e{std::move(name), offset, std::move(shape)};
+    int64_t n = 1;
+    for (int64_t s : e.shape) n *= s;
+    offset += n;
+    out.push_back(std::move(e));
+  };
+  add("model.embed_tokens.weight", {v, d});
+  for (int i = 0; i < config.n_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    add(p + "input_layernorm.weight", {d});
+    add(p + "self_attn.q_proj.weight", {q_out, d});
+    add(p + "self_attn.k_proj.weight", {kv_out, d});
+    add(p + "self_attn.v_proj.weight", {kv_out, d});
+    add(p + "self_attn.o_proj.weight", {d, q_out});
+    add(p + "post_attention_layernorm.weight", {d});
+    add(p + "mlp.gate_proj.weight", {f, d});
+    add(p + "mlp.up_proj.weight", {f, d});
+    add(p + "mlp.down_proj.weight", {d, f});
+  }
+  add("model.norm.weight", {d});
+  add("lm_head.weight", {v, d});
+  return out;
+}
+
+int64_t param_count(const LlamaConfig& config) {
+  const std::vector<ParamEntry> layout = param_layout(config);
+  const ParamEntry& last = layout.back();
+  return last.offset + last.shape[0] * last.shape[1];
+}
+
+namespace {
+
+void check_flat(const LlamaConfig& config, const Tensor& flat, const char* op) {
+  const int64_t n = param_count(config);
+  if (!flat.defined() || flat.shape() != Shape{n})
+    throw InvalidArgument(std::string(op) + ": flat buffer is " + flat.describe() + ", expected shape [" +
+                          std::to_string(n) + "]");
+}
+
+}  // namespace
+
+LlamaWeights bind_weights(const LlamaConfig& config, const Tensor& flat) {
+  check_flat(config, flat, "bind_weights");
+  const std::vector<ParamEntry> layout = param_layout(config);
+  size_t next = 0;
+  auto view = [&]() {
+    const ParamEntry& e = layout[next++];
+    return flat.view(e.offset, e.shape);
+  };
+  LlamaWeights w;
+  w.embed = view();
+  w.layers.resize(static_cast<size_t>(config.n_layers));
+  for (LayerWeights& l : w.layers) {
+    l.input_norm = view();
+    l.q = view();
+    l.k = view();
+    l.v = view();
+    l.o = view();
+    l.post_norm = view();
+    l.gate = view();
+    l.up = view();
+    l.down = view();
+  }
+  w.norm = view();
+  w.lm_head = view();
+  return w;
+}
+
+Tensor named_view(const LlamaConfig& config, const Tensor& flat, const std::string& name) {
+  check_flat(config, flat, "named_view");
+  for (const ParamEntry& e : param_layout(config))
+    if (e.name == name) return flat.view(e.offset, e.shape);
+  throw InvalidArgument("named_view: no parameter named '" + name + "'");
+}
+
+namespace {
+
+// splitmix64: a tiny generator whose output is fixed by its definition, unlike std distributions.
+struct SplitMix64 {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return (double(next() >> 11) + 0.5) * 0x1.0p-53; }  // in (0, 1)
+};
+
+}  // namespace
+
+void init_params(const LlamaConfig& config, const Tensor& flat, uint64_t seed) {
+  check_flat(config, flat, "init_params");
+  constexpr double kStd = 0.02;
+  std::vector<double> values(static_cast<size_t>(flat.numel()));
+  SplitMix64 rng{seed};
+  for (const ParamEntry& e : param_layout(config)) {
+    const bool is_norm = e.shape.size() == 1;
+    const int64_t n = is_norm ? e.shape[0] : e.shape[0] * e.shape[1];
+    for (int64_t i = 0; i < n; ++i) {
+      double x = 1.0;
+      if (!is_norm) {
+        const double u1 = rng.uniform(), u2 = rng.uniform();
+        x = kStd * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+      }
+      values[static_cast<size_t>(e.offset + i)] = x;
+    }
+  }
+  if (flat.dtype() == DType::kF64) {
+    flat.copy_from(Tensor::from_vector(values, flat.shape()));
+    return;
+  }
+  flat.copy_from(Tensor::from_vector(std::vector<float>(values.begin(), values.end()), flat.shape()));
+}
+
+}  // namespace hdp::ops::model
