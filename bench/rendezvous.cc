@@ -161,12 +161,19 @@ int main(int argc, char** argv) {
     leader.try_acquire_or_renew();
     if (auto published = controller.tick()) generation = *published;
   };
+  std::size_t members_seen = 0;
   while (first_generation_s < 0) {
+    if (Clock::now() - start > std::chrono::seconds(120)) {
+      std::cerr << "rendezvous: no generation with all " << s.nodes << " nodes within 120 s (registered "
+                << registered << ", largest generation " << members_seen << " nodes)\n";
+      std::exit(1);
+    }
     tick();
     if (registered_s < 0 && registered == s.nodes) registered_s = seconds(Clock::now() - start);
     auto record = leader_store->get(elastic::keys::generation(generation));
-    if (record && elastic::decode_generation(*record, "gen").members.size() == static_cast<size_t>(s.nodes)) {
-      first_generation_s = seconds(Clock::now() - start);
+    if (record) {
+      members_seen = elastic::decode_generation(*record, "gen").members.size();
+      if (members_seen == static_cast<size_t>(s.nodes)) first_generation_s = seconds(Clock::now() - start);
     }
     std::this_thread::sleep_for(milliseconds(200));
   }
@@ -194,6 +201,10 @@ int main(int argc, char** argv) {
   }
   const std::int64_t before_generation = generation;
   while (generation == before_generation) {
+    if (Clock::now() - expiry > std::chrono::seconds(30)) {
+      std::cerr << "rendezvous: no new generation within 30 s of node" << victim << "'s lease expiry\n";
+      std::exit(1);
+    }
     tick();
     std::this_thread::sleep_for(milliseconds(200));
   }

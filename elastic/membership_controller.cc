@@ -57,16 +57,34 @@ void MembershipController::read_new_joins(std::int64_t join_count) {
   }
   auto values = store_->multi_get(announcement_keys);
   for (std::size_t i = 0; i < values.size(); ++i) {
-    if (!values[i]) continue;  // expired: that agent is long gone
+    if (!values[i]) {
+      // Not written yet (its agent is between add and set), or its agent died in between.
+      const auto now = Clock::now();
+      if (!hole_since_) hole_since_ = now;
+      if (now - *hole_since_ < kJoinHoleWait) return;  // read again from here next tick
+      log()->warn("join announcement {} never appeared; skipping it", announcement_keys[i]);
+      hole_since_.reset();
+      ++joins_read_;
+      continue;
+    }
+    hole_since_.reset();
+    ++joins_read_;
     auto value = nlohmann::json::parse(*values[i], nullptr, false);
     if (!value.is_object() || !value.contains("node") || !value["node"].is_string() ||
         !value.contains("incarnation") || !value["incarnation"].is_string()) {
       log()->warn("ignoring malformed join announcement in Redis key '{}'", announcement_keys[i]);
       continue;
     }
-    candidates_.push_back({joins_read_ + 1 + static_cast<std::int64_t>(i), value["node"], value["incarnation"]});
+    Candidate candidate{joins_read_, value["node"], value["incarnation"]};
+    // An identity announced twice (or already a member) is one candidate.
+    const bool known =
+        std::any_of(candidates_.begin(), candidates_.end(),
+                    [&](const Candidate& c) { return c.node == candidate.node && c.incarnation == candidate.incarnation; }) ||
+        std::any_of(current_.members.begin(), current_.members.end(), [&](const Member& m) {
+          return m.node == candidate.node && m.incarnation == candidate.incarnation;
+        });
+    if (!known) candidates_.push_back(std::move(candidate));
   }
-  joins_read_ = join_count;
 }
 
 std::optional<std::int64_t> MembershipController::tick() {

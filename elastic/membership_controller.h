@@ -25,6 +25,8 @@ namespace hdp::elastic {
 
 class MembershipController {
  public:
+  static constexpr std::chrono::seconds kJoinHoleWait{10};
+
   MembershipController(std::shared_ptr<Store> job_store, std::string leader_id, JobConfig config,
                        Store::Duration settle);
 
@@ -50,6 +52,9 @@ class MembershipController {
   Store::Duration settle_;
   Generation current_;                        // number 0 = none published yet
   std::int64_t joins_read_ = -1;              // announcements read up to here; -1 until the first tick
+  // An agent takes its join number (add) before it writes the announcement: a number whose
+  // announcement is missing is waited for, up to kJoinHoleWait, before it is skipped as dead.
+  std::optional<Clock::time_point> hole_since_;
   std::vector<Candidate> candidates_;         // announced, not yet members, not known dead
   std::optional<Clock::time_point> pending_since_;  // when a join-only change was first seen
 };

@@ -142,6 +142,21 @@ TEST_F(ControllerTest, AnEvictedIncarnationIsNotAMemberAndItsReturnIsANewOne) {
   EXPECT_NE(current().members[1].incarnation, old);
 }
 
+TEST_F(ControllerTest, AJoinNumberTakenButNotYetAnnouncedIsWaitedFor) {
+  join("a");
+  auto leader = controller();
+  ASSERT_EQ(leader.tick(), 1);
+  // Another agent has taken join number 2 but not written its announcement yet; a third has
+  // announced number 3. Neither may be lost: the leader waits at the hole.
+  store_->add(keys::kJoinCount, 1);
+  join("c");
+  EXPECT_EQ(leader.tick(), std::nullopt);
+  join("b");  // its own announcement is number 4; number 2 is finally written below
+  store_->set(keys::join(2), store_->get(keys::join(4)).value());
+  ASSERT_EQ(leader.tick(), 2);
+  EXPECT_EQ(nodes(), (std::vector<std::string>{"a", "b", "c"}));
+}
+
 TEST_F(ControllerTest, ALeaderThatLostItsLeasePublishesNothing) {
   join("a");
   auto leader = controller();
