@@ -33,7 +33,8 @@ std::string AgentCluster::hdp() const {
   return std::string(dir ? dir : "build/bin") + "/hdp";
 }
 
-ChildProcess& AgentCluster::start_agent(const std::string& node, std::vector<std::string> extra) {
+ChildProcess& AgentCluster::start_agent(const std::string& node, std::vector<std::string> extra,
+                                       std::vector<std::string> env) {
   std::vector<std::string> argv = {hdp(), "agent", "--job", job_, "--redis", redis_->url(), "--node-id", node,
                                    "--nproc-per-node", std::to_string(options_.nproc),
                                    "--lease-ms", std::to_string(options_.lease.count()),
@@ -42,7 +43,7 @@ ChildProcess& AgentCluster::start_agent(const std::string& node, std::vector<std
   argv.insert(argv.end(), extra.begin(), extra.end());
   argv.insert(argv.end(), {"--", hdp(), "train", "--smoke", "--steps", std::to_string(options_.steps), "--step-ms",
                            std::to_string(options_.step_ms), "--timeout-ms", "3000"});
-  agents_[node] = std::make_unique<ChildProcess>(argv, (dir_.path() / (node + ".log")).string());
+  agents_[node] = std::make_unique<ChildProcess>(argv, (dir_.path() / (node + ".log")).string(), std::move(env));
   return *agents_[node];
 }
 

@@ -40,8 +40,10 @@ class AgentCluster {
   std::string hdp() const;
   const ClusterOptions& options() const { return options_; }
 
-  // Starts `hdp agent --node-id <node>`; extra flags go before the worker command.
-  ChildProcess& start_agent(const std::string& node, std::vector<std::string> extra = {});
+  // Starts `hdp agent --node-id <node>`; extra flags go before the worker command, `env`
+  // ("NAME=value") is added to its environment.
+  ChildProcess& start_agent(const std::string& node, std::vector<std::string> extra = {},
+                            std::vector<std::string> env = {});
   ChildProcess& agent(const std::string& node) { return *agents_.at(node); }
   std::string agent_log(const std::string& node) const;
   std::string all_logs() const;
