@@ -15,6 +15,7 @@ inline constexpr const char* kLeader = "leader";      // "<node>/<incarnation>" 
 inline constexpr const char* kJoinCount = "joins";    // counter of join announcements
 inline constexpr const char* kState = "state";        // hash: status, generation, world_size, step, ...
 inline constexpr const char* kEvents = "events";      // capped stream
+inline constexpr const char* kOutcome = "outcome";    // "completed" once the job is done; ends publishing
 
 inline std::string generation(std::int64_t g) { return "gen:" + std::to_string(g); }
 // Prefix under which a generation's communicator bootstrap lives (Gloo's keys).

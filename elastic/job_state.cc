@@ -32,6 +32,17 @@ bool JobState::fenced_update(std::int64_t generation, Fields fields, std::option
   return store_->commit(txn);
 }
 
+bool JobState::complete(std::int64_t generation, std::int64_t step) {
+  const std::string step_text = std::to_string(step), generation_text = std::to_string(generation);
+  Transaction txn;
+  txn.require(keys::kGeneration, generation_text)
+      .add(Write::hash_set(keys::kState, {{"status", "completed"}, {"step", step_text},
+                                          {"updated_at_ms", std::to_string(now_ms())}}))
+      .add(Write::set(keys::kOutcome, "completed"))
+      .add(event_write("completed", {{"step", step_text}, {"generation", generation_text}}));
+  return store_->commit(txn);
+}
+
 void validate_state_field(const std::string& field, const std::string& value) {
   static const std::set<std::string> integers = {"generation", "world_size", "step",  "last_ckpt_step",
                                                  "updated_at_ms", "nodes",  "tokens"};

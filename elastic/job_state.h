@@ -47,6 +47,11 @@ class JobState {
   // `generation` is current. Returns false when a newer generation exists (the write is stale).
   bool fenced_update(std::int64_t generation, Fields fields, std::optional<Write> event = std::nullopt);
 
+  // Marks the job completed at `step` (state, `outcome` key, event), only while `generation` is
+  // current. Once `outcome` exists the leader publishes no further generation, so nothing can
+  // overwrite the terminal status.
+  bool complete(std::int64_t generation, std::int64_t step);
+
   // Reads and validates everything; throws InvalidArgument naming the first bad key or field.
   JobSnapshot snapshot(std::size_t event_count);
   // True when the job has never been seen in this store (no generation, no state, no config).

@@ -182,7 +182,7 @@ std::optional<std::int64_t> MembershipController::publish(std::vector<Member> me
   } else {
     txn.require(keys::kGeneration, std::to_string(current_.number));
   }
-  txn.require(keys::kLeader, leader_id_);
+  txn.require(keys::kLeader, leader_id_).require_absent(keys::kOutcome);
   txn.add(Write::set(keys::kGeneration, std::to_string(next.number)))
       .add(Write::set(keys::generation(next.number), encode(next)));
   // The previous record stays readable for an hour, for workers still catching up and for people.

@@ -4,7 +4,7 @@
 // KEYS or SCAN): the current generation, the join counter, new join announcements, and the
 // leases of members and candidates in one MGET. When the set of live (node, incarnation, healthy
 // slots) differs from the current generation it publishes generation g+1 in one commit() that
-// checks both `gen == g` and that we still hold the leader lease:
+// checks `gen == g`, that we still hold the leader lease and that the job has no `outcome` yet:
 //  - a member whose lease expired or whose slots failed leaves at once;
 //  - joins wait for a settle window, so that several joins become one change;
 //  - survivors keep their relative order, newcomers follow in join order, up to max_nodes

@@ -61,11 +61,7 @@ SmokeResult run_smoke_worker(elastic::ElasticContext& ctx, const SmokeOptions& o
       }
       std::this_thread::sleep_for(options.step_time);
     }
-    if (m.rank == 0) {
-      job.fenced_update(m.generation, {{"step", std::to_string(step)}, {"status", "completed"}},
-                        elastic::event_write("completed", {{"step", std::to_string(step)},
-                                                           {"generation", std::to_string(m.generation)}}));
-    }
+    if (m.rank == 0) job.complete(m.generation, step);
     return BodyResult::kFinished;
   };
 

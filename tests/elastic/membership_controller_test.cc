@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "elastic/job_keys.h"
+#include "elastic/job_state.h"
 #include "elastic/memory_store.h"
 #include "elastic/node_registration.h"
 
@@ -155,6 +156,19 @@ TEST_F(ControllerTest, AJoinNumberTakenButNotYetAnnouncedIsWaitedFor) {
   store_->set(keys::join(2), store_->get(keys::join(4)).value());
   ASSERT_EQ(leader.tick(), 2);
   EXPECT_EQ(nodes(), (std::vector<std::string>{"a", "b", "c"}));
+}
+
+TEST_F(ControllerTest, NothingIsPublishedAfterTheJobCompleted) {
+  join("a");
+  join("b");
+  auto leader = controller();
+  ASSERT_EQ(leader.tick(), 1);
+  JobState job(store_);
+  ASSERT_TRUE(job.complete(1, 60));
+  store_->erase(keys::node("b"));  // agents leave once their workers are done
+  EXPECT_EQ(leader.tick(), std::nullopt);
+  EXPECT_EQ(store_->hash_get_all(keys::kState)["status"], "completed");
+  EXPECT_FALSE(job.complete(0, 1));  // fenced like every generation's write
 }
 
 TEST_F(ControllerTest, ALeaderThatLostItsLeasePublishesNothing) {
