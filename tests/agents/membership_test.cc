@@ -29,6 +29,13 @@ void expect_progress(AgentCluster& cluster, std::int64_t steps, std::chrono::mil
       << "no progress from step " << from << "\n" << cluster.all_logs();
 }
 
+// Starts one agent per node and waits until they train together.
+void start_training(AgentCluster& cluster, const std::vector<std::string>& nodes) {
+  for (const auto& node : nodes) cluster.start_agent(node);
+  ASSERT_GE(cluster.wait_for_members(nodes, 15s), 0) << cluster.all_logs();
+  expect_progress(cluster, 10, 10s);
+}
+
 TEST(Membership, KilledAgentLeavesWithinLeasePlusOneSecondThenAFifthJoinsAndALeaderDiesCleanly) {
   AgentCluster cluster;
   for (const char* node : {"n1", "n2", "n3", "n4"}) cluster.start_agent(node);
@@ -73,10 +80,7 @@ TEST(Membership, KilledAgentLeavesWithinLeasePlusOneSecondThenAFifthJoinsAndALea
 
 TEST(Membership, KilledWorkerIsRestartedAndRejoins) {
   AgentCluster cluster;
-  cluster.start_agent("n1");
-  cluster.start_agent("n2");
-  ASSERT_GE(cluster.wait_for_members({"n1", "n2"}, 15s), 0) << cluster.all_logs();
-  expect_progress(cluster, 10, 10s);
+  ASSERT_NO_FATAL_FAILURE(start_training(cluster, {"n1", "n2"}));
   // The worker of slot 1 on n2: the child of n2's agent whose environment says HDP_LOCAL_RANK=1.
   const std::int64_t before = cluster.generation();
   const std::string log_before = cluster.agent_log("n2");
@@ -103,10 +107,7 @@ TEST(Membership, KilledWorkerIsRestartedAndRejoins) {
 
 TEST(Membership, AgentPausedPastItsLeaseIsEvictedAndRejoinsAsANewMember) {
   AgentCluster cluster;
-  cluster.start_agent("n1");
-  cluster.start_agent("n2");
-  cluster.start_agent("n3");
-  ASSERT_GE(cluster.wait_for_members({"n1", "n2", "n3"}, 15s), 0) << cluster.all_logs();
+  ASSERT_NO_FATAL_FAILURE(start_training(cluster, {"n1", "n2", "n3"}));
   // Pause a node that is not the leader.
   const std::string leader = cluster.leader().value_or("");
   const std::string paused = leader.starts_with("n3/") ? "n2" : "n3";
@@ -149,10 +150,7 @@ TEST(Membership, AgentPausedPastItsLeaseIsEvictedAndRejoinsAsANewMember) {
 
 TEST(Membership, RedisRestartMidRunIsRiddenOut) {
   AgentCluster cluster;
-  cluster.start_agent("n1");
-  cluster.start_agent("n2");
-  ASSERT_GE(cluster.wait_for_members({"n1", "n2"}, 15s), 0) << cluster.all_logs();
-  expect_progress(cluster, 10, 10s);
+  ASSERT_NO_FATAL_FAILURE(start_training(cluster, {"n1", "n2"}));
   const std::int64_t before = cluster.generation();
   cluster.redis().restart();  // SIGKILL; a fresh, empty server on the same port
   // The agents find their leases gone, register again, elect a leader and publish a generation
