@@ -12,6 +12,7 @@
 #include "agents/agent.h"
 #include "cli/build_info.h"
 #include "cli/commands.h"
+#include "cli/self_executable.h"
 #include "cli/exit_codes.h"
 #include "cli/job_options.h"
 #include "common/error.h"
@@ -62,12 +63,6 @@ std::string default_advertise_address(const elastic::RedisEndpoint& endpoint) {
   if (fd >= 0) close(fd);
   freeaddrinfo(found);
   return address;
-}
-
-std::string self_executable() {
-  char path[PATH_MAX] = {};
-  ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
-  return n > 0 ? std::string(path, static_cast<size_t>(n)) : "hdp";
 }
 
 }  // namespace

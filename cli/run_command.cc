@@ -15,6 +15,7 @@
 #include "agents/embedded_redis.h"
 #include "agents/process.h"
 #include "cli/commands.h"
+#include "cli/self_executable.h"
 #include "cli/exit_codes.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -40,12 +41,6 @@ struct RunFlags {
   int lease_ms = 5000;
   std::vector<std::string> worker;
 };
-
-std::string self_path() {
-  char path[PATH_MAX] = {};
-  ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
-  return n > 0 ? std::string(path, static_cast<size_t>(n)) : "hdp";
-}
 
 // One line whenever the job's generation, status or step changes.
 class ProgressLine {
@@ -86,7 +81,7 @@ int run_job(const RunFlags& flags) {
             << " worker(s)\nhdp run: watch it with: hdp status --job " << job << " --redis " << url << " --watch"
             << std::endl;
 
-  const std::string self = self_path();
+  const std::string self = self_executable();
   std::vector<pid_t> agents_running;
   for (int i = 0; i < flags.nodes; ++i) {
     std::vector<std::string> argv = {self, "agent", "--job", job, "--redis", url, "--node-id",
