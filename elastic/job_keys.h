@@ -23,7 +23,13 @@ inline std::string bootstrap(std::int64_t g) { return "gen:" + std::to_string(g)
 // Set by a worker that lost a peer in generation g: the leader then publishes a new generation
 // even when the members look unchanged (a crashed worker restarted before its agent noticed).
 inline std::string broken(std::int64_t g) { return "gen:" + std::to_string(g) + ":broken"; }
+// The incarnation that holds a node id (no TTL: registration checks that its lease is gone).
 inline std::string node(const std::string& id) { return "node:" + id; }
+// One incarnation's lease (TTL). The incarnation is in the name, so a heartbeat is a plain PEXPIRE
+// that can never refresh another incarnation's lease.
+inline std::string lease(const std::string& node, const std::string& incarnation) {
+  return "lease:" + node + "/" + incarnation;
+}
 inline std::string join(std::int64_t sequence) { return "join:" + std::to_string(sequence); }
 inline std::string job_namespace(const std::string& job) { return "hdp:" + job + ":"; }
 

@@ -81,7 +81,7 @@ JobSnapshot JobState::snapshot(std::size_t event_count) {
                             std::to_string(snapshot.members->number));
     }
     std::vector<std::string> lease_keys;
-    for (const auto& member : snapshot.members->members) lease_keys.push_back(keys::node(member.node));
+    for (const auto& member : snapshot.members->members) lease_keys.push_back(keys::lease(member.node, member.incarnation));
     auto leases = store_->multi_get(lease_keys);
     for (std::size_t i = 0; i < leases.size(); ++i) {
       if (leases[i]) snapshot.leases.emplace(snapshot.members->members[i].node, decode_node_lease(*leases[i], lease_keys[i]));

@@ -19,7 +19,7 @@ struct JobConfig {
   int max_nodes = 1;
 };
 
-// A node's lease (key node:<id>, with a TTL): who it is and which of its slots are healthy.
+// A node's lease (key lease:<id>/<incarnation>, with a TTL): who it is and which of its slots are healthy.
 struct NodeLease {
   std::string node;
   std::string incarnation;  // random per registration: a node that rejoins is a new member

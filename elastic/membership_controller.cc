@@ -96,24 +96,27 @@ std::optional<std::int64_t> MembershipController::tick() {
   if (joins_read_ < 0) joins_read_ = current_.joins_seen;
   read_new_joins(head[1] ? decode_generation_number(*head[1], keys::kJoinCount) : 0);
 
-  // One MGET for the leases of every member and candidate.
+  // One MGET for the leases of every member and candidate, by identity: a lease key names its
+  // incarnation, so a missing key is a dead (or replaced) incarnation.
   std::vector<std::string> lease_keys;
-  for (const auto& member : current_.members) lease_keys.push_back(keys::node(member.node));
-  for (const auto& candidate : candidates_) lease_keys.push_back(keys::node(candidate.node));
+  for (const auto& member : current_.members) lease_keys.push_back(keys::lease(member.node, member.incarnation));
+  for (const auto& candidate : candidates_) lease_keys.push_back(keys::lease(candidate.node, candidate.incarnation));
   auto raw = store_->multi_get(lease_keys);
-  std::map<std::string, NodeLease> leases;  // by node; only well-formed ones
+  std::map<std::string, NodeLease> leases;  // by lease key; only well-formed ones
   for (std::size_t i = 0; i < raw.size(); ++i) {
     if (!raw[i]) continue;
     try {
-      leases.emplace(lease_keys[i].substr(5), decode_node_lease(*raw[i], lease_keys[i]));
+      leases.emplace(lease_keys[i], decode_node_lease(*raw[i], lease_keys[i]));
     } catch (const InvalidArgument& e) {
       log()->warn("treating node as gone: {}", e.what());
     }
   }
   auto live = [&](const std::string& node, const std::string& incarnation) -> const NodeLease* {
-    auto it = leases.find(node);
-    return it != leases.end() && it->second.incarnation == incarnation && !it->second.healthy.empty() ? &it->second
-                                                                                                      : nullptr;
+    auto it = leases.find(keys::lease(node, incarnation));
+    return it != leases.end() && it->second.node == node && it->second.incarnation == incarnation &&
+                   !it->second.healthy.empty()
+               ? &it->second
+               : nullptr;
   };
 
   std::int64_t newest_seen = current_.number;
@@ -130,10 +133,7 @@ std::optional<std::int64_t> MembershipController::tick() {
     newest_seen = std::max(newest_seen, lease->last_generation);
   }
   // Candidates whose lease is gone or was replaced are dead; the others join in announcement order.
-  std::erase_if(candidates_, [&](const Candidate& c) {
-    auto it = leases.find(c.node);
-    return it == leases.end() || it->second.incarnation != c.incarnation;
-  });
+  std::erase_if(candidates_, [&](const Candidate& c) { return !leases.contains(keys::lease(c.node, c.incarnation)); });
   std::vector<Candidate> standby;
   for (const auto& candidate : candidates_) {
     const NodeLease* lease = live(candidate.node, candidate.incarnation);

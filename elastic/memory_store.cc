@@ -45,13 +45,21 @@ void MemoryStore::set_with_ttl(std::string_view key, std::string_view value, Dur
   put(key, value, Clock::now() + ttl);
 }
 
-bool MemoryStore::refresh_ttl(std::string_view key, Duration ttl) {
+Refresh MemoryStore::refresh_ttl(std::string_view key, Duration ttl, std::optional<std::string_view> new_value,
+                                 const std::vector<std::string>& reads) {
   if (ttl.count() <= 0) throw InvalidArgument("refresh_ttl: ttl must be > 0 ms");
   std::lock_guard lock(mutex_);
-  Entry* entry = find_live(key);
-  if (!entry) return false;
-  entry->expires = Clock::now() + ttl;
-  return true;
+  Refresh result;
+  if (Entry* entry = find_live(key)) {
+    if (new_value) *entry = Entry{.value = std::string(*new_value)};
+    entry->expires = Clock::now() + ttl;
+    result.alive = true;
+  }
+  for (const auto& read : reads) {
+    Entry* entry = find_kind(read, Entry::Kind::kString);
+    result.values.push_back(entry ? std::optional(entry->value) : std::nullopt);
+  }
+  return result;
 }
 
 std::optional<std::string> MemoryStore::get(std::string_view key) {

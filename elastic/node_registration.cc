@@ -25,17 +25,26 @@ NodeRegistration::NodeRegistration(std::shared_ptr<Store> job_store, NodeLease l
 }
 
 void NodeRegistration::register_new_incarnation(Store::Duration wait_for_previous) {
-  lease_.incarnation = new_incarnation();
-  written_ = encode(lease_);
-  const std::string key = keys::node(lease_.node);
+  const std::string claim_key = keys::node(lease_.node);
   const auto deadline = std::chrono::steady_clock::now() + wait_for_previous;
+  NodeLease fresh = lease_;
+  fresh.incarnation = new_incarnation();
   bool warned = false;
-  while (!store_->commit(Transaction{}.require_absent(key).add(Write::set(key, written_, ttl_)))) {
+  for (;;) {
+    // The node id is free when nobody claims it or the claiming incarnation's lease has expired.
+    const std::optional<std::string> holder = store_->get(claim_key);
+    Transaction claim;
+    if (holder) {
+      claim.require(claim_key, *holder).require_absent(keys::lease(lease_.node, *holder));
+    } else {
+      claim.require_absent(claim_key);
+    }
+    claim.add(Write::set(claim_key, fresh.incarnation))
+        .add(Write::set(keys::lease(fresh.node, fresh.incarnation), encode(fresh), ttl_));
+    if (store_->commit(claim)) break;
     if (std::chrono::steady_clock::now() >= deadline) {
-      auto holder = store_->get(key);
-      throw InvalidArgument("node id '" + lease_.node + "' is held by another live agent (" +
-                            (holder ? holder->substr(0, 200) : std::string("gone now")) +
-                            "); give each agent its own --node-id");
+      throw InvalidArgument("node id '" + lease_.node + "' is held by another live agent (incarnation " +
+                            holder.value_or("?").substr(0, 64) + "); give each agent its own --node-id");
     }
     if (!warned) {
       log()->warn("node {}: waiting for the lease of a previous agent with this node id to expire", lease_.node);
@@ -43,6 +52,7 @@ void NodeRegistration::register_new_incarnation(Store::Duration wait_for_previou
     }
     std::this_thread::sleep_for(std::min<Store::Duration>(ttl_ / 10, Store::Duration(200)));
   }
+  lease_ = std::move(fresh);
   const std::int64_t sequence = store_->add(keys::kJoinCount, 1);
   const std::string announcement = R"({"node":")" + lease_.node + R"(","incarnation":")" + lease_.incarnation + "\"}";
   // Join announcements outlive any settle window by far; the leader reads them within a tick.
@@ -53,32 +63,29 @@ void NodeRegistration::register_new_incarnation(Store::Duration wait_for_previou
 }
 
 NodeRegistration::Heartbeat NodeRegistration::heartbeat(const std::vector<int>& healthy, std::int64_t last_generation) {
-  const std::string key = keys::node(lease_.node);
-  Transaction txn;
-  txn.require(key, written_).read(keys::kLeader).read(keys::kGeneration);
-  std::string encoded;
-  NodeLease updated = lease_;
-  if (healthy == lease_.healthy && last_generation == lease_.last_generation) {
-    txn.add(Write::expire(key, ttl_));
-  } else {
+  std::optional<std::string> rewritten;
+  if (healthy != lease_.healthy || last_generation != lease_.last_generation) {
+    NodeLease updated = lease_;
     updated.healthy = healthy;
     updated.last_generation = last_generation;
-    encoded = encode(updated);
-    txn.add(Write::set(key, encoded, ttl_));
+    rewritten = encode(updated);
   }
-  CommitResult result = store_->commit(txn);
-  if (result.applied && !encoded.empty()) {
-    lease_ = std::move(updated);
-    written_ = std::move(encoded);
+  Refresh refresh = store_->refresh_ttl(keys::lease(lease_.node, lease_.incarnation), ttl_, rewritten,
+                                        {keys::kLeader, keys::kGeneration});
+  if (refresh.alive && rewritten) {
+    lease_.healthy = healthy;
+    lease_.last_generation = last_generation;
   }
-  return {result.applied, std::move(result.values[0]), std::move(result.values[1])};
+  return {refresh.alive, std::move(refresh.values[0]), std::move(refresh.values[1])};
 }
 
 void NodeRegistration::deregister() {
-  const std::string key = keys::node(lease_.node);
+  const std::string claim_key = keys::node(lease_.node);
+  // Only while the node id is still ours: after an eviction another incarnation may hold it.
   store_->commit(Transaction{}
-                     .require(key, written_)
-                     .add(Write::erase(key))
+                     .require(claim_key, lease_.incarnation)
+                     .add(Write::erase(claim_key))
+                     .add(Write::erase(keys::lease(lease_.node, lease_.incarnation)))
                      .add(event_write("leave", {{"node", lease_.node}, {"incarnation", lease_.incarnation}})));
 }
 

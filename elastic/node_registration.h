@@ -1,10 +1,12 @@
 // File: elastic/node_registration.h
 //
-// The agent's side of membership: a lease on node:<id> with a TTL, refreshed by heartbeat(), and a
-// join announcement for the leader. Each registration is a new incarnation (a random token): an
-// agent that was paused or partitioned past its lease finds its lease gone (heartbeat() returns
-// false) and must register again, as a new member. Not thread-safe; every call may block on the
-// store.
+// The agent's side of membership: a claim on the node id (node:<id> = incarnation), a lease
+// lease:<id>/<incarnation> with a TTL refreshed by heartbeat(), and a join announcement for the
+// leader. Each registration is a new incarnation (a random token): an agent that was paused or
+// partitioned past its lease finds its lease gone (heartbeat() returns false) and must register
+// again, as a new member. Because the incarnation is part of the lease's key, a heartbeat is a plain
+// PEXPIRE (no script) that can never refresh another incarnation's lease. Not thread-safe; every
+// call may block on the store.
 #pragma once
 
 #include <memory>
@@ -20,9 +22,10 @@ class NodeRegistration {
   // `lease` describes the node (its incarnation is chosen at register time).
   NodeRegistration(std::shared_ptr<Store> job_store, NodeLease lease, Store::Duration ttl);
 
-  // Writes a fresh incarnation's lease and announces the join. When another lease holds the node
-  // id (a previous incarnation that died without deregistering), waits up to `wait_for_previous`
-  // for it to expire; then throws InvalidArgument (two live agents with one node id).
+  // Claims the node id for a fresh incarnation, writes its lease and announces the join. When
+  // another incarnation with a live lease holds the node id (a previous agent that died without
+  // deregistering), waits up to `wait_for_previous` for that lease to expire; then throws
+  // InvalidArgument (two live agents with one node id).
   void register_new_incarnation(Store::Duration wait_for_previous);
 
   struct Heartbeat {
@@ -31,11 +34,11 @@ class NodeRegistration {
     std::optional<std::string> generation;  // the gen key, likewise
   };
   // Refreshes the lease (rewriting it when the healthy slots or the last generation changed) and
-  // reads the leader and generation keys, all in one round trip: at 1,536 nodes that is the
-  // whole steady-state cost of a follower.
+  // reads the leader and generation keys, all in one round trip without a script: at 1,536 nodes
+  // that is the whole steady-state cost of a follower.
   Heartbeat heartbeat(const std::vector<int>& healthy, std::int64_t last_generation);
 
-  // Removes the lease if it is still this incarnation's.
+  // Removes the claim and the lease if the node id is still this incarnation's.
   void deregister();
 
   const NodeLease& lease() const { return lease_; }
@@ -44,7 +47,6 @@ class NodeRegistration {
  private:
   std::shared_ptr<Store> store_;
   NodeLease lease_;
-  std::string written_;  // the lease JSON as last written; the fencing condition of every refresh
   Store::Duration ttl_;
 };
 

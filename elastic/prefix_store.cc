@@ -22,7 +22,10 @@ void PrefixStore::set_with_ttl(std::string_view key, std::string_view value, Dur
   inner_->set_with_ttl(scoped(key), value, ttl);
 }
 
-bool PrefixStore::refresh_ttl(std::string_view key, Duration ttl) { return inner_->refresh_ttl(scoped(key), ttl); }
+Refresh PrefixStore::refresh_ttl(std::string_view key, Duration ttl, std::optional<std::string_view> new_value,
+                                 const std::vector<std::string>& reads) {
+  return inner_->refresh_ttl(scoped(key), ttl, new_value, scoped(reads));
+}
 
 std::optional<std::string> PrefixStore::get(std::string_view key) { return inner_->get(scoped(key)); }
 

@@ -20,7 +20,8 @@ class PrefixStore final : public Store {
 
   void set(std::string_view key, std::string_view value) override;
   void set_with_ttl(std::string_view key, std::string_view value, Duration ttl) override;
-  bool refresh_ttl(std::string_view key, Duration ttl) override;
+  Refresh refresh_ttl(std::string_view key, Duration ttl, std::optional<std::string_view> new_value,
+                      const std::vector<std::string>& reads) override;
   std::optional<std::string> get(std::string_view key) override;
   std::int64_t add(std::string_view key, std::int64_t delta) override;
   bool compare_and_set(std::string_view key, std::optional<std::string_view> expected,

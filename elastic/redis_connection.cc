@@ -131,29 +131,42 @@ RedisReply RedisConnection::command(std::initializer_list<std::string_view> args
 }
 
 RedisReply RedisConnection::command(const std::vector<std::string_view>& args) {
-  std::vector<const char*> argv;
-  std::vector<size_t> lengths;
-  argv.reserve(args.size());
-  lengths.reserve(args.size());
-  for (auto arg : args) {
-    argv.push_back(arg.data());
-    lengths.push_back(arg.size());
-  }
+  return std::move(pipeline({args}).front());
+}
+
+std::vector<RedisReply> RedisConnection::pipeline(const std::vector<std::vector<std::string_view>>& commands) {
   redisContext* context = context_.get();
   if (context->err) throw RedisIoError("redis at " + where_ + ": connection already broken: " + context->errstr);
-  void* raw = nullptr;
-  {
-    SigpipeBlock block;
-    raw = redisCommandArgv(context, static_cast<int>(argv.size()), argv.data(), lengths.data());
-  }
-  if (!raw) {
+  auto broken = [&] {
     std::string reason = context->err ? context->errstr : "no reply";
     // hiredis reports a socket timeout as the EAGAIN text; say what it means.
     if (reason.find("temporarily unavailable") != std::string::npos) reason = "no reply within the timeout";
-    throw RedisIoError("redis at " + where_ + ": " + reason);
+    return RedisIoError("redis at " + where_ + ": " + reason);
+  };
+  SigpipeBlock block;
+  std::vector<const char*> argv;
+  std::vector<size_t> lengths;
+  for (const auto& args : commands) {
+    argv.clear();
+    lengths.clear();
+    for (auto arg : args) {
+      argv.push_back(arg.data());
+      lengths.push_back(arg.size());
+    }
+    // Only buffers the command; the first redisGetReply() sends them all in one write.
+    if (redisAppendCommandArgv(context, static_cast<int>(argv.size()), argv.data(), lengths.data()) != REDIS_OK) {
+      throw broken();
+    }
   }
-  std::unique_ptr<redisReply, void (*)(void*)> reply(static_cast<redisReply*>(raw), freeReplyObject);
-  return convert(reply.get());
+  std::vector<RedisReply> replies;
+  replies.reserve(commands.size());
+  for (std::size_t i = 0; i < commands.size(); ++i) {
+    void* raw = nullptr;
+    if (redisGetReply(context, &raw) != REDIS_OK || !raw) throw broken();
+    std::unique_ptr<redisReply, void (*)(void*)> reply(static_cast<redisReply*>(raw), freeReplyObject);
+    replies.push_back(convert(reply.get()));
+  }
+  return replies;
 }
 
 }  // namespace hdp::elastic

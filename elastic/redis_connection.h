@@ -54,6 +54,9 @@ class RedisConnection {
   // Throws RedisIoError when the connection breaks (the command may or may not have run).
   RedisReply command(std::initializer_list<std::string_view> args);
   RedisReply command(const std::vector<std::string_view>& args);
+  // Sends several commands in one write and reads their replies in order (one round trip).
+  // Throws RedisIoError when the connection breaks (any of them may or may not have run).
+  std::vector<RedisReply> pipeline(const std::vector<std::vector<std::string_view>>& commands);
 
  private:
   void login(const RedisEndpoint& endpoint);

@@ -109,6 +109,16 @@ std::string ttl_ms(Store::Duration ttl, std::string_view what) {
   return std::to_string(ttl.count());
 }
 
+// The elements of an MGET-style reply: strings, nil for a missing key (or one of another type).
+std::vector<std::optional<std::string>> string_values(RedisReply reply) {
+  std::vector<std::optional<std::string>> values;
+  values.reserve(reply.elements.size());
+  for (auto& element : reply.elements) {
+    values.push_back(element.type == RedisReply::Type::kString ? std::optional(std::move(element.str)) : std::nullopt);
+  }
+  return values;
+}
+
 }  // namespace
 
 RedisStore::RedisStore(RedisEndpoint endpoint, RedisStoreOptions options)
@@ -151,20 +161,25 @@ void RedisStore::reconnect(Clock::time_point deadline) {
 }
 
 RedisReply RedisStore::command(const std::vector<std::string_view>& args, bool idempotent) {
+  return std::move(pipeline({args}, idempotent).front());
+}
+
+std::vector<RedisReply> RedisStore::pipeline(const std::vector<std::vector<std::string_view>>& commands,
+                                             bool idempotent) {
   std::lock_guard lock(mutex_);
   const auto deadline = Clock::now() + options_.retry_timeout;
   for (;;) {
     if (!connection_ || !connection_->alive()) reconnect(deadline);
     try {
-      return connection_->command(args);
+      return connection_->pipeline(commands);
     } catch (const RedisIoError& e) {
       connection_.reset();
       if (!idempotent) {
-        throw StoreUnavailable(std::string(e.what()) + " during " + std::string(args.front()) +
+        throw StoreUnavailable(std::string(e.what()) + " during " + std::string(commands.front().front()) +
                                "; it may or may not have been applied");
       }
       if (Clock::now() >= deadline) throw StoreUnavailable(e.what());
-      log()->warn("{}; retrying {}", e.what(), args.front());
+      log()->warn("{}; retrying {}", e.what(), commands.front().front());
     }
   }
 }
@@ -209,8 +224,27 @@ void RedisStore::set_with_ttl(std::string_view key, std::string_view value, Dura
   checked(command({"SET", key, value, "PX", ttl_ms(ttl, "set_with_ttl")}, true), "SET PX");
 }
 
-bool RedisStore::refresh_ttl(std::string_view key, Duration ttl) {
-  return checked(command({"PEXPIRE", key, ttl_ms(ttl, "refresh_ttl")}, true), "PEXPIRE").integer == 1;
+Refresh RedisStore::refresh_ttl(std::string_view key, Duration ttl, std::optional<std::string_view> new_value,
+                                const std::vector<std::string>& reads) {
+  // SET XX and PEXPIRE touch only a live key, so a lease that expired is never revived; both are
+  // idempotent, so the pair may be retried after a broken connection.
+  const std::string ttl_text = ttl_ms(ttl, "refresh_ttl");
+  std::vector<std::vector<std::string_view>> commands;
+  if (new_value) {
+    commands.push_back({"SET", key, *new_value, "XX", "PX", ttl_text});
+  } else {
+    commands.push_back({"PEXPIRE", key, ttl_text});
+  }
+  if (!reads.empty()) {
+    commands.emplace_back(std::vector<std::string_view>{"MGET"});
+    commands.back().insert(commands.back().end(), reads.begin(), reads.end());
+  }
+  std::vector<RedisReply> replies = pipeline(commands, true);
+  const RedisReply refreshed = checked(std::move(replies[0]), new_value ? "SET XX" : "PEXPIRE");
+  Refresh result;
+  result.alive = new_value ? refreshed.type == RedisReply::Type::kStatus : refreshed.integer == 1;
+  if (!reads.empty()) result.values = string_values(checked(std::move(replies[1]), "MGET"));
+  return result;
 }
 
 std::optional<std::string> RedisStore::get(std::string_view key) {
@@ -282,13 +316,7 @@ std::vector<std::optional<std::string>> RedisStore::multi_get(const std::vector<
   if (keys.empty()) return {};
   std::vector<std::string_view> args{"MGET"};
   args.insert(args.end(), keys.begin(), keys.end());
-  RedisReply reply = checked(command(args, true), "MGET");
-  std::vector<std::optional<std::string>> values;
-  values.reserve(keys.size());
-  for (auto& element : reply.elements) {
-    values.push_back(element.type == RedisReply::Type::kString ? std::optional(std::move(element.str)) : std::nullopt);
-  }
-  return values;
+  return string_values(checked(command(args, true), "MGET"));
 }
 
 std::map<std::string, std::string> RedisStore::hash_get_all(std::string_view key) {

@@ -48,7 +48,8 @@ class RedisStore final : public Store {
 
   void set(std::string_view key, std::string_view value) override;
   void set_with_ttl(std::string_view key, std::string_view value, Duration ttl) override;
-  bool refresh_ttl(std::string_view key, Duration ttl) override;
+  Refresh refresh_ttl(std::string_view key, Duration ttl, std::optional<std::string_view> new_value,
+                      const std::vector<std::string>& reads) override;
   std::optional<std::string> get(std::string_view key) override;
   std::int64_t add(std::string_view key, std::int64_t delta) override;
   bool compare_and_set(std::string_view key, std::optional<std::string_view> expected,
@@ -64,6 +65,8 @@ class RedisStore final : public Store {
   // Runs any command with the retry policy above (`idempotent` says whether it may run twice).
   // An error reply from the server is returned, not thrown.
   RedisReply command(const std::vector<std::string_view>& args, bool idempotent);
+  // Several commands in one round trip, with the same policy; replies in order.
+  std::vector<RedisReply> pipeline(const std::vector<std::vector<std::string_view>>& commands, bool idempotent);
 
  private:
   // Runs a Lua script by its SHA (EVALSHA), loading it on a NOSCRIPT reply (a restarted server

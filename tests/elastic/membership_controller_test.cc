@@ -26,6 +26,10 @@ class ControllerTest : public ::testing::Test {
     registration.register_new_incarnation(1s);
     return registration;
   }
+  // The node's lease expires (its agent stopped heartbeating).
+  void expire(const std::string& node) {
+    ASSERT_TRUE(store_->erase(keys::lease(node, nodes_.at(node).lease().incarnation)));
+  }
   MembershipController controller(JobConfig config = {1, 16}, Store::Duration settle = 0ms) {
     store_->set(keys::kLeader, "leader");
     return MembershipController(store_, "leader", config, settle);
@@ -65,7 +69,7 @@ TEST_F(ControllerTest, SurvivorsKeepTheirOrderAndNewcomersFollow) {
   join("c");
   auto leader = controller();
   leader.tick();
-  store_->erase(keys::node("a"));  // a's lease expired
+  expire("a");  // a's lease expired
   join("d");
   ASSERT_EQ(leader.tick(), 2);
   EXPECT_EQ(nodes(), (std::vector<std::string>{"b", "c", "d"}));
@@ -81,7 +85,7 @@ TEST_F(ControllerTest, JoinsWaitForTheSettleWindowLeavesDoNot) {
   std::this_thread::sleep_for(200ms);
   ASSERT_EQ(leader.tick(), 1);  // both joins in one generation
   EXPECT_EQ(nodes(), (std::vector<std::string>{"a", "b"}));
-  store_->erase(keys::node("b"));
+  expire("b");
   EXPECT_EQ(leader.tick(), 2);  // a leave is published at once
 }
 
@@ -97,7 +101,7 @@ TEST_F(ControllerTest, BelowMinTheGenerationWaitsAboveMaxNodesStandBy) {
   ASSERT_EQ(leader.tick(), 2);
   EXPECT_EQ(current().status, GenerationStatus::kRunning);
   EXPECT_EQ(nodes(), (std::vector<std::string>{"a", "b", "c"}));
-  store_->erase(keys::node("b"));  // the standby node takes the free place
+  expire("b");  // the standby node takes the free place
   ASSERT_EQ(leader.tick(), 3);
   EXPECT_EQ(nodes(), (std::vector<std::string>{"a", "c", "d"}));
 }
@@ -133,7 +137,7 @@ TEST_F(ControllerTest, AnEvictedIncarnationIsNotAMemberAndItsReturnIsANewOne) {
   auto leader = controller();
   leader.tick();
   const std::string old = a.lease().incarnation;
-  store_->erase(keys::node("a"));  // expired while the agent was paused
+  expire("a");  // expired while the agent was paused
   EXPECT_FALSE(a.heartbeat({0, 1}, 1).alive);
   ASSERT_EQ(leader.tick(), 2);
   EXPECT_EQ(nodes(), (std::vector<std::string>{"b"}));
@@ -165,7 +169,7 @@ TEST_F(ControllerTest, NothingIsPublishedAfterTheJobCompleted) {
   ASSERT_EQ(leader.tick(), 1);
   JobState job(store_);
   ASSERT_TRUE(job.complete(1, 60));
-  store_->erase(keys::node("b"));  // agents leave once their workers are done
+  expire("b");  // agents leave once their workers are done
   EXPECT_EQ(leader.tick(), std::nullopt);
   EXPECT_EQ(store_->hash_get_all(keys::kState)["status"], "completed");
   EXPECT_FALSE(job.complete(0, 1));  // fenced like every generation's write

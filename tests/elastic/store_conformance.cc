@@ -140,18 +140,40 @@ TEST_P(StoreConformance, RefreshTtlKeepsAKeyAlive) {
   store_->set_with_ttl("lease", "alive", 300ms);
   for (int i = 0; i < 6; ++i) {
     std::this_thread::sleep_for(100ms);
-    ASSERT_TRUE(store_->refresh_ttl("lease", 300ms)) << "refresh " << i;
+    ASSERT_TRUE(store_->refresh_ttl("lease", 300ms, std::nullopt, {}).alive) << "refresh " << i;
   }
   // 600 ms after the first write, twice the TTL: alive only because of the refreshes.
   EXPECT_EQ(store_->get("lease"), "alive");
 }
 
-TEST_P(StoreConformance, RefreshTtlOfMissingOrExpiredKeyReturnsFalse) {
-  EXPECT_FALSE(store_->refresh_ttl("never", 1s));
+TEST_P(StoreConformance, RefreshTtlOfMissingOrExpiredKeyReturnsFalseAndCreatesNothing) {
+  EXPECT_FALSE(store_->refresh_ttl("never", 1s, std::nullopt, {}).alive);
+  EXPECT_FALSE(store_->refresh_ttl("never", 1s, std::string_view("revived?"), {}).alive);
+  EXPECT_EQ(store_->get("never"), std::nullopt);
   store_->set_with_ttl("short", "x", 50ms);
   std::this_thread::sleep_for(200ms);
-  EXPECT_FALSE(store_->refresh_ttl("short", 1s));
+  EXPECT_FALSE(store_->refresh_ttl("short", 1s, std::string_view("y"), {}).alive);
   EXPECT_EQ(store_->get("short"), std::nullopt);
+}
+
+TEST_P(StoreConformance, RefreshTtlRewritesTheValueAndReadsOtherKeys) {
+  store_->set_with_ttl("lease", "v1", 300ms);
+  store_->set("leader", "n1/abc");
+  const std::string hostile("a\0b\r\n*3", 7);
+  elastic::Refresh refresh = store_->refresh_ttl("lease", 300ms, std::string_view(hostile), {"leader", "missing", "lease"});
+  EXPECT_TRUE(refresh.alive);
+  ASSERT_EQ(refresh.values.size(), 3u);
+  EXPECT_EQ(refresh.values[0], "n1/abc");
+  EXPECT_EQ(refresh.values[1], std::nullopt);
+  EXPECT_EQ(refresh.values[2], hostile);  // the reads see the refresh
+  std::this_thread::sleep_for(200ms);
+  ASSERT_TRUE(store_->refresh_ttl("lease", 300ms, std::nullopt, {}).alive);
+  std::this_thread::sleep_for(200ms);  // 400 ms after the rewrite: alive only because of the refresh
+  EXPECT_EQ(store_->get("lease"), hostile);
+  // The reads are taken even when the key is gone.
+  elastic::Refresh gone = store_->refresh_ttl("nothing", 1s, std::nullopt, {"leader"});
+  EXPECT_FALSE(gone.alive);
+  EXPECT_EQ(gone.values, (std::vector<std::optional<std::string>>{"n1/abc"}));
 }
 
 TEST_P(StoreConformance, PlainSetRemovesTheTtl) {
@@ -173,7 +195,7 @@ TEST_P(StoreConformance, AddAndCompareAndSetKeepTheTtl) {
 
 TEST_P(StoreConformance, NonPositiveTtlIsRejected) {
   EXPECT_THROW(store_->set_with_ttl("k", "v", 0ms), InvalidArgument);
-  EXPECT_THROW(store_->refresh_ttl("k", -5ms), InvalidArgument);
+  EXPECT_THROW(store_->refresh_ttl("k", -5ms, std::nullopt, {}), InvalidArgument);
 }
 
 TEST_P(StoreConformance, WaitReturnsOnceAllKeysExist) {

@@ -49,7 +49,16 @@ wait_until 10 bash -c '[[ $(timeout 2 redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev
 
 # ---- helpers --------------------------------------------------------------------------------------------
 # The job's keys (docs/redis-schema.md): hdp:<job>:gen is the current generation, hdp:<job>:gen:<g>
-# its members as JSON, hdp:<job>:node:<id> a node's lease.
+# its members as JSON, hdp:<job>:node:<id> the incarnation holding a node id and
+# hdp:<job>:lease:<id>/<incarnation> that incarnation's lease.
+node_has_lease() {
+  local incarnation
+  incarnation=$(redis GET "hdp:$job:node:$1" 2>/dev/null || true)
+  [[ -n $incarnation && $(redis EXISTS "hdp:$job:lease:$1/$incarnation") == 1 ]]
+}
+node_is_gone() {
+  [[ $(redis EXISTS "hdp:$job:node:$1") == 0 && -z $(redis --scan --pattern "hdp:$job:lease:$1/*") ]]
+}
 current_gen() { redis GET "hdp:$job:gen" 2>/dev/null | grep -E '^[0-9]+$' || true; }
 gen_members() { redis GET "hdp:$job:gen:$1" 2>/dev/null || true; }
 
@@ -121,7 +130,7 @@ wait_until 60 gen_is 1 n1 n2 n3 ||
   cluster_fail "no generation with n1 n2 n3 within 60 s (gen '$(current_gen)': $(gen_members "$(current_gen)"))"
 gen_full=$(current_gen)
 for node in "${CLUSTER_NODES[@]}"; do
-  [[ $(redis EXISTS "hdp:$job:node:$node") == 1 ]] || cluster_fail "no lease hdp:$job:node:$node"
+  node_has_lease "$node" || cluster_fail "no live lease for $node"
   agent_pid "$node" >/dev/null || cluster_fail "no agent process on $node"
 done
 
@@ -147,7 +156,7 @@ cluster_wait_job_state "$job" $((HDP_DRAIN_TIMEOUT + 20)) COMPLETED FAILED CANCE
   cluster_fail "job $job did not end within $((HDP_DRAIN_TIMEOUT + 20)) s of the drain signal"
 for node in n1 n2; do
   grep -q "node $node: agent exited with 4" "$log_file" || cluster_fail "the agent on $node did not exit 4 (drained)"
-  [[ $(redis EXISTS "hdp:$job:node:$node") == 0 ]] || cluster_fail "$node's lease is still there after its drain"
+  node_is_gone "$node" || cluster_fail "$node's claim or lease is still there after its drain"
 done
 [[ $(cluster_job_field "$job" ExitCode) == 4:0 ]] ||
   cluster_fail "job $job ended with exit code $(cluster_job_field "$job" ExitCode), expected 4:0 (drained)"
