@@ -131,7 +131,8 @@ std::shared_ptr<gloo::rendezvous::Context> ElasticContext::connect(const Members
   auto device = gloo::transport::tcp::CreateDevice(attr);
   auto context = std::make_shared<gloo::rendezvous::Context>(m.rank, m.world_size);
   context->setTimeout(timeout);
-  GlooStore bootstrap(std::make_shared<PrefixStore>(store_, keys::bootstrap(m.generation)), timeout);
+  GlooStore bootstrap(std::make_shared<PrefixStore>(store_, keys::bootstrap(m.generation)), timeout,
+                      [this, &m] { return changed(m); });
   context->connectFullMesh(bootstrap, device);
   return context;
 }

@@ -67,7 +67,9 @@ class ElasticContext {
   void report_broken(const Membership& m, const std::string& reason);
 
   // The generation's Gloo context over TCP, bootstrapped under gen:<g>:boot: with `timeout` for
-  // the rendezvous and for every collective.
+  // the rendezvous and for every collective. Throws PeerLost as soon as a newer generation is
+  // published while the bootstrap still waits for a peer (that peer is gone), TimeoutError after
+  // `timeout`.
   std::shared_ptr<gloo::rendezvous::Context> connect(const Membership& m, std::chrono::milliseconds timeout);
 
  private:

@@ -1,12 +1,14 @@
 #include "elastic/gloo_store.h"
 
+#include <algorithm>
+
 #include "common/error.h"
 
 namespace hdp::elastic {
 
 GlooStore::GlooStore(std::shared_ptr<elastic::Store> store, std::chrono::milliseconds timeout,
-                     std::chrono::milliseconds key_ttl)
-    : store_(std::move(store)), timeout_(timeout), key_ttl_(key_ttl) {}
+                     std::function<bool()> superseded, std::chrono::milliseconds key_ttl)
+    : store_(std::move(store)), timeout_(timeout), superseded_(std::move(superseded)), key_ttl_(key_ttl) {}
 
 void GlooStore::set(const std::string& key, const std::vector<char>& data) {
   store_->set_with_ttl(key, std::string_view(data.data(), data.size()), key_ttl_);
@@ -22,7 +24,23 @@ std::vector<char> GlooStore::get(const std::string& key) {
 void GlooStore::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
 
 void GlooStore::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
-  store_->wait(keys, timeout);
+  if (!superseded_) return store_->wait(keys, timeout);
+  using Clock = std::chrono::steady_clock;
+  constexpr std::chrono::milliseconds kCheckEvery{250};
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    const auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    try {
+      store_->wait(keys, std::clamp(remaining, std::chrono::milliseconds(1), kCheckEvery));
+      return;
+    } catch (const TimeoutError&) {
+      if (superseded_()) throw PeerLost("the bootstrap's generation was superseded before every peer connected");
+      if (Clock::now() >= deadline) {
+        throw TimeoutError("wait: " + std::to_string(keys.size()) + " bootstrap key(s) not all present after " +
+                           std::to_string(timeout.count()) + " ms");
+      }
+    }
+  }
 }
 
 }  // namespace hdp::elastic

@@ -5,10 +5,16 @@
 // as everything else. Gloo's own RedisStore cannot log in and polls with fixed 10 ms sleeps;
 // this adapter keeps Gloo's write-once key semantics and puts a TTL on every key it writes, so a
 // generation's bootstrap keys clean themselves up.
+//
+// A bootstrap whose generation is superseded (a member died before connecting, and the leader has
+// published the next generation) can never complete: while it waits, the adapter asks
+// `superseded` about every 250 ms and gives up with PeerLost at once, instead of sitting out the
+// whole timeout.
 #pragma once
 
 #include <gloo/rendezvous/store.h>
 
+#include <functional>
 #include <memory>
 
 #include "elastic/store.h"
@@ -17,18 +23,21 @@ namespace hdp::elastic {
 
 class GlooStore final : public gloo::rendezvous::Store {
  public:
+  // `superseded` may be empty (never superseded); it may block on the store.
   GlooStore(std::shared_ptr<elastic::Store> store, std::chrono::milliseconds timeout,
-            std::chrono::milliseconds key_ttl = std::chrono::hours(1));
+            std::function<bool()> superseded = {}, std::chrono::milliseconds key_ttl = std::chrono::hours(1));
 
   void set(const std::string& key, const std::vector<char>& data) override;
   // Waits (up to the timeout) for the key, as Gloo expects, then reads it.
   std::vector<char> get(const std::string& key) override;
   void wait(const std::vector<std::string>& keys) override;
+  // Throws TimeoutError after `timeout`, PeerLost once `superseded` says so.
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
 
  private:
   std::shared_ptr<elastic::Store> store_;
   std::chrono::milliseconds timeout_;
+  std::function<bool()> superseded_;
   std::chrono::milliseconds key_ttl_;
 };
 

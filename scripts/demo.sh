@@ -26,10 +26,10 @@ if [ -n "$victim" ]; then
   kill -9 "$victim"
 fi
 status=0
-wait "$run_pid" || status=$?   # non-zero: hdp run reports the agent we killed
+wait "$run_pid" || status=$?   # 0: the job completed although an agent was lost
 echo "demo: what happened (from the agents' logs):"
 grep -E "published generation|peer lost|finished" "$log" | sed 's/^/  /' | head -20
-if ! grep -q "finished 400 steps" "$log"; then
+if [ "$status" -ne 0 ] || ! grep -q "finished 400 steps" "$log"; then
   echo "demo: the job did not complete (hdp run exit $status); full log:" >&2
   cat "$log" >&2
   exit 1

@@ -1,14 +1,20 @@
 // `hdp agent`, `hdp status` and `hdp run` as a user runs them: bad input, garbage in Redis,
 // readable and JSON status, the one-machine launcher.
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
+
+#include <fstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "elastic/job_keys.h"
 #include "tests/agents/agent_cluster.h"
 #include "tests/support/child_process.h"
+#include "tests/support/temp_dir.h"
 
 namespace hdp::test {
 namespace {
@@ -111,6 +117,34 @@ TEST(ControlPlaneCli, RunStartsAPrivateRedisAndAgentsAndCleansUp) {
   const auto job = r.out.substr(r.out.find("job run-") + 4, 12);
   auto survivors = run_command({"pgrep", "-c", "-f", job});  // pgrep never counts itself
   EXPECT_EQ(std::stoi(survivors.out), 0) << "processes of " << job << " outlived hdp run";
+}
+
+TEST(ControlPlaneCli, RunExitsZeroWhenTheJobCompletesDespiteALostAgent) {
+  TempDir dir;
+  const std::string log_path = (dir.path() / "run.log").string();
+  const std::string job = "lost-agent-" + std::to_string(getpid());
+  ChildProcess run({AgentCluster().hdp(), "run", "--nodes", "3", "--nproc-per-node", "1", "--nnodes", "1:3", "--job",
+                    job, "--lease-ms", "1000", "--", AgentCluster().hdp(), "train", "--smoke", "--steps", "300",
+                    "--step-ms", "20"},
+                   log_path);
+  auto log = [&] {
+    std::ifstream in(log_path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (log().find("world size 3, status running") == std::string::npos) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << log();
+    std::this_thread::sleep_for(100ms);
+  }
+  auto victim = run_command({"pgrep", "-f", "--", "--job " + job + " .*--node-id node1 "});
+  ASSERT_EQ(victim.exit_code, 0) << "no agent of node1";
+  ASSERT_EQ(kill(std::stoi(victim.out), SIGKILL), 0);
+  auto status = run.wait_for(90s);
+  ASSERT_TRUE(status.has_value()) << "hdp run did not end: " << log();
+  ASSERT_TRUE(WIFEXITED(*status)) << log();
+  EXPECT_EQ(WEXITSTATUS(*status), 0) << log();
+  EXPECT_NE(log().find("job " + job + " completed (1 agent(s) lost on the way)"), std::string::npos) << log();
+  EXPECT_NE(log().find("world size 2"), std::string::npos) << log();  // it resized rather than stopped
 }
 
 }  // namespace
