@@ -1,13 +1,13 @@
 // bench/ops: CPU compute throughput, each figure next to raw OpenBLAS sgemm measured in the same run.
 //
-//   sgemm_GFLOP/s    raw cblas_sgemm, 1024^3, OpenBLAS's own threading, measured right before each
-//                    benchmark: the machine's GEMM rate at that moment (a counter on every row)
+//   sgemm_GFLOP/s    raw cblas_sgemm, 1024^3, OpenBLAS's own threading, measured before and after
+//                    every timed iteration: the machine's GEMM rate at that moment (mean per row)
 //   linear           ops::linear_forward (hdp's OpenMP-split GEMM) at 4096 tokens x 1024 -> 1024
 //   attn_fwd/bwd     one causal sequence of 1K/4K/16K tokens, 4 heads x 128 dims (LLaMA's head_dim)
 //   model_step       forward + backward of the 4-layer d_model 256 model on 4K tokens
 //
-// Counters: GFLOP/s, vs_sgemm (that rate over the baseline's), and for the model tokens/s and
-// vs_gemm_bound = (model FLOPs / baseline rate) / measured step time. FLOPs: 2 per multiply-add;
+// Counters: GFLOP/s, vs_sgemm (the median over iterations of the rate over that iteration's
+// baseline), and for the model tokens/s and vs_gemm_bound = (model FLOPs / baseline rate) / step time. FLOPs: 2 per multiply-add;
 // causal attention forward 4 * head_dim * heads * T(T+1)/2, backward the customary 2.5x forward
 // (FlashAttention-2's accounting; our backward recomputes the scores, so it does more work than it
 // is credited with).
@@ -43,8 +43,7 @@ Tensor random_f32(const hdp::ops::Shape& shape, uint32_t seed) {
 }
 
 // Raw sgemm GFLOP/s at 1024^3, best of 4 after a warm-up, with OpenBLAS's own thread pool (its
-// best configuration); hdp's single-threaded-OpenBLAS mode is restored after. Measured again right
-// before every benchmark, because the machines are shared and their speed drifts during a run.
+// best configuration); hdp's single-threaded-OpenBLAS mode is restored after.
 double measure_sgemm_gflops() {
   constexpr int kN = 1024;
   static const Tensor a = random_f32({kN, kN}, 1), b = random_f32({kN, kN}, 2);
@@ -62,29 +61,40 @@ double measure_sgemm_gflops() {
   return 2.0 * kN * kN * double(kN) / best / 1e9;
 }
 
-// Times `body` per iteration and reports GFLOP/s for `flops` per iteration plus the ratio to sgemm.
+// Times `body` per iteration, each iteration between two sgemm measurements (not timed): its
+// ratio to sgemm uses the mean of the two, so the baseline follows the machine's speed as other
+// work on a shared machine comes and goes. Reports GFLOP/s over all iterations, the mean baseline
+// and the median of the per-iteration ratios.
 template <typename F>
 void run_timed(benchmark::State& state, double flops, F&& body) {
-  const double sgemm = measure_sgemm_gflops();
-  double total = 0;
+  std::vector<double> ratios;
+  double total = 0, baseline_sum = 0;
+  double before = measure_sgemm_gflops();
   for (auto _ : state) {
     const auto t0 = Clock::now();
     body();
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
     state.SetIterationTime(s);
+    const double after = measure_sgemm_gflops();
+    const double baseline = (before + after) / 2;
+    ratios.push_back(flops / s / 1e9 / baseline);
+    baseline_sum += baseline;
     total += s;
+    before = after;
   }
-  const double gflops = flops * double(state.iterations()) / total / 1e9;
-  state.counters["GFLOP/s"] = gflops;
-  state.counters["sgemm_GFLOP/s"] = sgemm;
-  state.counters["vs_sgemm"] = gflops / sgemm;
+  std::sort(ratios.begin(), ratios.end());
+  const double median = ratios.size() % 2 ? ratios[ratios.size() / 2]
+                                          : (ratios[ratios.size() / 2 - 1] + ratios[ratios.size() / 2]) / 2;
+  state.counters["GFLOP/s"] = flops * double(state.iterations()) / total / 1e9;
+  state.counters["sgemm_GFLOP/s"] = baseline_sum / double(state.iterations());
+  state.counters["vs_sgemm"] = median;
 }
 
 void linear(benchmark::State& state) {
   const Tensor x = random_f32({4096, 1024}, 3), w = random_f32({1024, 1024}, 4);
   run_timed(state, 2.0 * 4096 * 1024 * 1024, [&] { benchmark::DoNotOptimize(hdp::ops::linear_forward(x, w)); });
 }
-BENCHMARK(linear)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+BENCHMARK(linear)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(9);
 
 constexpr int kHeads = 4;
 constexpr int kHeadDim = 128;
@@ -107,7 +117,7 @@ void attn_fwd(benchmark::State& state) {
   run_timed(state, attention_flops(state.range(0)),
             [&] { benchmark::DoNotOptimize(hdp::ops::attention_forward(in.q, in.k, in.v, in.spec)); });
 }
-BENCHMARK(attn_fwd)->Arg(1024)->Arg(4096)->Arg(16384)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(attn_fwd)->Arg(1024)->Arg(4096)->Arg(16384)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
 
 void attn_bwd(benchmark::State& state) {
   const AttentionInputs in(state.range(0));
@@ -116,7 +126,7 @@ void attn_bwd(benchmark::State& state) {
   run_timed(state, 2.5 * attention_flops(state.range(0)),
             [&] { hdp::ops::attention_backward(in.q, in.k, in.v, in.spec, fwd, in.dout, Tensor(), dq, dk, dv); });
 }
-BENCHMARK(attn_bwd)->Arg(1024)->Arg(4096)->Arg(16384)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(attn_bwd)->Arg(1024)->Arg(4096)->Arg(16384)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
 
 void model_step(benchmark::State& state) {
   const hdp::ops::model::LlamaConfig config;  // the defaults: 4 layers, d_model 256, 4 heads, ffn 768
@@ -136,9 +146,10 @@ void model_step(benchmark::State& state) {
   });
   const double step_s = flops / (state.counters["GFLOP/s"] * 1e9);
   state.counters["tokens/s"] = kTokens / step_s;
-  state.counters["vs_gemm_bound"] = (flops / (state.counters["sgemm_GFLOP/s"] * 1e9)) / step_s;
+  // (model FLOPs / sgemm rate) / step time is the same quotient as the rate over sgemm's.
+  state.counters["vs_gemm_bound"] = state.counters["vs_sgemm"];
 }
-BENCHMARK(model_step)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(model_step)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(7);
 
 }  // namespace
 

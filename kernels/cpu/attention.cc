@@ -12,11 +12,14 @@
 namespace hdp::kernels::cpu {
 namespace {
 
-// Tile sizes: 64 query rows x 128 keys; a score tile (32 KiB) and the output accumulator stay in L2.
-// Other shapes from 32 x 64 to 128 x 256, and 64 x 1024, were not measurably faster in bench/ops on
-// the (loaded) development machine. The tile GEMMs run on the calling OpenMP worker (blas.h).
-constexpr int64_t kBq = 64;
-constexpr int64_t kBk = 128;
+// Tile sizes: 256 query rows x 256 keys. Every tile product is an OpenBLAS call that packs both
+// operands anew, so packing costs about (1/kBq + 1/kBk) per multiply-add: at 64 x 128 it took a
+// fifth of the forward's time (perf). At 256 x 256 a score tile is 256 KiB and stays in L2 with the
+// output accumulator (128 KiB at head_dim 128); bench/ops measured 256 x 256 best among 64 x 128 ..
+// 512 x 512 (forward 0.41 -> 0.56 of sgemm at 4K tokens). The tile GEMMs run on the calling OpenMP
+// worker (blas.h).
+constexpr int64_t kBq = kAttentionQueryTile;
+constexpr int64_t kBk = kAttentionKeyTile;
 
 // One (sequence, head, tile) unit of work; threads take them dynamically (causal tiles differ in cost).
 struct Task {

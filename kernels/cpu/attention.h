@@ -13,6 +13,11 @@
 
 namespace hdp::kernels::cpu {
 
+// The kernel's tile sizes (query rows x keys; attention.cc says why), public so that tests can
+// place sequence lengths across tile boundaries.
+inline constexpr int64_t kAttentionQueryTile = 256;
+inline constexpr int64_t kAttentionKeyTile = 256;
+
 template <typename T>
 void attention_forward(const AttentionLayout& layout, const T* q, const T* k, const T* v, T* out, T* lse);
 

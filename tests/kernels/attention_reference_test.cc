@@ -1,6 +1,6 @@
 // The tiled CPU attention kernel against a plain O(n^2) reference written from the definition, in
-// double, at sizes that cross the 32-row query and 64-row key tiles, with position offsets, both
-// masks and GQA. Tolerance 1e-12 relative: both are double; only the summation order differs.
+// double, at sizes that cross the kernel's query and key tiles, with position offsets, both masks
+// and GQA. Tolerance 1e-12 relative: both are double; only the summation order differs.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -85,12 +85,14 @@ TEST_P(AttentionReference, TiledKernelMatchesDefinition) {
   for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], want[i], 1e-12) << "element " << i;
 }
 
+constexpr int64_t kQ = kAttentionQueryTile, kK = kAttentionKeyTile;
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, AttentionReference,
-    ::testing::Values(Case{"SelfAttentionAcrossTiles", 70, 70, 4, 2, 0, 0, true},
-                      Case{"LateQueryBlock", 70, 150, 2, 1, 100, 20, true},
-                      Case{"KeysAfterQueriesLeaveEmptyRows", 40, 130, 3, 3, 0, 50, true},
-                      Case{"FullMaskMultiQuery", 33, 129, 4, 1, 1000, 0, false}),
+    ::testing::Values(Case{"SelfAttentionAcrossTiles", 2 * kQ + 70, 2 * kQ + 70, 4, 2, 0, 0, true},
+                      Case{"LateQueryBlock", kQ + 70, 2 * kK + 150, 2, 1, 2 * kK + 100, 20, true},
+                      Case{"KeysAfterQueriesLeaveEmptyRows", 40, kK + 130, 3, 3, 0, 50, true},
+                      Case{"FullMaskMultiQuery", 33, 2 * kK + 129, 4, 1, 1000, 0, false}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -42,7 +42,7 @@ Qkv random_qkv(int64_t n, int kv_heads, uint64_t seed) {
 class AttentionRing : public ::testing::TestWithParam<int> {};  // parameter: n_kv_heads
 
 TEST_P(AttentionRing, PackedEqualsEachDocumentAlone) {
-  const std::vector<int32_t> cu{0, 13, 14, 54, 61};  // 13, 1, 40 (crosses a 32-row tile) and 7 tokens
+  const std::vector<int32_t> cu{0, 13, 14, 54, 61};  // 13, 1, 40 and 7 tokens
   const Qkv x = random_qkv(cu.back(), GetParam(), 100);
   const AttentionSpec packed = AttentionSpec::packed(cu);
   const AttentionOutput all = attention_forward(x.q, x.k, x.v, packed);
