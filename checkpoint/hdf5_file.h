@@ -3,6 +3,9 @@
 // A thin RAII layer over the HDF5 C API: exactly the calls a shard file needs. Every failure
 // throws hdp::FatalError naming the file, the object and the HDF5 call. Datasets are 1-D,
 // contiguous, with fill disabled, so that a write goes straight from the caller's buffer to disk.
+// A file being written starts the disk on each dataset as soon as it is written
+// (sync_file_range), so the disk works while the writer hashes and copies the next one, instead
+// of receiving everything at the final fsync.
 // libhdf5 must be the thread-safe build: ranks-as-threads and the async writers call it from
 // several threads, and the library serialises them with its global lock.
 #pragma once
@@ -47,6 +50,14 @@ class Hdf5File {
 
   const std::filesystem::path& path() const { return path_; }
 
+  // Allocates disk space for a file about to receive `raw_bytes` of dataset contents in
+  // `datasets` datasets, plus their metadata (fallocate; HDF5 trims the file to its real size on
+  // close), so that a full disk fails here, before HDF5 has written anything: libhdf5 1.10
+  // cannot close a file whose writes failed (H5Fclose fails and leaves a dangling handle that
+  // crashes the process at exit). A no-op where the filesystem cannot preallocate. Throws
+  // FatalError naming the file when the space is not there.
+  void reserve(std::uint64_t raw_bytes, std::size_t datasets);
+
   // Creates the 1-D dataset `name` ("/params/model.norm.weight"; missing groups are created) and
   // writes `data` into it.
   void write_floats(const std::string& name, std::span<const float> data);
@@ -56,7 +67,8 @@ class Hdf5File {
 
   // Elements of a 1-D dataset.
   std::int64_t length(const std::string& name) const;
-  // Reads elements [offset, offset + out.size()) of a 1-D float dataset.
+  // Reads elements [offset, offset + out.size()) of a 1-D contiguous float32 dataset with pread,
+  // outside HDF5's global lock (threads read in parallel). May block on the disk.
   void read_floats(const std::string& name, std::int64_t offset, std::span<float> out) const;
   std::vector<std::uint8_t> read_bytes(const std::string& name) const;
   // Byte offset of a contiguous dataset's raw data inside the file (tests flip bytes there).
@@ -70,6 +82,8 @@ class Hdf5File {
  private:
   Hdf5File(std::filesystem::path path, Hid file) : path_(std::move(path)), file_(std::move(file)) {}
   Hid open_dataset(const std::string& name) const;
+  std::int64_t length_of(const Hid& dataset, const std::string& name) const;
+  int descriptor() const;  // the VFD's file descriptor (sec2)
   void write_dataset(const std::string& name, hid_t type, std::int64_t length, const void* data);
   [[noreturn]] void fail(const std::string& what) const;
 

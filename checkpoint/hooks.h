@@ -20,15 +20,25 @@ struct CommitInfo {
   double seconds = 0;          // from the start of the save (after staging) to the commit
 };
 
+enum class Operation { kSave, kRestore };
+
 struct ErrorInfo {
   std::int64_t step = 0;       // the step being saved, or the step of the checkpoint that failed to restore
   std::filesystem::path path;  // the directory concerned
   std::string message;         // names the file (and tensor) when one is at fault
+  Operation operation = Operation::kSave;  // a failed save, or a checkpoint a restore skipped
+  // True on the rank that should report the fault job-wide: the rank that saw it, or rank 0 for a
+  // fault every rank sees alike (an unreadable manifest, a missing file, a step already
+  // committed). False on ranks that only learned that another rank found a fault. Lets the job
+  // state hold one entry per fault rather than one per rank.
+  bool primary = true;
 };
 
 struct Hooks {
   std::function<void(const CommitInfo&)> on_commit;  // rank 0, after the rename and `latest` are durable
-  std::function<void(const ErrorInfo&)> on_error;    // any rank that saw the fault
+  // A failed save: the rank(s) that saw the fault. A skipped checkpoint on restore: every rank
+  // (all of them fall back together), with `primary` marking the one(s) to report it.
+  std::function<void(const ErrorInfo&)> on_error;
 };
 
 // Test-only: called by a save on each rank that reaches a named point (below); a test pauses or

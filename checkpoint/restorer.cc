@@ -44,7 +44,6 @@ void check_files(const Manifest& manifest, const fs::path& dir) {
 // Reads this rank's part of one checkpoint into `target`; throws FatalError on any fault.
 RestoredProgress read_checkpoint(const Manifest& manifest, const fs::path& dir, const FlatLayout& layout,
                                  const ShardTarget& target) {
-  check_files(manifest, dir);
   std::map<std::size_t, Hdf5File> open;  // by file index, opened on first use
   auto file = [&](std::size_t index) -> const Hdf5File& {
     auto it = open.find(index);
@@ -83,6 +82,7 @@ std::optional<RestoredProgress> restore_latest(const CheckpointOptions& options,
   std::string newest_fault;
   for (auto candidate = committed.rbegin(); candidate != committed.rend(); ++candidate) {
     std::string fault;
+    bool every_rank = true;  // the manifest and the file sizes look the same from every rank
     std::optional<RestoredProgress> progress;
     std::optional<Manifest> manifest;
     try {
@@ -94,16 +94,22 @@ std::optional<RestoredProgress> restore_latest(const CheckpointOptions& options,
     if (manifest) check_compatible(*manifest, layout, options.model_config, candidate->path);
     if (manifest) {
       try {
+        check_files(*manifest, candidate->path);
+        every_rank = false;  // from here on each rank reads its own blocks
         progress = read_checkpoint(*manifest, candidate->path, layout, target);
       } catch (const Error& e) {
         fault = e.what();
       }
     }
     if (group.all_true(fault.empty())) return progress;
-    if (fault.empty()) fault = "another rank found a fault in " + candidate->path.string();
+    const bool saw_it = !fault.empty();
+    if (!saw_it) fault = "another rank found a fault in " + candidate->path.string();
     if (newest_fault.empty()) newest_fault = fault;
     log()->error("checkpoint restore (rank {}): skipping {}: {}", group.rank(), candidate->path.string(), fault);
-    if (options.hooks.on_error) options.hooks.on_error({candidate->step, candidate->path, fault});
+    if (options.hooks.on_error) {
+      options.hooks.on_error({candidate->step, candidate->path, fault, Operation::kRestore,
+                              saw_it && (!every_rank || group.rank() == 0)});
+    }
   }
   throw FatalError("no valid checkpoint under " + options.root.string() + " (" + std::to_string(committed.size()) +
                    " committed, all faulty); newest fault: " + newest_fault);

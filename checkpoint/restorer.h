@@ -7,8 +7,9 @@
 // Fallback: candidates are the committed checkpoints, newest first. A missing or wrongly sized
 // file, an unreadable manifest or a checksum mismatch on ANY rank (agreed through
 // Group::all_true) skips that checkpoint: every rank calls the error hook (the rank that saw the
-// fault names the file and tensor) and tries the next older one. A checkpoint written for another
-// model config or tensor list is refused (InvalidArgument), not skipped.
+// fault names the file and tensor, and is the `primary` reporter; rank 0 for a fault every rank
+// sees alike, such as a bad manifest or a missing file) and tries the next older one. A checkpoint
+// written for another model config or tensor list is refused (InvalidArgument), not skipped.
 #pragma once
 
 #include <filesystem>

@@ -56,7 +56,8 @@ void Saver::save(const ShardSnapshot& shard) {
   // Every rank sees the same directory, so all of them refuse together, before any collective.
   if (fs::exists(final_dir)) {
     fail(shard.step, final_dir,
-         std::make_exception_ptr(InvalidArgument("checkpoint " + final_dir.string() + " is already committed")), {});
+         std::make_exception_ptr(InvalidArgument("checkpoint " + final_dir.string() + " is already committed")), {},
+         /*every_rank=*/true);
   }
 
   std::exception_ptr error;
@@ -82,11 +83,13 @@ void Saver::save(const ShardSnapshot& shard) {
 }
 
 void Saver::fail(std::int64_t step, const fs::path& path, const std::exception_ptr& error,
-                 const std::string& elsewhere) const {
+                 const std::string& elsewhere, bool every_rank) const {
   if (!error) throw FatalError("checkpoint step " + std::to_string(step) + " failed: " + elsewhere);
   const std::string message = message_of(error);
   log()->error("checkpoint step {} (rank {}): {}", step, group_.rank(), message);
-  if (options_.hooks.on_error) options_.hooks.on_error({step, path, message});
+  if (options_.hooks.on_error) {
+    options_.hooks.on_error({step, path, message, Operation::kSave, !every_rank || group_.rank() == 0});
+  }
   std::rethrow_exception(error);
 }
 

@@ -36,9 +36,10 @@ class Saver {
  private:
   void commit(const std::filesystem::path& tmp, const std::filesystem::path& final_dir, double started_seconds);
   // Throws: `error` after reporting it to the log and the error hook when this rank saw it,
-  // else FatalError saying that `elsewhere` went wrong on another rank.
+  // else FatalError saying that `elsewhere` went wrong on another rank. `every_rank` says that
+  // every rank saw the same fault (rank 0 is then the primary reporter).
   [[noreturn]] void fail(std::int64_t step, const std::filesystem::path& path, const std::exception_ptr& error,
-                         const std::string& elsewhere) const;
+                         const std::string& elsewhere, bool every_rank = false) const;
 
   CheckpointOptions options_;
   FlatLayout layout_;

@@ -44,6 +44,8 @@ RankRecord write_rank_file(const std::filesystem::path& dir, int rank, const Fla
   const std::filesystem::path path = dir / record.file.name;
   Hdf5File file = Hdf5File::create(path);
   const std::vector<Slice> slices = layout.slices(shard.range);
+  file.reserve(kBufferCount * static_cast<std::uint64_t>(shard.range.size()) * sizeof(float) + shard.rng_state.size(),
+               kBufferCount * slices.size() + 1);
   for (std::size_t b = 0; b < kBufferCount; ++b) {
     if (b == 1 && fault_hook) fault_hook(kPointShardWriting, rank);
     for (const Slice& slice : slices) {

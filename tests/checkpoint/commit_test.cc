@@ -70,8 +70,18 @@ TEST_F(CheckpointCommit, KeepsTheNewestKAfterEachCommit) {
 
 TEST_F(CheckpointCommit, RefusesAStepThatIsAlreadyCommitted) {
   save_on(2, options_, layout_, first_, 10);
+  std::mutex mutex;
+  std::vector<ErrorInfo> errors;  // guarded by mutex
+  options_.hooks.on_error = [&](const ErrorInfo& e) {
+    std::lock_guard lock(mutex);
+    errors.push_back(e);
+  };
   EXPECT_THROW(save_on(2, options_, layout_, second_, 10), InvalidArgument);
   EXPECT_EQ(restore_on(1, options_, layout_).state, first_);
+  // Both ranks refuse, but the job state should hear of it once: rank 0 is the primary reporter.
+  ASSERT_EQ(errors.size(), 2u);
+  EXPECT_EQ(errors[0].primary + errors[1].primary, 1);
+  EXPECT_EQ(errors[0].operation, Operation::kSave);
 }
 
 TEST_F(CheckpointCommit, RestoreRefusesAnotherModelConfig) {
