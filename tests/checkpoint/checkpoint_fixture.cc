@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "checkpoint/checkpoint_root.h"
 #include "checkpoint/local_group.h"
 #include "checkpoint/restorer.h"
 #include "checkpoint/saver.h"
@@ -120,6 +121,18 @@ Restored restore_on(int world, const CheckpointOptions& options, const FlatLayou
     restored.progress[r] = restore_latest(options, layout, group, target);  // each rank writes its own slot
   });
   return restored;
+}
+
+std::uint64_t bytes_under(const std::filesystem::path& dir) {
+  std::uint64_t bytes = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) bytes += std::filesystem::file_size(entry.path());
+  return bytes;
+}
+
+std::vector<std::int64_t> committed_steps(const std::filesystem::path& root) {
+  std::vector<std::int64_t> steps;
+  for (const CommittedCheckpoint& c : list_committed(root)) steps.push_back(c.step);
+  return steps;
 }
 
 }  // namespace hdp::checkpoint::test

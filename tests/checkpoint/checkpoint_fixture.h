@@ -50,6 +50,11 @@ struct Restored {
 };
 Restored restore_on(int world, const CheckpointOptions& options, const FlatLayout& layout);
 
+// Total size of the files directly in `dir` (a checkpoint's step directory).
+std::uint64_t bytes_under(const std::filesystem::path& dir);
+// The steps of the committed checkpoints under `root`, as list_committed() orders them.
+std::vector<std::int64_t> committed_steps(const std::filesystem::path& root);
+
 // The snapshot a rank saves: its slice of `state`.
 ShardSnapshot snapshot_of(const FullState& state, ShardRange range, int rank, std::int64_t step);
 

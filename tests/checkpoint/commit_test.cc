@@ -17,18 +17,6 @@ namespace hdp::checkpoint::test {
 namespace {
 namespace fs = std::filesystem;
 
-std::uint64_t bytes_under(const fs::path& dir) {
-  std::uint64_t bytes = 0;
-  for (const auto& entry : fs::directory_iterator(dir)) bytes += fs::file_size(entry.path());
-  return bytes;
-}
-
-std::vector<std::int64_t> committed_steps(const fs::path& root) {
-  std::vector<std::int64_t> steps;
-  for (const CommittedCheckpoint& c : list_committed(root)) steps.push_back(c.step);
-  return steps;
-}
-
 class CheckpointCommit : public ::testing::Test {
  protected:
   hdp::test::TempDir dir_{"hdp-commit"};

@@ -60,18 +60,6 @@ std::string field(const elastic::StreamEntry& entry, const std::string& name) {
   return {};
 }
 
-std::uint64_t bytes_under(const fs::path& dir) {
-  std::uint64_t bytes = 0;
-  for (const auto& entry : fs::directory_iterator(dir)) bytes += fs::file_size(entry.path());
-  return bytes;
-}
-
-std::vector<std::int64_t> committed_steps(const fs::path& root) {
-  std::vector<std::int64_t> steps;
-  for (const CommittedCheckpoint& c : list_committed(root)) steps.push_back(c.step);
-  return steps;
-}
-
 hdp::test::CommandResult hdp(std::vector<std::string> args) {
   const char* dir = std::getenv("HDP_BIN_DIR");
   args.insert(args.begin(), std::string(dir ? dir : "build/bin") + "/hdp");
