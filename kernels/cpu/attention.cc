@@ -1,5 +1,7 @@
 #include "kernels/cpu/attention.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -194,8 +196,65 @@ void attention_backward(const AttentionLayout& layout, const T* q, const T* k, c
     delta[r] = dot - (dlse ? dlse[r] : T(0));
   }
   const Backward<T> bw{geo, q, k, v, lse, dout, delta.data()};
+  // The gradient products of one (query tile, key tile) pair whose P and dS bw.tile() computed.
+  auto add_dq = [&](int64_t b, int h, int64_t i0, int64_t m, int64_t j0, int64_t n, const T* ds) {
+    geo.for_visible_blocks(b, i0, m, j0, n, [&](int64_t r0, int64_t rows, int64_t cols) {
+      gemm<T>(false, false, rows, d, cols, T(l.scale), ds + r0 * kBk, kBk,
+              k + ((l.cu_k[b] + j0) * l.n_kv_heads + h / l.group()) * d, geo.ldk(), T(1),
+              dq + ((l.cu_q[b] + i0 + r0) * l.n_heads + h) * d, geo.ldq());
+    });
+  };
+  auto add_dk_dv = [&](int64_t b, int h, int64_t i0, int64_t m, int64_t j0, int64_t n, const T* p, const T* ds) {
+    const int g = h / l.group();
+    T* dk_tile = dk + ((l.cu_k[b] + j0) * l.n_kv_heads + g) * d;
+    T* dv_tile = dv + ((l.cu_k[b] + j0) * l.n_kv_heads + g) * d;
+    const T* q_rows = q + ((l.cu_q[b] + i0) * l.n_heads + h) * d;
+    const T* do_rows = dout + ((l.cu_q[b] + i0) * l.n_heads + h) * d;
+    // Each row block adds into the dk/dv rows of the keys it sees.
+    geo.for_visible_blocks(b, i0, m, j0, n, [&](int64_t r0, int64_t rows, int64_t cols) {
+      gemm<T>(true, false, cols, d, rows, T(1), p + r0 * kBk, kBk, do_rows + r0 * geo.ldq(), geo.ldq(), T(1), dv_tile,
+              geo.ldk());
+      gemm<T>(true, false, cols, d, rows, T(l.scale), ds + r0 * kBk, kBk, q_rows + r0 * geo.ldq(), geo.ldq(), T(1),
+              dk_tile, geo.ldk());
+    });
+  };
 
-  // Pass 1: each task owns the dq rows of one query tile and head.
+  // One pass when there are enough (sequence, kv head) pairs to keep every thread busy: such a
+  // task owns the dq rows of its query heads and the dk/dv rows of its kv head, so each tile's P
+  // and dS are computed once and feed all three gradients (5 tile products instead of 7).
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (l.n_seqs() * l.n_kv_heads >= 2 * int64_t(threads)) {
+    std::vector<Task> tasks;
+    for (int64_t b = 0; b < l.n_seqs(); ++b)
+      for (int g = 0; g < l.n_kv_heads; ++g) tasks.push_back({b, g, 0});
+    // Longest sequences first, so that the dynamic schedule ends evenly.
+    std::stable_sort(tasks.begin(), tasks.end(),
+                     [&](const Task& x, const Task& y) { return geo.q_len(x.seq) > geo.q_len(y.seq); });
+#pragma omp parallel if (worth_parallel(tile_work(tasks.size(), l)))
+    {
+      std::vector<T> p(kBq * kBk), ds(kBq * kBk);
+#pragma omp for schedule(dynamic)
+      for (size_t i = 0; i < tasks.size(); ++i) {
+        const int64_t b = tasks[i].seq;
+        for (int h = tasks[i].head * l.group(); h < (tasks[i].head + 1) * l.group(); ++h) {
+          for (int64_t i0 = 0; i0 < geo.q_len(b); i0 += kBq) {
+            const int64_t m = std::min(kBq, geo.q_len(b) - i0);
+            const int64_t k_end = geo.visible(b, i0 + m - 1);
+            for (int64_t j0 = 0; j0 < k_end; j0 += kBk) {
+              const int64_t n = std::min(kBk, k_end - j0);
+              bw.tile(b, h, i0, m, j0, n, p.data(), ds.data());
+              add_dq(b, h, i0, m, j0, n, ds.data());
+              add_dk_dv(b, h, i0, m, j0, n, p.data(), ds.data());
+            }
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  // Otherwise two passes that parallelise over tiles. Pass 1: each task owns the dq rows of one
+  // query tile and head.
   const std::vector<Task> q_tasks = geo.tasks(l.n_heads, true);
 #pragma omp parallel if (worth_parallel(tile_work(q_tasks.size(), l)))
   {
@@ -208,11 +267,7 @@ void attention_backward(const AttentionLayout& layout, const T* q, const T* k, c
       for (int64_t j0 = 0; j0 < k_end; j0 += kBk) {
         const int64_t n = std::min(kBk, k_end - j0);
         bw.tile(t.seq, t.head, t.start, m, j0, n, p.data(), ds.data());
-        geo.for_visible_blocks(t.seq, t.start, m, j0, n, [&](int64_t r0, int64_t rows, int64_t cols) {
-          gemm<T>(false, false, rows, d, cols, T(l.scale), ds.data() + r0 * kBk, kBk,
-                  k + ((l.cu_k[t.seq] + j0) * l.n_kv_heads + t.head / l.group()) * d, geo.ldk(), T(1),
-                  dq + ((l.cu_q[t.seq] + t.start + r0) * l.n_heads + t.head) * d, geo.ldq());
-        });
+        add_dq(t.seq, t.head, t.start, m, j0, n, ds.data());
       }
     }
   }
@@ -226,22 +281,12 @@ void attention_backward(const AttentionLayout& layout, const T* q, const T* k, c
     for (size_t i = 0; i < k_tasks.size(); ++i) {
       const Task& t = k_tasks[i];
       const int64_t b = t.seq, j0 = t.start, n = std::min(kBk, geo.k_len(b) - j0);
-      T* dk_tile = dk + ((l.cu_k[b] + j0) * l.n_kv_heads + t.head) * d;
-      T* dv_tile = dv + ((l.cu_k[b] + j0) * l.n_kv_heads + t.head) * d;
       for (int h = t.head * l.group(); h < (t.head + 1) * l.group(); ++h) {
         for (int64_t i0 = 0; i0 < geo.q_len(b); i0 += kBq) {
           const int64_t m = std::min(kBq, geo.q_len(b) - i0);
           if (geo.visible(b, i0 + m - 1) <= j0) continue;  // this query tile sees none of these keys
           bw.tile(b, h, i0, m, j0, n, p.data(), ds.data());
-          const T* q_rows = q + ((l.cu_q[b] + i0) * l.n_heads + h) * d;
-          const T* do_rows = dout + ((l.cu_q[b] + i0) * l.n_heads + h) * d;
-          // Each row block adds into the dk/dv rows of the keys it sees.
-          geo.for_visible_blocks(b, i0, m, j0, n, [&](int64_t r0, int64_t rows, int64_t cols) {
-            gemm<T>(true, false, cols, d, rows, T(1), p.data() + r0 * kBk, kBk, do_rows + r0 * geo.ldq(), geo.ldq(),
-                    T(1), dv_tile, geo.ldk());
-            gemm<T>(true, false, cols, d, rows, T(l.scale), ds.data() + r0 * kBk, kBk, q_rows + r0 * geo.ldq(),
-                    geo.ldq(), T(1), dk_tile, geo.ldk());
-          });
+          add_dk_dv(b, h, i0, m, j0, n, p.data(), ds.data());
         }
       }
     }

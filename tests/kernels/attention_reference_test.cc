@@ -4,6 +4,7 @@
 // GQA. Tolerances 1e-12 (forward) and 1e-10 (gradients, sums over hundreds of terms): both sides are
 // double; only the summation order differs.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <limits>
@@ -141,12 +142,20 @@ TEST_P(AttentionReference, TiledBackwardMatchesDefinition) {
   reference(c, kDim, q, k, v, out, lse);
   std::vector<double> want_dq(q.size(), 0.0), want_dk(k.size(), 0.0), want_dv(v.size(), 0.0);
   reference_backward(c, kDim, q, k, v, lse, dout, want_dq, want_dk, want_dv);
-  std::vector<double> dq(q.size(), 0.0), dk(k.size(), 0.0), dv(v.size(), 0.0);
-  attention_backward<double>(layout, q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), nullptr,
-                             dq.data(), dk.data(), dv.data());
-  for (size_t i = 0; i < dq.size(); ++i) ASSERT_NEAR(dq[i], want_dq[i], 1e-10) << "dq element " << i;
-  for (size_t i = 0; i < dk.size(); ++i) ASSERT_NEAR(dk[i], want_dk[i], 1e-10) << "dk element " << i;
-  for (size_t i = 0; i < dv.size(); ++i) ASSERT_NEAR(dv[i], want_dv[i], 1e-10) << "dv element " << i;
+  // The kernel takes one pass over (sequence, kv head) tasks when there are at least twice as many
+  // as threads, else two passes over tiles: one thread makes the cases with several kv heads take
+  // the first path, eight threads make every case here take the second.
+  const int threads_before = omp_get_max_threads();
+  for (int threads : {1, 8}) {
+    omp_set_num_threads(threads);
+    std::vector<double> dq(q.size(), 0.0), dk(k.size(), 0.0), dv(v.size(), 0.0);
+    attention_backward<double>(layout, q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), nullptr,
+                               dq.data(), dk.data(), dv.data());
+    for (size_t i = 0; i < dq.size(); ++i) ASSERT_NEAR(dq[i], want_dq[i], 1e-10) << threads << " thread(s), dq " << i;
+    for (size_t i = 0; i < dk.size(); ++i) ASSERT_NEAR(dk[i], want_dk[i], 1e-10) << threads << " thread(s), dk " << i;
+    for (size_t i = 0; i < dv.size(); ++i) ASSERT_NEAR(dv[i], want_dv[i], 1e-10) << threads << " thread(s), dv " << i;
+  }
+  omp_set_num_threads(threads_before);
 }
 
 constexpr int64_t kQ = kAttentionQueryTile, kK = kAttentionKeyTile;
