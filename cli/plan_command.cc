@@ -3,6 +3,7 @@
 //   hdp plan --ranks 1024 --dist github --context 2097152 --tokens 33554432 --seed 7 --json
 //   hdp plan --ranks 8 --lengths batch.txt --strategy naive --speed 3=0.5
 //   hdp plan --save-cost-model cost.json [--link-gbps 50]
+//   hdp plan --calibrate --out cpu.json [--capacity 1024 --d-model 256 --layers 4 --threads 1]
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/plan_calibration.h"
 #include "common/error.h"
 #include "mesh/cost_model_json.h"
 #include "mesh/length_distribution.h"
@@ -38,9 +40,16 @@ struct PlanOptions {
   double delta_ms = -1;  // < 0: the planner's default
   std::string save_cost_model;
   bool json = false;
+  CalibrateOptions calibrate;
 };
 
 mesh::CostModel cost_model(const PlanOptions& o) {
+  if (o.calibrate.calibrate) {
+    CalibrateOptions calibrate = o.calibrate;
+    calibrate.calibration.capacity = o.capacity;
+    if (o.link_gbps > 0) calibrate.calibration.link_gbps = o.link_gbps;
+    return run_calibration(calibrate);
+  }
   mesh::CostModel model = o.cost_model_file.empty() ? mesh::gpu_preset_7b() : mesh::load_cost_model(o.cost_model_file);
   if (o.link_gbps > 0) model.link_gbps = o.link_gbps;
   return model;
@@ -125,10 +134,8 @@ void print(const PlanOptions& o, const mesh::PlanRequest& request, const mesh::P
 
 void run_plan(const PlanOptions& o) {
   const mesh::CostModel model = cost_model(o);
-  if (!o.save_cost_model.empty()) {
-    mesh::save_cost_model(model, o.save_cost_model);
-    if (o.dist.empty() && o.lengths_file.empty()) return;
-  }
+  if (!o.save_cost_model.empty()) mesh::save_cost_model(model, o.save_cost_model);
+  if ((o.calibrate.calibrate || !o.save_cost_model.empty()) && o.dist.empty() && o.lengths_file.empty()) return;
   if (o.ranks < 1) throw InvalidArgument("--ranks must be >= 1");
   mesh::PlanRequest request;
   request.lengths = batch(o);
@@ -151,7 +158,9 @@ void add_plan_command(CLI::App& app) {
   CLI::App* command =
       app.add_subcommand("plan", "Plan one HDP step by simulation and print makespan, bound, imbalance");
   command->add_option("--ranks", o->ranks, "Live ranks");
-  command->add_option("--capacity", o->capacity, "Tokens per rank per micro-batch (C)")->capture_default_str();
+  CLI::Option* capacity =
+      command->add_option("--capacity", o->capacity, "Tokens per rank per micro-batch (C); 1024 with --calibrate")
+          ->capture_default_str();
   command->add_option("--dist", o->dist, "Length distribution: github, byted or file:PATH");
   command->add_option("--lengths", o->lengths_file, "The batch: a file of lengths (white space separated, # comments)");
   command->add_option("--context", o->context, "Context length: cuts drawn lengths, sizes the static CP group");
@@ -159,13 +168,22 @@ void add_plan_command(CLI::App& app) {
   command->add_option("--seed", o->seed, "Seed of the drawn batch")->capture_default_str();
   command->add_option("--strategy", o->strategy, "static, naive or balanced")->capture_default_str();
   command->add_option("--speed", o->speeds, "RANK=FACTOR relative speed of a rank (repeatable; default 1)");
-  command->add_option("--cost-model", o->cost_model_file, "Cost model JSON file (default: the gpu-7b preset)");
+  CLI::Option* calibrate = add_calibrate_options(*command, o->calibrate);
+  command->add_option("--cost-model", o->cost_model_file, "Cost model JSON file (default: the gpu-7b preset)")
+      ->excludes(calibrate);
   command->add_option("--link-gbps", o->link_gbps, "Override the ring link bandwidth, GB/s");
   command->add_flag("--offload", o->offload, "Selective activation offloading (ByteScale Eq. 3) to lower D(s)");
-  command->add_option("--delta-ms", o->delta_ms, "Balanced: tie tolerance δ in ms (default γ/2)");
-  command->add_option("--save-cost-model", o->save_cost_model, "Write the cost model in use to this JSON file");
+  command->add_option("--delta-ms", o->delta_ms,
+                      "Balanced: how much later a short sequence may end in room than in a new micro-batch, ms "
+                      "(default 0)");
+  command->add_option("--save-cost-model", o->save_cost_model, "Write the cost model in use to this JSON file")
+      ->excludes(calibrate);
   command->add_flag("--json", o->json, "Print the summary as JSON (times in ms)");
-  command->callback([o] { run_plan(*o); });
+  command->callback([o, capacity] {
+    // C bounds the timed micro-batches; the GPU default of 8K tokens would take minutes on a CPU.
+    if (o->calibrate.calibrate && capacity->count() == 0) o->capacity = mesh::CalibrationOptions{}.capacity;
+    run_plan(*o);
+  });
 }
 
 }  // namespace hdp::cli

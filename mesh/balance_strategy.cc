@@ -1,52 +1,50 @@
-// ByteScale Algorithm 2 (DP-Balance) with Malleus-style speeds, in two phases over the batch sorted
-// longest first. `target` is the step's lower bound (mesh/bound.h).
+// ByteScale Algorithm 2 (DP-Balance) with Malleus-style speeds: one pass over the batch in the order
+// of how long each sequence keeps one rank busy, most first (LPT order): t(s, D(s)), its ring at the
+// fewest ranks, for a long sequence; γ + T(s) for a short one. So a short sequence of nearly C tokens
+// (one rank for γ + T(C)) goes before a long one just above C (two ranks, each for about half), and
+// the big items are placed while ranks are still free early enough to take them. `target` is the
+// step's lower bound (mesh/bound.h).
 //
-// 1. Long sequences (more than one rank's capacity C) become rings, longest first, over the ranks
-//    that are free earliest. A ring spans at least D(s) ranks and grows, one earliest-free rank at a
-//    time, until it would finish by the horizon (start = when its last member is free, duration =
-//    cost / slowest member's speed): a sequence on the critical path is spread over more ranks,
-//    whose compute per rank falls while the ring transfer grows, but never past the knee where the
-//    cost model says more ranks buy less than 2% of the ring's time. The horizon is the target or,
-//    past it, the step's current end (a ring that ends before the busiest rank costs the step
-//    nothing); when no size ends by the horizon, see place_ring.
-// 2. Short sequences go whole, longest first, to the rank free earliest (time = cost / speed, so a
-//    rank at half speed receives half the work). Ranks within δ of it count as tied; among them the
-//    sequence goes into the micro-batch it fills best (a local one, or the room a ring shard left on
-//    the rank's last ring), and opens a new micro-batch (paying γ) on the earliest-free rank only when
-//    it fits nowhere. Ranks that ran rings therefore receive fewer, and ranks with short sequences
-//    more, micro-batches; similar lengths run at similar times.
+// - A long sequence (more than one rank's capacity C) becomes a ring over the ranks that are free
+//   earliest. A ring spans at least D(s) ranks and grows, one earliest-free rank at a time, until it
+//   would finish by the horizon (start = when its last member is free, duration = cost / slowest
+//   member's speed): a sequence on the critical path is spread over more ranks, whose compute per
+//   rank falls while the ring transfer grows, but never past the knee where the cost model says more
+//   ranks buy less than 2% of the ring's time. The horizon is the target or, past it, the step's
+//   current end (a ring that ends before the busiest rank costs the step nothing); when no size ends
+//   by the horizon, see place_ring.
+// - A short sequence goes whole to where it ends earliest (time = cost / speed, so a rank at half
+//   speed receives half the work): a new micro-batch on the rank free earliest (γ + T(s)), or room
+//   left in a micro-batch (T(s) only: a local one, or a ring member's share of its latest ring) on
+//   the earliest-free rank that has room for it (mesh/room_index.h). Room wins ties, and also wins
+//   when it ends at most δ later (default 0). Ranks that ran rings therefore receive fewer, and ranks
+//   with short sequences more, micro-batches.
 //
 // Algorithm 2's buckets of equal FLOPs serve PP-Balance (interleaving length levels per pipeline);
-// with DP-Balance, "take from the first bucket" is the longest-first order used here, and its "ranks
-// more than δ below the maximum" always include the earliest-free rank chosen here.
+// with DP-Balance, "take from the first bucket" is the costliest-first order used here, and its
+// "ranks more than δ below the maximum" always include the ranks chosen here.
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <optional>
 
 #include "mesh/bound.h"
 #include "mesh/plan_builder.h"
 #include "mesh/rank_heap.h"
+#include "mesh/room_index.h"
 #include "mesh/sharding.h"
 #include "mesh/strategies.h"
 
 namespace hdp::mesh {
 namespace {
 
-// How many tied ranks a short sequence looks at; bounds the scheduler's time per sequence.
-constexpr std::size_t kMaxTiedRanks = 16;
 // A ring grows at most to the size whose time is within 2% of the fastest (knee_ring_size).
 constexpr double kRingSlack = 0.02;
 // absorb_stranded runs only when the next ring takes more than this share of the horizon.
 constexpr double kLongRingShare = 0.25;
 
-struct Room {
-  std::uint32_t micro_batch = 0;
-  std::int64_t tokens = 0;  // free tokens left in it
-};
-
 // The work the scheduler still has to place, in rank-milliseconds at speed 1: the lower bound's
-// numerator (compute + γ per C tokens), decremented as long sequences are placed (only phase 1
-// reads it, and every long sequence comes before every short one).
+// numerator (compute + γ per C tokens), decremented as sequences are placed.
 struct Backlog {
   double remaining_ms = 0;
   double total_speed = 0;
@@ -61,7 +59,7 @@ double share_of_backlog(const CostModel& model, std::int64_t tokens, std::int64_
 // when it then still ends by the horizon (it only gets shorter). `popped` holds the ring's `size`
 // ranks first; more are popped from `free_at` as needed. Returns the new size.
 std::int64_t absorb_stranded(const PlanRequest& request, std::int64_t tokens, std::int64_t size, std::int64_t widest,
-                             std::int64_t next_min_ranks, double horizon_ms, RankHeap& free_at,
+                             std::int64_t next_min_ranks, double horizon_ms, UpdatableRankHeap& free_at,
                              std::vector<std::pair<double, std::uint32_t>>& popped) {
   const double start_ms = popped[static_cast<std::size_t>(size) - 1].first;
   while (static_cast<std::int64_t>(popped.size()) < size + next_min_ranks && !free_at.empty() &&
@@ -81,7 +79,8 @@ std::int64_t absorb_stranded(const PlanRequest& request, std::int64_t tokens, st
   return wider;
 }
 
-// Phase 1 for one sequence: pops the ring's ranks from `free_at` and places the ring.
+// A long sequence: pops the ring's ranks from `free_at` and places the ring. `next_tokens` is the
+// next long sequence in the order (0: none).
 //
 // A ring of k ranks ends at finish(k) = (when its k-th member is free) + cost(k) / slowest member,
 // and also raises the average load: idle members waiting for the last one, and γ and transfer that
@@ -89,7 +88,7 @@ std::int64_t absorb_stranded(const PlanRequest& request, std::int64_t tokens, st
 // the k minimising max(finish(k), average load after it). The average only grows with k, which
 // bounds the search.
 void place_ring(const PlanRequest& request, std::uint32_t sequence, std::int64_t next_tokens, double target_ms,
-                Backlog& backlog, RankHeap& free_at, PlanBuilder& builder, std::vector<std::vector<Room>>& rooms) {
+                Backlog& backlog, UpdatableRankHeap& free_at, PlanBuilder& builder, RoomIndex& rooms) {
   const CostModel& model = request.cost;
   const std::int64_t tokens = request.lengths[sequence];
   const ShardLimit limit = shard_limit(model, tokens, request.capacity, request.offload);
@@ -147,45 +146,54 @@ void place_ring(const PlanRequest& request, std::uint32_t sequence, std::int64_t
                     offloaded ? limit.rank_capacity : request.capacity);
   for (std::size_t i = 0; i < ring.size(); ++i) {
     const std::uint32_t r = ring[i];
-    rooms[r].clear();  // a short sequence never joins a micro-batch before this ring
+    rooms.clear(r);  // a short sequence never joins a micro-batch before this ring
     const std::int64_t held = member_tokens(tokens, size, static_cast<std::int64_t>(i));
-    if (!offloaded && held < request.capacity) rooms[r].push_back({index, request.capacity - held});
+    if (!offloaded && held < request.capacity) rooms.add(r, index, request.capacity - held);
+    rooms.set_finish(r, builder.finish_ms(r));
     free_at.push(builder.finish_ms(r), r);
   }
 }
 
-// Phase 2 for one sequence.
-void place_short(const PlanRequest& request, std::uint32_t sequence, double delta_ms, RankHeap& free_at,
-                 PlanBuilder& builder, std::vector<std::vector<Room>>& rooms) {
+// A short sequence: into a new micro-batch on the rank free earliest, or into room on the
+// earliest-free rank that has room for it, whichever ends first (room also within δ after).
+void place_short(const PlanRequest& request, std::uint32_t sequence, double delta_ms, Backlog& backlog,
+                 UpdatableRankHeap& free_at, PlanBuilder& builder, RoomIndex& rooms) {
+  const CostModel& model = request.cost;
   const std::int64_t tokens = request.lengths[sequence];
-  std::vector<std::pair<double, std::uint32_t>> tied{free_at.pop()};
-  while (!free_at.empty() && tied.size() < kMaxTiedRanks &&
-         free_at.top().first <= tied.front().first + delta_ms) {
-    tied.push_back(free_at.pop());
-  }
-  std::size_t chosen = 0;
-  Room* best = nullptr;
-  for (std::size_t i = 0; i < tied.size(); ++i) {
-    for (Room& room : rooms[tied[i].second]) {
-      if (room.tokens >= tokens && (best == nullptr || room.tokens < best->tokens)) {
-        best = &room;
-        chosen = i;
-      }
-    }
-  }
-  const std::uint32_t rank = tied[chosen].second;
-  const double cost = request.cost.sequence_ms(tokens);
-  if (best != nullptr) {
-    builder.extend(best->micro_batch, rank, sequence, cost);
-    best->tokens -= tokens;
+  const double cost = model.sequence_ms(tokens);
+  backlog.remaining_ms -= share_of_backlog(model, tokens, request.capacity);
+  const auto [free_ms, earliest] = free_at.top();
+  const double opened_end_ms = free_ms + (model.gamma_ms + cost) / request.speeds[earliest];
+  const std::optional<RoomIndex::Fit> fit = rooms.earliest_fit(tokens);
+  std::uint32_t rank = earliest;
+  if (fit && fit->finish_ms + cost / request.speeds[fit->rank] <= opened_end_ms + delta_ms) {
+    rank = fit->rank;
+    builder.extend(fit->micro_batch, rank, sequence, cost);
+    rooms.fill(rank, fit->micro_batch, tokens);
   } else {
-    const std::uint32_t index = builder.place({sequence}, {rank}, request.cost.gamma_ms + cost, 0.0, request.capacity);
-    if (tokens < request.capacity) rooms[rank].push_back({index, request.capacity - tokens});
+    free_at.pop();
+    const std::uint32_t index = builder.place({sequence}, {rank}, model.gamma_ms + cost, 0.0, request.capacity);
+    if (tokens < request.capacity) rooms.add(rank, index, request.capacity - tokens);
   }
-  std::erase_if(rooms[rank], [](const Room& room) { return room.tokens == 0; });
-  for (std::size_t i = 0; i < tied.size(); ++i) {
-    free_at.push(i == chosen ? builder.finish_ms(rank) : tied[i].first, tied[i].second);
+  rooms.set_finish(rank, builder.finish_ms(rank));
+  free_at.push(builder.finish_ms(rank), rank);
+}
+
+// The order of placement: how long each sequence keeps one rank busy, most first; ties by length,
+// then by index. Among short sequences this is longest first, which RoomIndex relies on.
+std::vector<std::uint32_t> costliest_first(const PlanRequest& request) {
+  const CostModel& model = request.cost;
+  std::vector<std::uint32_t> order = longest_first(request.lengths);
+  std::vector<double> busy_ms(request.lengths.size(), 0.0);
+  for (std::uint32_t s : order) {
+    const std::int64_t tokens = request.lengths[s];
+    busy_ms[s] = tokens > request.capacity
+                     ? model.ring_ms(tokens, shard_limit(model, tokens, request.capacity, request.offload).min_ranks)
+                     : model.gamma_ms + model.sequence_ms(tokens);
   }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::uint32_t a, std::uint32_t b) { return busy_ms[a] > busy_ms[b]; });
+  return order;
 }
 
 }  // namespace
@@ -195,18 +203,23 @@ Plan plan_balanced(const PlanRequest& request) {
   const double target_ms = bound.bound_ms();
   const double total_speed = std::accumulate(request.speeds.begin(), request.speeds.end(), 0.0);
   Backlog backlog{.remaining_ms = bound.work_ms * total_speed, .total_speed = total_speed};
-  const double delta_ms = request.delta_ms.value_or(request.cost.gamma_ms / 2);
+  const double delta_ms = request.delta_ms.value_or(0.0);
   PlanBuilder builder(request, Strategy::kBalanced);
-  RankHeap free_at(request.speeds.size());
-  std::vector<std::vector<Room>> rooms(request.speeds.size());
-  const std::vector<std::uint32_t> order = longest_first(request.lengths);
+  UpdatableRankHeap free_at(request.speeds.size());
+  RoomIndex rooms(request.speeds.size());
+  const std::vector<std::uint32_t> order = costliest_first(request);
+  // next_long_tokens[i]: the length of the first long sequence after order[i] (0: none).
+  std::vector<std::int64_t> next_long_tokens(order.size(), 0);
+  for (std::size_t i = order.size(); i-- > 1;) {
+    const std::int64_t tokens = request.lengths[order[i]];
+    next_long_tokens[i - 1] = tokens > request.capacity ? tokens : next_long_tokens[i];
+  }
   for (std::size_t i = 0; i < order.size(); ++i) {
     const std::uint32_t sequence = order[i];
     if (request.lengths[sequence] > request.capacity) {
-      const std::int64_t next_tokens = i + 1 < order.size() ? request.lengths[order[i + 1]] : 0;
-      place_ring(request, sequence, next_tokens, target_ms, backlog, free_at, builder, rooms);
+      place_ring(request, sequence, next_long_tokens[i], target_ms, backlog, free_at, builder, rooms);
     } else {
-      place_short(request, sequence, delta_ms, free_at, builder, rooms);
+      place_short(request, sequence, delta_ms, backlog, free_at, builder, rooms);
     }
   }
   return builder.take();

@@ -89,12 +89,14 @@ CostModel load_cost_model(const std::string& path) {
   }
 }
 
-void save_cost_model(const CostModel& model, const std::string& path) {
+void save_cost_model(const CostModel& model, const std::string& path, const nlohmann::json& calibration) {
   model.validate();
+  nlohmann::json json = cost_model_to_json(model);
+  if (!calibration.is_null()) json["calibration"] = calibration;
   const std::string temporary = path + ".tmp";
   {
     std::ofstream out(temporary, std::ios::trunc);
-    out << cost_model_to_json(model).dump(2) << "\n";
+    out << json.dump(2) << "\n";
     out.flush();
     if (!out) throw InvalidArgument("cannot write cost model file '" + temporary + "'");
   }

@@ -41,9 +41,9 @@ struct PlanRequest {
   // The longest sequence the job may see; sizes the static CP group. 0 = the longest in the batch.
   std::int64_t context = 0;
   bool offload = false;               // use ByteScale Eq. 3 (needs cost.offload) to lower D(s)
-  // Balanced only (δ): ranks whose accumulated time is within δ of the least loaded count as equally
-  // loaded, and a short sequence goes to the one with the best-fitting room. Unset: γ/2, since a new
-  // micro-batch costs γ while using room on a rank up to γ/2 behind costs at most that imbalance.
+  // Balanced only (δ): a short sequence joins room left in an existing micro-batch rather than open
+  // a new one (paying γ) when it ends there at most δ later. Unset: 0, the earliest end; a larger δ
+  // saves micro-batches but lengthened the step in every setting tried (docs/scheduler.md).
   std::optional<double> delta_ms;
   CostModel cost;
 };

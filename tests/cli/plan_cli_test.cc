@@ -96,6 +96,63 @@ TEST(PlanCli, SavedCostModelIsReadBack) {
   EXPECT_EQ(nlohmann::json::parse(r.out)["cost_model"], "gpu-7b");
 }
 
+// A model small enough that calibration takes a fraction of a second.
+const std::vector<std::string> kTinyCalibration = {"plan",   "--calibrate", "--threads", "1",   "--clock",   "cpu",
+                                                   "--d-model", "32",      "--heads",   "1",   "--kv-heads", "1",
+                                                   "--layers", "1",        "--ffn-dim", "64",  "--vocab",   "64",
+                                                   "--capacity", "128",    "--repeats", "1"};
+
+TEST(PlanCli, CalibrateWritesACostModelThatPlanReads) {
+  TempDir dir;
+  const auto path = (dir.path() / "cpu.json").string();
+  auto args = kTinyCalibration;
+  args.insert(args.end(), {"--out", path});
+  auto r = hdp(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* word : {"alpha", "beta", "gamma", "residual", "measured ms", "fitted ms", "wrote"}) {
+    EXPECT_NE(r.out.find(word), std::string::npos) << word << " missing from:\n" << r.out;
+  }
+  const mesh::CostModel model = mesh::load_cost_model(path);
+  EXPECT_EQ(model.name, "cpu-llama-d32-l1");
+  EXPECT_GT(model.alpha_ms + model.beta_ms, 0);
+  std::ifstream in(path);
+  EXPECT_EQ(nlohmann::json::parse(in)["calibration"]["model"]["d_model"], 32);
+
+  const auto batch = (dir.path() / "batch.txt").string();
+  std::ofstream(batch) << "100 60 200 20 128 7\n";
+  r = hdp({"plan", "--ranks", "2", "--lengths", batch, "--capacity", "128", "--cost-model", path, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["cost_model"], "cpu-llama-d32-l1");
+  // Calibrating and planning in one command plans with the fitted model.
+  args = kTinyCalibration;
+  args.insert(args.end(), {"--ranks", "2", "--lengths", batch});
+  r = hdp(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("cost model cpu-llama-d32-l1"), std::string::npos) << r.out;
+}
+
+TEST(PlanCli, BadCalibrationOptionsExitTwoWithOneLine) {
+  TempDir dir;
+  const auto path = (dir.path() / "cost.json").string();
+  // All are refused before anything is timed.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"plan", "--out", path}, "--calibrate"},
+      {{"plan", "--d-model", "64"}, "--calibrate"},
+      {{"plan", "--calibrate", "--cost-model", path}, "excludes"},
+      {{"plan", "--calibrate", "--capacity", "32"}, "capacity must be >= 64"},
+      {{"plan", "--calibrate", "--repeats", "0"}, "repeats"},
+      {{"plan", "--calibrate", "--heads", "3"}, "divisible"},
+      {{"plan", "--calibrate", "--clock", "sundial"}, "sundial"},
+      {{"plan", "--calibrate", "--clock", "cpu"}, "threads = 1"},
+  };
+  for (const auto& [args, needle] : cases) {
+    auto r = hdp(args);
+    EXPECT_EQ(r.exit_code, 2) << needle << ": " << r.err;
+    EXPECT_EQ(line_count(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+  }
+}
+
 TEST(PlanCli, BadInputExitsTwoWithOneLine) {
   TempDir dir;
   const auto path = (dir.path() / "batch.txt").string();

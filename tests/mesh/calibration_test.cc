@@ -1,0 +1,150 @@
+// Calibration against the real model (ops/model LlamaModel on the CPU): the packings it times, its
+// options, the file it writes, and (the point of it) that the fitted cost model predicts the time
+// of micro-batches it was not fitted on.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <numeric>
+#include <utility>
+
+#include "common/error.h"
+#include "mesh/calibration.h"
+#include "mesh/cost_model_json.h"
+#include "mesh/length_distribution.h"
+#include "tests/support/temp_dir.h"
+
+namespace hdp::mesh {
+namespace {
+
+// Small enough to time in seconds, with attention a large share of a long sequence's time (one head
+// of 64 dims against a 128-wide MLP), so the quadratic term is exercised.
+ops::model::LlamaConfig tiny_model() {
+  ops::model::LlamaConfig c;
+  c.vocab_size = 64;
+  c.d_model = 64;
+  c.n_layers = 2;
+  c.n_heads = 1;
+  c.n_kv_heads = 1;
+  c.ffn_dim = 128;
+  return c;
+}
+
+std::int64_t tokens_of(const std::vector<std::int64_t>& lengths) {
+  return std::accumulate(lengths.begin(), lengths.end(), std::int64_t{0});
+}
+
+TEST(Calibration, PackingsSpanLengthsAndPackingsUpToC) {
+  const auto packings = calibration_packings(1024);
+  ASSERT_EQ(packings.size(), 11u);
+  EXPECT_EQ(packings.front(), std::vector<std::int64_t>{1024});
+  std::int64_t most = 0;
+  std::size_t most_sequences = 0;
+  for (const auto& lengths : packings) {
+    most = std::max(most, tokens_of(lengths));
+    most_sequences = std::max(most_sequences, lengths.size());
+    for (std::int64_t s : lengths) EXPECT_GE(s, 32);
+  }
+  EXPECT_EQ(most, 1024);
+  EXPECT_EQ(most_sequences, 32u);
+  EXPECT_THROW(calibration_packings(63), InvalidArgument);
+}
+
+TEST(Calibration, BadOptionsAreRejectedBeforeAnythingIsTimed) {
+  const auto error_of = [](CalibrationOptions o) -> std::string {
+    try {
+      calibrate(o);
+    } catch (const InvalidArgument& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  CalibrationOptions o;
+  o.capacity = 10;
+  EXPECT_NE(error_of(o).find("capacity must be >= 64"), std::string::npos);
+  o = {};
+  o.repeats = 0;
+  EXPECT_NE(error_of(o).find("repeats"), std::string::npos);
+  o = {};
+  o.model.n_heads = 3;
+  EXPECT_NE(error_of(o).find("divisible"), std::string::npos);
+  o = {};
+  o.clock = TimingClock::kThreadCpu;  // with OpenMP's default thread count
+  EXPECT_NE(error_of(o).find("threads = 1"), std::string::npos);
+  o = {};
+  o.link_gbps = 0;
+  EXPECT_NE(error_of(o).find("link_gbps"), std::string::npos);
+  EXPECT_THROW(parse_clock("sundial"), InvalidArgument);
+}
+
+TEST(Calibration, WritesACostModelFileWithWhereAndHowItWasMeasured) {
+  CalibrationOptions o;
+  o.model = tiny_model();
+  o.capacity = 128;
+  o.repeats = 1;
+  o.threads = 1;
+  o.clock = TimingClock::kThreadCpu;
+  const Calibration c = calibrate(o);
+  ASSERT_EQ(c.samples.size(), calibration_packings(128).size());
+  for (const CostSample& s : c.samples) EXPECT_GT(s.measured_ms, 0);
+  EXPECT_EQ(c.cost.name, "cpu-llama-d64-l2");
+  // K and V of one 64-dim head in f32, 2 layers, sent 3 times (forward, backward, dKV).
+  EXPECT_EQ(c.cost.ring_bytes_per_token, 3 * 2 * 2 * 64 * 4);
+
+  test::TempDir dir;
+  const std::string path = (dir.path() / "cpu.json").string();
+  save_cost_model(c.cost, path, c.record);
+  const CostModel loaded = load_cost_model(path);
+  EXPECT_EQ(cost_model_to_json(loaded), cost_model_to_json(c.cost));
+  std::ifstream in(path);
+  const nlohmann::json file = nlohmann::json::parse(in);
+  const nlohmann::json& record = file.at("calibration");
+  EXPECT_EQ(record.at("model").at("d_model"), 64);
+  EXPECT_EQ(record.at("capacity"), 128);
+  EXPECT_EQ(record.at("clock"), "cpu");
+  EXPECT_EQ(record.at("machine").at("threads"), 1);
+  EXPECT_EQ(record.at("samples").size(), c.samples.size());
+}
+
+// The check behind "the calibrated cost model predicts a planned micro-batch": micro-batches the
+// fit never saw (a drawn batch cut into micro-batches of at most C tokens, as the planner packs
+// them) are timed in the same rounds as the calibration's own, on the thread's CPU clock, so a
+// change in the machine's load hits both alike.
+//
+// Tolerance 25%, not the 15%: this runs beside other test cases on CI's 2 shared cores,
+// where a thread's CPU time still moves with cache and memory contention (medians of 5 moved by up
+// to about 10% between runs on the loaded development machine, and a prediction compounds the
+// fit's error with the measurement's). bench_calibration measures the 15% figure on the real model
+// (docs/performance.md). A wrong model fails by far more: without the quadratic term one sequence
+// of C tokens and 32 sequences of C/32 would be predicted alike, and they differ about 3x here.
+TEST(Calibration, FitPredictsMicroBatchesItWasNotFittedOn) {
+  constexpr std::int64_t kCapacity = 2048;
+  std::vector<std::vector<std::int64_t>> packings = calibration_packings(kCapacity);
+  const std::size_t fitted_on = packings.size();
+  std::vector<std::int64_t> current;
+  for (std::int64_t s : draw_batch(named_distribution("github"), kCapacity, 6 * kCapacity, 5)) {
+    if (tokens_of(current) + s > kCapacity) packings.push_back(std::exchange(current, {}));
+    current.push_back(s);
+  }
+
+  ops::model::LlamaModel model(tiny_model());
+  model.init(1);
+  const std::vector<double> measured = time_micro_batches(model, packings, 5, TimingClock::kThreadCpu);
+  std::vector<CostSample> samples;
+  for (std::size_t i = 0; i < fitted_on; ++i) samples.push_back({packings[i], measured[i]});
+  CostModel fitted;
+  fit_compute_cost(samples, fitted);
+  // Attention is most of a C-token sequence here, so the held-out check tests the quadratic term.
+  EXPECT_GT(fitted.alpha_ms * kCapacity * kCapacity, 0.3 * measured[0]);
+
+  for (std::size_t i = fitted_on; i < packings.size(); ++i) {
+    const double predicted = fitted.micro_batch_ms(packings[i], 1);
+    EXPECT_LT(std::abs(predicted / measured[i] - 1), 0.25)
+        << packings[i].size() << " sequences, " << tokens_of(packings[i]) << " tokens: predicted " << predicted
+        << " ms, measured " << measured[i] << " ms";
+  }
+}
+
+}  // namespace
+}  // namespace hdp::mesh
