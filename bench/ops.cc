@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 #include <vector>
 
 #include "kernels/cpu/blas.h"
@@ -58,6 +59,9 @@ double measure_sgemm_gflops() {
     if (i > 0) best = std::min(best, s);
   }
   hdp::kernels::cpu::use_openmp_threading_only();
+  // OpenBLAS's workers spin for a while after a call (2^28 cycles by default) before they sleep;
+  // a timed body started at once would share the cores with them.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   return 2.0 * kN * kN * double(kN) / best / 1e9;
 }
 
