@@ -65,6 +65,14 @@ struct Geometry {
       if (cols > 0) fn(r0, rows, cols);
     }
   }
+  // Calls fn(m, j0, n) for each key tile [j0, j0 + n) that the query tile at i0 of sequence b
+  // (m rows) sees at least partly.
+  template <typename Fn>
+  void for_key_tiles(int64_t b, int64_t i0, Fn&& fn) const {
+    const int64_t m = std::min(kBq, q_len(b) - i0);
+    const int64_t k_end = visible(b, i0 + m - 1);
+    for (int64_t j0 = 0; j0 < k_end; j0 += kBk) fn(m, j0, std::min(kBk, k_end - j0));
+  }
   std::vector<Task> tasks(int heads, bool over_queries) const {
     std::vector<Task> out;
     const int64_t tile = over_queries ? kBq : kBk;
@@ -80,6 +88,18 @@ struct Geometry {
 // An upper bound on the multiply-adds of a task list (each task at most one full tile row).
 int64_t tile_work(size_t tasks, const AttentionLayout& l) {
   return static_cast<int64_t>(tasks) * kBq * kBk * l.head_dim;
+}
+
+// Runs fn(task, p, ds) over `tasks` on the OpenMP threads (dynamic schedule: tiles differ in
+// cost), each thread with its own P and dS tile buffers.
+template <typename T, typename Fn>
+void run_backward_tasks(const std::vector<Task>& tasks, const AttentionLayout& l, Fn&& fn) {
+#pragma omp parallel if (worth_parallel(tile_work(tasks.size(), l)))
+  {
+    std::vector<T> p(kBq * kBk), ds(kBq * kBk);
+#pragma omp for schedule(dynamic)
+    for (size_t i = 0; i < tasks.size(); ++i) fn(tasks[i], p.data(), ds.data());
+  }
 }
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
@@ -230,67 +250,42 @@ void attention_backward(const AttentionLayout& layout, const T* q, const T* k, c
     // Longest sequences first, so that the dynamic schedule ends evenly.
     std::stable_sort(tasks.begin(), tasks.end(),
                      [&](const Task& x, const Task& y) { return geo.q_len(x.seq) > geo.q_len(y.seq); });
-#pragma omp parallel if (worth_parallel(tile_work(tasks.size(), l)))
-    {
-      std::vector<T> p(kBq * kBk), ds(kBq * kBk);
-#pragma omp for schedule(dynamic)
-      for (size_t i = 0; i < tasks.size(); ++i) {
-        const int64_t b = tasks[i].seq;
-        for (int h = tasks[i].head * l.group(); h < (tasks[i].head + 1) * l.group(); ++h) {
-          for (int64_t i0 = 0; i0 < geo.q_len(b); i0 += kBq) {
-            const int64_t m = std::min(kBq, geo.q_len(b) - i0);
-            const int64_t k_end = geo.visible(b, i0 + m - 1);
-            for (int64_t j0 = 0; j0 < k_end; j0 += kBk) {
-              const int64_t n = std::min(kBk, k_end - j0);
-              bw.tile(b, h, i0, m, j0, n, p.data(), ds.data());
-              add_dq(b, h, i0, m, j0, n, ds.data());
-              add_dk_dv(b, h, i0, m, j0, n, p.data(), ds.data());
-            }
-          }
+    run_backward_tasks<T>(tasks, l, [&](const Task& t, T* p, T* ds) {
+      const int64_t b = t.seq;
+      for (int h = t.head * l.group(); h < (t.head + 1) * l.group(); ++h) {
+        for (int64_t i0 = 0; i0 < geo.q_len(b); i0 += kBq) {
+          geo.for_key_tiles(b, i0, [&](int64_t m, int64_t j0, int64_t n) {
+            bw.tile(b, h, i0, m, j0, n, p, ds);
+            add_dq(b, h, i0, m, j0, n, ds);
+            add_dk_dv(b, h, i0, m, j0, n, p, ds);
+          });
         }
       }
-    }
+    });
     return;
   }
 
   // Otherwise two passes that parallelise over tiles. Pass 1: each task owns the dq rows of one
   // query tile and head.
-  const std::vector<Task> q_tasks = geo.tasks(l.n_heads, true);
-#pragma omp parallel if (worth_parallel(tile_work(q_tasks.size(), l)))
-  {
-    std::vector<T> p(kBq * kBk), ds(kBq * kBk);
-#pragma omp for schedule(dynamic)
-    for (size_t i = 0; i < q_tasks.size(); ++i) {
-      const Task& t = q_tasks[i];
-      const int64_t m = std::min(kBq, geo.q_len(t.seq) - t.start);
-      const int64_t k_end = geo.visible(t.seq, t.start + m - 1);
-      for (int64_t j0 = 0; j0 < k_end; j0 += kBk) {
-        const int64_t n = std::min(kBk, k_end - j0);
-        bw.tile(t.seq, t.head, t.start, m, j0, n, p.data(), ds.data());
-        add_dq(t.seq, t.head, t.start, m, j0, n, ds.data());
-      }
-    }
-  }
+  run_backward_tasks<T>(geo.tasks(l.n_heads, true), l, [&](const Task& t, T* p, T* ds) {
+    geo.for_key_tiles(t.seq, t.start, [&](int64_t m, int64_t j0, int64_t n) {
+      bw.tile(t.seq, t.head, t.start, m, j0, n, p, ds);
+      add_dq(t.seq, t.head, t.start, m, j0, n, ds);
+    });
+  });
 
   // Pass 2: each task owns the dk/dv rows of one key tile and kv head, summed over its query heads.
-  const std::vector<Task> k_tasks = geo.tasks(l.n_kv_heads, false);
-#pragma omp parallel if (worth_parallel(tile_work(k_tasks.size(), l)))
-  {
-    std::vector<T> p(kBq * kBk), ds(kBq * kBk);
-#pragma omp for schedule(dynamic)
-    for (size_t i = 0; i < k_tasks.size(); ++i) {
-      const Task& t = k_tasks[i];
-      const int64_t b = t.seq, j0 = t.start, n = std::min(kBk, geo.k_len(b) - j0);
-      for (int h = t.head * l.group(); h < (t.head + 1) * l.group(); ++h) {
-        for (int64_t i0 = 0; i0 < geo.q_len(b); i0 += kBq) {
-          const int64_t m = std::min(kBq, geo.q_len(b) - i0);
-          if (geo.visible(b, i0 + m - 1) <= j0) continue;  // this query tile sees none of these keys
-          bw.tile(b, h, i0, m, j0, n, p.data(), ds.data());
-          add_dk_dv(b, h, i0, m, j0, n, p.data(), ds.data());
-        }
+  run_backward_tasks<T>(geo.tasks(l.n_kv_heads, false), l, [&](const Task& t, T* p, T* ds) {
+    const int64_t b = t.seq, j0 = t.start, n = std::min(kBk, geo.k_len(b) - j0);
+    for (int h = t.head * l.group(); h < (t.head + 1) * l.group(); ++h) {
+      for (int64_t i0 = 0; i0 < geo.q_len(b); i0 += kBq) {
+        const int64_t m = std::min(kBq, geo.q_len(b) - i0);
+        if (geo.visible(b, i0 + m - 1) <= j0) continue;  // this query tile sees none of these keys
+        bw.tile(b, h, i0, m, j0, n, p, ds);
+        add_dk_dv(b, h, i0, m, j0, n, p, ds);
       }
     }
-  }
+  });
 }
 
 template void attention_forward<float>(const AttentionLayout&, const float*, const float*, const float*, float*,
