@@ -85,7 +85,8 @@ struct Geometry {
   }
 };
 
-// An upper bound on the multiply-adds of a task list (each task at most one full tile row).
+// The size of a task list for the parallel-or-not decision, each task counted as one full tile
+// pair (an upper bound for tile tasks; a one-pass backward task, a whole kv head, does more).
 int64_t tile_work(size_t tasks, const AttentionLayout& l) {
   return static_cast<int64_t>(tasks) * kBq * kBk * l.head_dim;
 }
