@@ -18,17 +18,6 @@ namespace {
 
 constexpr std::int64_t kMinCapacity = 64;  // the shortest timed sequence is C/32 >= 2 tokens
 
-// A micro-batch's sequences packed as one Batch; the token values do not change the time.
-ops::model::Batch packed_batch(std::span<const std::int64_t> lengths, int vocab) {
-  std::vector<std::vector<std::int32_t>> documents;
-  for (std::int64_t s : lengths) {
-    std::vector<std::int32_t> doc(static_cast<std::size_t>(s));
-    for (std::size_t i = 0; i < doc.size(); ++i) doc[i] = static_cast<std::int32_t>((i * 31 + 7) % vocab);
-    documents.push_back(std::move(doc));
-  }
-  return ops::model::pack_documents(documents);
-}
-
 double now_ms(TimingClock clock) {
   if (clock == TimingClock::kWall) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -130,20 +119,34 @@ TimingClock parse_clock(std::string_view name) {
   throw InvalidArgument("unknown clock '" + std::string(name) + "': expected wall or cpu");
 }
 
+ops::model::Batch packed_micro_batch(std::span<const std::int64_t> lengths, int vocab_size) {
+  std::vector<std::vector<std::int32_t>> documents;
+  for (std::int64_t s : lengths) {
+    std::vector<std::int32_t> doc(static_cast<std::size_t>(s));
+    for (std::size_t i = 0; i < doc.size(); ++i) doc[i] = static_cast<std::int32_t>((i * 31 + 7) % vocab_size);
+    documents.push_back(std::move(doc));
+  }
+  return ops::model::pack_documents(documents);
+}
+
+double time_forward_backward(ops::model::LlamaModel& model, const ops::model::Batch& batch, TimingClock clock) {
+  const double start = now_ms(clock);
+  model.forward(batch);
+  model.backward(1.0);
+  return now_ms(clock) - start;
+}
+
 std::vector<double> time_micro_batches(ops::model::LlamaModel& model,
                                        std::span<const std::vector<std::int64_t>> micro_batches, int repeats,
                                        TimingClock clock) {
   if (repeats < 1) throw InvalidArgument("timing needs repeats >= 1, got " + std::to_string(repeats));
   std::vector<ops::model::Batch> batches;
-  for (const auto& lengths : micro_batches) batches.push_back(packed_batch(lengths, model.config().vocab_size));
+  for (const auto& lengths : micro_batches) batches.push_back(packed_micro_batch(lengths, model.config().vocab_size));
   std::vector<std::vector<double>> times(batches.size());
   for (int round = 0; round <= repeats; ++round) {  // round 0 warms caches and allocations
     for (std::size_t i = 0; i < batches.size(); ++i) {
-      const double start = now_ms(clock);
-      model.forward(batches[i]);
-      model.backward(1.0);
-      const double stop = now_ms(clock);
-      if (round > 0) times[i].push_back(stop - start);
+      const double ms = time_forward_backward(model, batches[i], clock);
+      if (round > 0) times[i].push_back(ms);
     }
   }
   std::vector<double> medians;

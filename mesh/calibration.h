@@ -54,6 +54,13 @@ struct Calibration {
 // β) and C/2 tokens as 4 sequences (γ against β). Throws InvalidArgument when C < 64.
 std::vector<std::vector<std::int64_t>> calibration_packings(std::int64_t capacity);
 
+// A micro-batch's sequences packed back to back as one Batch, as the trainer runs it; the token
+// values do not change the time.
+ops::model::Batch packed_micro_batch(std::span<const std::int64_t> lengths, int vocab_size);
+
+// Milliseconds on `clock` of one forward + backward of `model` on `batch`.
+double time_forward_backward(ops::model::LlamaModel& model, const ops::model::Batch& batch, TimingClock clock);
+
 // Milliseconds (on `clock`, median of `repeats` rounds after one warm-up round) of forward +
 // backward of `model` on each micro-batch, its sequences packed back to back as one Batch. Every
 // round times all micro-batches in turn, so a change in the machine's load hits them alike.
