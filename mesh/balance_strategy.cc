@@ -183,16 +183,22 @@ void place_short(const PlanRequest& request, std::uint32_t sequence, double delt
 // then by index. Among short sequences this is longest first, which RoomIndex relies on.
 std::vector<std::uint32_t> costliest_first(const PlanRequest& request) {
   const CostModel& model = request.cost;
-  std::vector<std::uint32_t> order = longest_first(request.lengths);
+  std::vector<std::uint32_t> order;
   std::vector<double> busy_ms(request.lengths.size(), 0.0);
-  for (std::uint32_t s : order) {
+  for (std::size_t s = 0; s < request.lengths.size(); ++s) {
     const std::int64_t tokens = request.lengths[s];
+    if (tokens == 0) continue;
+    order.push_back(static_cast<std::uint32_t>(s));
     busy_ms[s] = tokens > request.capacity
                      ? model.ring_ms(tokens, shard_limit(model, tokens, request.capacity, request.offload).min_ranks)
                      : model.gamma_ms + model.sequence_ms(tokens);
   }
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::uint32_t a, std::uint32_t b) { return busy_ms[a] > busy_ms[b]; });
+  // One sort on the whole key (a total order, so its result does not depend on the algorithm).
+  std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
+    if (busy_ms[a] != busy_ms[b]) return busy_ms[a] > busy_ms[b];
+    if (request.lengths[a] != request.lengths[b]) return request.lengths[a] > request.lengths[b];
+    return a < b;
+  });
   return order;
 }
 

@@ -18,12 +18,10 @@ void RoomIndex::set_finish(std::uint32_t rank, double finish_ms) {
 void RoomIndex::add(std::uint32_t rank, std::uint32_t micro_batch, std::int64_t tokens) {
   HDP_CHECK(tokens > 0, "a room holds at least one token");
   rooms_[rank].push_back({micro_batch, tokens});
-  refile(rank);
 }
 
 void RoomIndex::clear(std::uint32_t rank) {
   rooms_[rank].clear();
-  refile(rank);
 }
 
 void RoomIndex::fill(std::uint32_t rank, std::uint32_t micro_batch, std::int64_t tokens) {
@@ -33,7 +31,6 @@ void RoomIndex::fill(std::uint32_t rank, std::uint32_t micro_batch, std::int64_t
   HDP_CHECK(room != rooms.end() && room->tokens >= tokens, "a sequence fills a room it does not fit");
   room->tokens -= tokens;
   if (room->tokens == 0) rooms.erase(room);
-  refile(rank);
 }
 
 void RoomIndex::refile(std::uint32_t rank) {
@@ -63,6 +60,7 @@ std::optional<RoomIndex::Fit> RoomIndex::earliest_fit(std::int64_t tokens) {
   for (const Room& room : rooms_[entry.rank]) {
     if (room.tokens >= tokens && (best == nullptr || room.tokens < best->tokens)) best = &room;
   }
+  HDP_CHECK(best != nullptr, "a rank's rooms changed without set_finish");
   return Fit{.rank = entry.rank, .micro_batch = best->micro_batch, .finish_ms = entry.finish_ms};
 }
 

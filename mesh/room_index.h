@@ -10,8 +10,8 @@
 // fits one request fits every later one until it shrinks. Rooms at least as large as the current
 // request sit in a heap ordered by their rank's finish time, smaller ones in a heap ordered by
 // size, from which they move over as requests get shorter. Entries are never updated in place:
-// every change to a rank pushes fresh entries and bumps the rank's version, and entries of an
-// older version are dropped when they surface. Ties go to the lower rank index.
+// every set_finish pushes a fresh entry and bumps the rank's version, and entries of an older
+// version are dropped when they surface. Ties go to the lower rank index.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +31,11 @@ class RoomIndex {
 
   explicit RoomIndex(std::size_t ranks);
 
-  // Rank `rank` now finishes at `finish_ms`; call after everything that moves its finish.
+  // add, clear and fill change a rank's rooms; set_finish files the rank under its finish time and
+  // its rooms as they are then, so queries see a rank as of its latest set_finish. The planner
+  // calls it once after every change to a rank (one heap entry per change, not one per call).
+
+  // Rank `rank` now finishes at `finish_ms`, with the rooms it has now.
   void set_finish(std::uint32_t rank, double finish_ms);
   // Adds a room of `tokens` free tokens in micro-batch `micro_batch` on `rank` (tokens > 0).
   void add(std::uint32_t rank, std::uint32_t micro_batch, std::int64_t tokens);

@@ -11,12 +11,12 @@ namespace {
 
 TEST(RoomIndex, EarliestFreeRankWithEnoughRoomAndItsBestFittingRoom) {
   RoomIndex index(4);
-  index.set_finish(0, 10);
-  index.set_finish(1, 20);
-  index.set_finish(2, 30);
   index.add(1, /*micro_batch=*/7, 100);
   index.add(2, 8, 500);
   index.add(2, 9, 300);
+  index.set_finish(0, 10);
+  index.set_finish(1, 20);
+  index.set_finish(2, 30);
   auto fit = index.earliest_fit(400);
   ASSERT_TRUE(fit.has_value());
   EXPECT_EQ(fit->rank, 2u);  // rank 1 is free earlier but has only 100 tokens of room
@@ -40,11 +40,15 @@ TEST(RoomIndex, FollowsFinishTimesFillsAndClears) {
   EXPECT_EQ(index.earliest_fit(200)->rank, 0u);
   index.set_finish(0, 9);  // rank 0 took more work: rank 1 is now free first
   EXPECT_EQ(index.earliest_fit(200)->rank, 1u);
-  index.fill(1, 2, 150);  // 50 tokens left on rank 1
+  index.fill(1, 2, 150);  // 50 tokens left on rank 1, seen once rank 1 is filed again
+  EXPECT_THROW(index.earliest_fit(200), InvariantViolation);  // filed with 200, holds 50
+  index.set_finish(1, 7);
   EXPECT_EQ(index.earliest_fit(100)->rank, 0u);
   EXPECT_EQ(index.earliest_fit(50)->rank, 1u);
   index.clear(1);  // a ring starts on rank 1
+  index.set_finish(1, 8);
   index.fill(0, 1, 200);
+  index.set_finish(0, 9);
   EXPECT_FALSE(index.earliest_fit(10).has_value());
   EXPECT_THROW(index.earliest_fit(11), InvariantViolation);  // requests must not grow
   EXPECT_THROW(index.fill(2, 3, 1), InvariantViolation);     // no such room
