@@ -5,30 +5,33 @@
 // 2. Draws a batch (--dist at context C, so every sequence fits one rank and every micro-batch is
 //    local: the CPU data plane's rings do not exist yet), plans it with the balanced strategy over
 //    --ranks equal ranks using the calibrated model, and checks the plan.
-// 3. Runs that plan for --steps steps as the ranks would, one after another on this machine: each
-//    step runs every rank's micro-batches in its queue's order (forward + backward, its sequences
-//    packed as one Batch), after one untimed warm-up step. Each measured time is compared with two
+// 3. Runs --steps steps as ranks would, one after another on this machine. Each step first trains:
+//    a fresh batch (a new seed every step) planned with the ranks' current speed factors
+//    (mesh/speed_tracker.h), every rank's queue run in order (forward + backward, its sequences
+//    packed as one Batch), and every rank reporting its step to the tracker. Then it runs the
+//    held-out batch of 2, each micro-batch once, and compares each measured time with two
 //    predictions made before it ran:
 //    - the calibrated file alone: the micro-batch's cost at speed 1;
-//    - the cost over the rank's speed factor (mesh/speed_tracker.h) after the steps before, what
-//      the planner is given from the second step on: one number per rank, so it can absorb the
-//      machine running faster or slower than when it was calibrated, but not a wrong model shape.
-//    The baseline of every figure is the measurement taken in the same run; the target is
-//    15%.
+//    - that cost over its rank's speed factor, which is what the planner gives it. The factors come
+//      only from the training batches, never from these micro-batches, so a wrong shape (α, β, γ)
+//      shows up here: one number per rank cannot fit the mix of another batch.
+//    A micro-batch's predicted and measured times are the medians over the steps; the baseline of
+//    every figure is that measurement, taken in the same run. The target is 15%.
 //
 //   bench_calibration [--ranks 4] [--micro-batches 6] [--dist github] [--seed 1] [--capacity 1024]
-//                     [--repeats 9] [--steps 11] [--threads 1] [--clock wall|cpu]
+//                     [--repeats 9] [--steps 8] [--threads 1] [--clock wall|cpu]
+//                     [--d-model 256] [--layers 4] [--heads 4]
 //
 // Defaults: single runs of one micro-batch on the shared development VM vary by up to about 25%
-// around their median from one minute to the next, so 9 calibration rounds and 10 compared steps
-// keep the medians and the speed factors from following that noise.
-//                     [--d-model 256] [--layers 4] [--heads 4]
+// around their median from one minute to the next, so 9 calibration rounds and 8 steps keep the
+// medians and the speed factors from following that noise.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -41,14 +44,15 @@
 
 namespace {
 
-constexpr double kSpeedWeight = 0.5;  // how far one step moves a rank's speed (mesh/speed_tracker.h)
+constexpr double kSpeedWeight = 0.5;       // how far one step moves a rank's speed (mesh/speed_tracker.h)
+constexpr std::uint64_t kTrainingSeeds = 1000;  // training batch k uses seed + this + k
 
 struct Options {
   std::int64_t ranks = 4;
-  std::int64_t micro_batches = 6;  // per rank: the batch holds ranks × this × C tokens
+  std::int64_t micro_batches = 6;  // per rank: a batch holds ranks × this × C tokens
   std::string dist = "github";
   std::uint64_t seed = 1;
-  int steps = 11;
+  int steps = 8;
   hdp::mesh::CalibrationOptions calibration{.repeats = 9, .threads = 1};
 };
 
@@ -72,140 +76,131 @@ Options parse(int argc, char** argv) {
     if (std::strcmp(flag, "--heads") == 0) m.n_heads = m.n_kv_heads = std::atoi(value);
   }
   m.ffn_dim = 3 * m.d_model;  // the default model's ratio
-  if (o.steps < 2) throw hdp::InvalidArgument("--steps must be >= 2: the speed factor needs a step before it");
+  if (o.steps < 1) throw hdp::InvalidArgument("--steps must be >= 1");
   return o;
 }
 
 double median(std::vector<double> values) {
+  HDP_CHECK(!values.empty(), "the median of nothing");
   std::sort(values.begin(), values.end());
   const std::size_t mid = values.size() / 2;
   return values.size() % 2 == 1 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
 }
 
-struct Row {
+// One micro-batch of a plan: where it runs and its cost at speed 1 under the calibrated model.
+struct PlannedMicroBatch {
   std::uint32_t rank = 0;
   std::uint32_t slot = 0;
   std::vector<std::int64_t> lengths;
-  double cost_ms = 0;                 // the plan's duration: the calibrated cost at speed 1
-  std::vector<double> measured_ms;    // one per step
-  std::vector<double> tracked_ms;     // per step: cost / the rank's speed before that step
+  double cost_ms = 0;
 };
 
-// Step 2: plans a batch drawn at context C with the calibrated model; one row per micro-batch, in
-// rank order and each rank's queue order.
-std::vector<Row> planned_micro_batches(const Options& o, const hdp::mesh::CostModel& cost) {
+// A batch of `dist` at context C with `seed`, planned (balanced) over ranks at `speeds` with the
+// calibrated model and checked; its micro-batches in rank order and each rank's queue order.
+std::vector<PlannedMicroBatch> plan_batch(const Options& o, const hdp::mesh::CostModel& cost, std::uint64_t seed,
+                                          std::span<const double> speeds) {
   const std::int64_t c = o.calibration.capacity;
   hdp::mesh::PlanRequest request;
   request.lengths =
-      hdp::mesh::draw_batch(hdp::mesh::named_distribution(o.dist), c, o.ranks * o.micro_batches * c, o.seed);
-  request.speeds.assign(static_cast<std::size_t>(o.ranks), 1.0);
+      hdp::mesh::draw_batch(hdp::mesh::named_distribution(o.dist), c, o.ranks * o.micro_batches * c, seed);
+  request.speeds.assign(speeds.begin(), speeds.end());
   request.capacity = c;
   request.cost = cost;
   const hdp::mesh::Plan plan = hdp::mesh::make_plan(request, hdp::mesh::Strategy::kBalanced);
   hdp::mesh::verify_plan(request, plan);
-  std::vector<Row> rows;
+  std::vector<PlannedMicroBatch> out;
   for (std::uint32_t rank = 0; rank < plan.rank_queues.size(); ++rank) {
     for (std::uint32_t index : plan.rank_queues[rank]) {
       const hdp::mesh::MicroBatch& batch = plan.micro_batches[index];
       HDP_CHECK(batch.ranks.size() == 1, "no sequence is longer than C, so no micro-batch is a ring");
-      Row row{.rank = rank, .slot = batch.slot, .cost_ms = batch.duration_ms};  // at speed 1: the cost
-      for (std::uint32_t s : batch.sequences) row.lengths.push_back(request.lengths[s]);
-      rows.push_back(std::move(row));
+      PlannedMicroBatch planned{.rank = rank, .slot = batch.slot};
+      for (std::uint32_t s : batch.sequences) planned.lengths.push_back(request.lengths[s]);
+      planned.cost_ms = cost.micro_batch_ms(planned.lengths, 1);
+      out.push_back(std::move(planned));
     }
   }
-  std::printf("## 2. A planned batch: %s at context %lld, %zu sequences, balanced over %lld ranks, "
-              "%zu micro-batches\n\n",
-              o.dist.c_str(), static_cast<long long>(c), request.lengths.size(), static_cast<long long>(o.ranks),
-              rows.size());
-  return rows;
+  return out;
 }
 
-// Step 3: runs the plan step after step; each rank reports its step to the speed tracker, whose
-// factors predict the next step.
-void run_steps(const Options& o, std::vector<Row>& rows) {
+// A held-out micro-batch and what every step measured and predicted for it.
+struct Row {
+  PlannedMicroBatch planned;
+  hdp::ops::model::Batch batch;
+  std::vector<double> measured_ms;  // one per step
+  std::vector<double> tracked_ms;   // per step: cost / its rank's speed before it ran
+};
+
+hdp::ops::model::Batch batch_of(const Options& o, const PlannedMicroBatch& planned) {
+  return hdp::mesh::packed_micro_batch(planned.lengths, o.calibration.model.vocab_size);
+}
+
+// Step 3: every step trains on a fresh batch (feeding the tracker), then runs the held-out rows.
+void run_steps(const Options& o, const hdp::mesh::CostModel& cost, std::vector<Row>& rows) {
   hdp::ops::model::LlamaModel model(o.calibration.model);
   model.init(1);
-  std::vector<hdp::ops::model::Batch> batches;
-  for (const Row& row : rows) {
-    batches.push_back(hdp::mesh::packed_micro_batch(row.lengths, o.calibration.model.vocab_size));
-  }
-  for (const auto& batch : batches) hdp::mesh::time_forward_backward(model, batch, o.calibration.clock);  // warm-up
-
+  const auto time_ms = [&](const hdp::ops::model::Batch& batch) {
+    return hdp::mesh::time_forward_backward(model, batch, o.calibration.clock);
+  };
+  for (const Row& row : rows) time_ms(row.batch);  // warm-up: caches and allocations
   const auto ranks = static_cast<std::size_t>(o.ranks);
   hdp::mesh::SpeedTracker tracker(ranks, kSpeedWeight);
-  std::printf("| step | load average | speed factors before the step |\n|---|---|---|\n");
+  std::printf("| step | load average | training micro-batches | speed factors after training |\n|---|---|---|---|\n");
   for (int step = 0; step < o.steps; ++step) {
-    std::printf("| %d | %.2f |", step + 1, hdp::mesh::load_average());
-    for (double speed : tracker.speeds()) std::printf(" %.3f", speed);
-    std::printf(" |\n");
+    const auto training = plan_batch(o, cost, o.seed + kTrainingSeeds + static_cast<std::uint64_t>(step),
+                                     tracker.speeds());
     std::vector<double> planned(ranks, 0.0), measured(ranks, 0.0);
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      Row& row = rows[i];
-      row.tracked_ms.push_back(row.cost_ms / tracker.speeds()[row.rank]);
-      row.measured_ms.push_back(hdp::mesh::time_forward_backward(model, batches[i], o.calibration.clock));
-      planned[row.rank] += row.cost_ms;
-      measured[row.rank] += row.measured_ms.back();
+    for (const PlannedMicroBatch& micro_batch : training) {
+      planned[micro_batch.rank] += micro_batch.cost_ms;
+      measured[micro_batch.rank] += time_ms(batch_of(o, micro_batch));
     }
     for (std::size_t r = 0; r < ranks; ++r) tracker.report(r, planned[r], measured[r]);
+    std::printf("| %d | %.2f | %zu |", step + 1, hdp::mesh::load_average(), training.size());
+    for (double speed : tracker.speeds()) std::printf(" %.3f", speed);
+    std::printf(" |\n");
+    for (Row& row : rows) {
+      row.tracked_ms.push_back(row.planned.cost_ms / tracker.speeds()[row.planned.rank]);
+      row.measured_ms.push_back(time_ms(row.batch));
+    }
   }
   std::printf("\n");
 }
 
-// |error| of a prediction, summarised per micro-batch and per rank's step (what the planner
-// balances): the worst and the mean over micro-batches, and the worst over ranks.
+double relative_error(double predicted, double measured) { return predicted / measured - 1; }
+
+// Errors of one prediction against the medians of the measurements: per micro-batch (max, mean of
+// |error|) and per rank's step (the sum of its micro-batches, what the planner balances).
 struct Errors {
   double worst = 0;
   double mean = 0;
   double worst_rank = 0;
-  double worst_single = 0;  // tracked only: the worst of every (micro-batch, step) pair
 };
 
-double relative_error(double predicted, double measured) { return predicted / measured - 1; }
-
-// The calibrated file alone against each micro-batch's median over all steps.
-Errors file_errors(const std::vector<Row>& rows, std::size_t ranks, std::vector<double>& per_row) {
-  Errors e;
-  std::vector<double> rank_cost(ranks, 0.0), rank_measured(ranks, 0.0);
-  for (const Row& row : rows) {
-    const double measured = median(row.measured_ms);
-    per_row.push_back(relative_error(row.cost_ms, measured));
-    e.worst = std::max(e.worst, std::abs(per_row.back()));
-    e.mean += std::abs(per_row.back()) / static_cast<double>(rows.size());
-    rank_cost[row.rank] += row.cost_ms;
-    rank_measured[row.rank] += measured;
-  }
-  for (std::size_t r = 0; r < ranks; ++r) {
-    e.worst_rank = std::max(e.worst_rank, std::abs(relative_error(rank_cost[r], rank_measured[r])));
-  }
-  return e;
-}
-
-// The tracked prediction against the same step's measurement, from step 2 on (step 1 has no speed
-// yet); a micro-batch's error is its median over those steps, a rank's step likewise.
-Errors tracked_errors(const std::vector<Row>& rows, std::size_t ranks, int steps, std::vector<double>& per_row) {
+// `predicted(row, step)` is the prediction for one run; a micro-batch's prediction is its median
+// over the steps, as its measured time is.
+template <typename Predicted>
+Errors errors_of(const std::vector<Row>& rows, std::size_t ranks, int steps, Predicted predicted,
+                 std::vector<double>& per_row) {
   Errors e;
   for (const Row& row : rows) {
-    std::vector<double> errors;
-    for (int k = 1; k < steps; ++k) {
-      errors.push_back(relative_error(row.tracked_ms[k], row.measured_ms[k]));
-      e.worst_single = std::max(e.worst_single, std::abs(errors.back()));
-    }
-    per_row.push_back(median(errors));
+    std::vector<double> predictions;
+    for (int k = 0; k < steps; ++k) predictions.push_back(predicted(row, k));
+    per_row.push_back(relative_error(median(predictions), median(row.measured_ms)));
     e.worst = std::max(e.worst, std::abs(per_row.back()));
     e.mean += std::abs(per_row.back()) / static_cast<double>(rows.size());
   }
   for (std::size_t r = 0; r < ranks; ++r) {
-    std::vector<double> step_errors;
-    for (int k = 1; k < steps; ++k) {
-      double predicted = 0, measured = 0;
+    std::vector<double> rank_predicted, rank_measured;
+    for (int k = 0; k < steps; ++k) {
+      double p = 0, m = 0;
       for (const Row& row : rows) {
-        if (row.rank != r) continue;
-        predicted += row.tracked_ms[k];
-        measured += row.measured_ms[k];
+        if (row.planned.rank != r) continue;
+        p += predicted(row, k);
+        m += row.measured_ms[static_cast<std::size_t>(k)];
       }
-      step_errors.push_back(relative_error(predicted, measured));
+      rank_predicted.push_back(p);
+      rank_measured.push_back(m);
     }
-    e.worst_rank = std::max(e.worst_rank, std::abs(median(step_errors)));
+    e.worst_rank = std::max(e.worst_rank, std::abs(relative_error(median(rank_predicted), median(rank_measured))));
   }
   return e;
 }
@@ -213,24 +208,41 @@ Errors tracked_errors(const std::vector<Row>& rows, std::size_t ranks, int steps
 void report(const Options& o, const std::vector<Row>& rows) {
   const auto ranks = static_cast<std::size_t>(o.ranks);
   std::vector<double> file_row, tracked_row;
-  const Errors file = file_errors(rows, ranks, file_row);
-  const Errors tracked = tracked_errors(rows, ranks, o.steps, tracked_row);
+  const Errors file = errors_of(rows, ranks, o.steps, [](const Row& row, int) { return row.planned.cost_ms; },
+                                file_row);
+  const Errors tracked = errors_of(
+      rows, ranks, o.steps, [](const Row& row, int k) { return row.tracked_ms[static_cast<std::size_t>(k)]; },
+      tracked_row);
+  // How much single runs scatter around their micro-batch's median (no prediction can beat this),
+  // and the worst single run against its own step's tracked prediction.
+  std::vector<double> scatter;
+  double worst_single = 0;
+  for (const Row& row : rows) {
+    const double typical = median(row.measured_ms);
+    for (std::size_t k = 0; k < row.measured_ms.size(); ++k) {
+      scatter.push_back(std::abs(row.measured_ms[k] / typical - 1));
+      worst_single = std::max(worst_single, std::abs(relative_error(row.tracked_ms[k], row.measured_ms[k])));
+    }
+  }
   std::printf("| rank | slot | sequences | tokens | measured ms (median, min-max) | calibrated ms (error) | "
-              "with speed factor: median error |\n|---|---|---|---|---|---|---|\n");
+              "with speed factor ms (error) |\n|---|---|---|---|---|---|---|\n");
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const Row& row = rows[i];
     const auto [low, high] = std::minmax_element(row.measured_ms.begin(), row.measured_ms.end());
-    std::printf("| %u | %u | %zu | %lld | %.1f (%.1f-%.1f) | %.1f (%+.1f%%) | %+.1f%% |\n", row.rank, row.slot,
-                row.lengths.size(),
-                static_cast<long long>(std::accumulate(row.lengths.begin(), row.lengths.end(), std::int64_t{0})),
-                median(row.measured_ms), *low, *high, row.cost_ms, 100 * file_row[i], 100 * tracked_row[i]);
+    std::printf("| %u | %u | %zu | %lld | %.1f (%.1f-%.1f) | %.1f (%+.1f%%) | %.1f (%+.1f%%) |\n", row.planned.rank,
+                row.planned.slot, row.planned.lengths.size(),
+                static_cast<long long>(
+                    std::accumulate(row.planned.lengths.begin(), row.planned.lengths.end(), std::int64_t{0})),
+                median(row.measured_ms), *low, *high, row.planned.cost_ms, 100 * file_row[i],
+                median(row.tracked_ms), 100 * tracked_row[i]);
   }
-  std::printf("\n| prediction | max | mean | max over ranks' steps | worst single run |\n|---|---|---|---|---|\n"
-              "| calibrated file alone (speed 1) | %.1f%% | %.1f%% | %.1f%% | |\n"
-              "| with the rank's speed factor (steps 2-%d) | %.1f%% | %.1f%% | %.1f%% | %.1f%% |\n\n"
-              "target 15%%; load average %.2f at the end\n",
-              100 * file.worst, 100 * file.mean, 100 * file.worst_rank, o.steps, 100 * tracked.worst,
-              100 * tracked.mean, 100 * tracked.worst_rank, 100 * tracked.worst_single, hdp::mesh::load_average());
+  std::printf("\n| prediction | max | mean | max over ranks' steps |\n|---|---|---|---|\n"
+              "| calibrated file alone (speed 1) | %.1f%% | %.1f%% | %.1f%% |\n"
+              "| with the rank's speed factor | %.1f%% | %.1f%% | %.1f%% |\n\n"
+              "single runs: median |run / its micro-batch's median - 1| %.1f%%; worst single run against "
+              "its tracked prediction %.1f%%\ntarget 15%%; load average %.2f at the end\n",
+              100 * file.worst, 100 * file.mean, 100 * file.worst_rank, 100 * tracked.worst, 100 * tracked.mean,
+              100 * tracked.worst_rank, 100 * median(scatter), 100 * worst_single, hdp::mesh::load_average());
 }
 
 void run(const Options& o) {
@@ -249,9 +261,17 @@ void run(const Options& o) {
               "beta %.6g ms/token, gamma %.6g ms; fit residuals max |r| %.1f%%\n\n",
               calibration.samples.size(), calibration.cost.alpha_ms, calibration.cost.beta_ms,
               calibration.cost.gamma_ms, 100 * worst_fit);
-  std::vector<Row> rows = planned_micro_batches(o, calibration.cost);
-  std::printf("## 3. %d steps of the plan\n\n", o.steps);
-  run_steps(o, rows);
+  const std::vector<double> calibrated_speeds(static_cast<std::size_t>(o.ranks), 1.0);
+  std::vector<Row> rows;
+  for (PlannedMicroBatch& planned : plan_batch(o, calibration.cost, o.seed, calibrated_speeds)) {
+    hdp::ops::model::Batch batch = batch_of(o, planned);
+    rows.push_back(Row{.planned = std::move(planned), .batch = std::move(batch)});
+  }
+  std::printf("## 2. The held-out batch: %s at context %lld, seed %llu, balanced over %lld ranks, "
+              "%zu micro-batches\n\n## 3. %d steps\n\n",
+              o.dist.c_str(), static_cast<long long>(o.calibration.capacity),
+              static_cast<unsigned long long>(o.seed), static_cast<long long>(o.ranks), rows.size(), o.steps);
+  run_steps(o, calibration.cost, rows);
   report(o, rows);
 }
 

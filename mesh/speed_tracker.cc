@@ -24,9 +24,9 @@ void SpeedTracker::report(std::size_t rank, double planned_ms, double measured_m
     throw InvalidArgument("speed tracker: rank " + std::to_string(rank) + "'s planned cost must be a finite number "
                           ">= 0 ms, got " + std::to_string(planned_ms));
   }
-  if (!std::isfinite(measured_ms) || measured_ms <= 0) {
+  if (!std::isfinite(measured_ms) || measured_ms < 0 || (measured_ms == 0 && planned_ms > 0)) {
     throw InvalidArgument("speed tracker: rank " + std::to_string(rank) + "'s measured time must be a finite number "
-                          "> 0 ms, got " + std::to_string(measured_ms));
+                          "> 0 ms (>= 0 for a rank that ran nothing), got " + std::to_string(measured_ms));
   }
   if (planned_ms == 0) return;
   const double observed = planned_ms / measured_ms;

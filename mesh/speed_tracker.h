@@ -14,6 +14,10 @@
 // when it was calibrated is planned at 0.9 from its second step on, while the cost model's shape
 // (α, β, γ) stays as calibrated.
 //
+// Every rank plans from the same speeds, so every rank keeps a tracker fed with every rank's reports.
+// The arithmetic (std::pow included) gives identical speeds for identical reports on one build and
+// one libm, the same condition under which ranks compute identical plans at all.
+//
 // Not thread-safe: one owner (the step loop). No call blocks.
 #pragma once
 
@@ -31,7 +35,7 @@ class SpeedTracker {
   // One rank's step: the cost at speed 1 of the micro-batches it ran (ms, from the plan) and the
   // time they took (ms). A rank that ran nothing (planned 0) keeps its speed: an idle step says
   // nothing about it. Throws InvalidArgument for a rank out of range, a planned cost that is not a
-  // finite number >= 0, or a measured time that is not a finite number > 0.
+  // finite number >= 0, or a measured time that is not a finite number > 0 (>= 0 when planned is 0).
   void report(std::size_t rank, double planned_ms, double measured_ms);
 
   // One factor per rank, each finite and > 0: what the next plan's PlanRequest::speeds takes.
@@ -40,7 +44,7 @@ class SpeedTracker {
  private:
   double weight_;
   std::vector<double> speeds_;
-  std::vector<bool> reported_;  // whether a rank's speed is still the calibration's 1
+  std::vector<bool> reported_;  // whether a rank has reported: its speed is no longer the calibration's 1
 };
 
 }  // namespace hdp::mesh

@@ -33,5 +33,31 @@ TEST(PlanDeterminism, DigestSeesADifferentPlan) {
   EXPECT_NE(before, plan_digest(make_plan(request, Strategy::kBalanced)));
 }
 
+// Pinned digests: a change to the planners that is meant to leave plans alone (a faster index, a
+// different sort) must leave these alone; a change that is meant to alter plans updates them here,
+// visibly. Same build only (docs/scheduler.md): the digests hash simulated times in doubles.
+TEST(PlanDeterminism, PinnedPlansStayTheSame) {
+  struct Pinned {
+    const char* dist;
+    std::int64_t context;
+    std::uint64_t seed;
+    std::size_t ranks;
+    std::uint64_t digest[3];  // static, naive, balanced
+  };
+  const Pinned pinned[] = {
+      {"byted", 2 << 20, 7, 1024, {0x3a16c40dba1f7a1f, 0x3db202b3c193b983, 0x5f698de310920f52}},
+      {"github", 262144, 3, 96, {0x291ce2499954c00e, 0x7b7b96ad8860da43, 0x469544dae8017ba4}},
+  };
+  for (const Pinned& p : pinned) {
+    auto request = drawn_request(p.dist, p.context, 32 << 20, p.seed, p.ranks);
+    request.speeds[1] = 0.6;
+    int k = 0;
+    for (Strategy strategy : {Strategy::kStatic, Strategy::kNaive, Strategy::kBalanced}) {
+      EXPECT_EQ(plan_digest(make_plan(request, strategy)), p.digest[k++])
+          << p.dist << " seed " << p.seed << ", " << strategy_name(strategy);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace hdp::mesh::test

@@ -35,6 +35,7 @@ TEST(RoomIndex, FollowsFinishTimesFillsAndClears) {
   RoomIndex index(3);
   index.add(0, 1, 200);
   index.add(1, 2, 200);
+  EXPECT_FALSE(index.earliest_fit(200).has_value());  // rooms count from the rank's next set_finish
   index.set_finish(0, 5);
   index.set_finish(1, 6);
   EXPECT_EQ(index.earliest_fit(200)->rank, 0u);

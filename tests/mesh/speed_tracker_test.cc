@@ -47,6 +47,8 @@ TEST(SpeedTracker, AnIdleStepSaysNothing) {
   SpeedTracker tracker(1, 0.5);
   tracker.report(0, 0, 3);  // ran nothing, yet the step took 3 ms (waiting on rings)
   EXPECT_EQ(tracker.speeds()[0], 1.0);
+  tracker.report(0, 0, 0);  // ran nothing and took no time
+  EXPECT_EQ(tracker.speeds()[0], 1.0);
   tracker.report(0, 50, 100);  // still the first real report: replaces 1
   EXPECT_DOUBLE_EQ(tracker.speeds()[0], 0.5);
 }
@@ -71,6 +73,8 @@ TEST(SpeedTracker, BadInputIsRejectedAndLeavesTheSpeedsAlone) {
   EXPECT_NE(message(1, nan, 10).find("planned cost"), std::string::npos);
   EXPECT_NE(message(1, inf, 10).find("planned cost"), std::string::npos);
   EXPECT_NE(message(1, 10, 0).find("measured time"), std::string::npos);
+  EXPECT_NE(message(1, 0, -1).find("measured time"), std::string::npos);
+  EXPECT_NE(message(1, 0, nan).find("measured time"), std::string::npos);
   EXPECT_NE(message(1, 10, -5).find("measured time"), std::string::npos);
   EXPECT_NE(message(1, 10, nan).find("measured time"), std::string::npos);
   EXPECT_NE(message(1, 10, inf).find("measured time"), std::string::npos);
