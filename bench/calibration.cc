@@ -16,7 +16,7 @@
 //      only from the training batches, never from these micro-batches, so a wrong shape (α, β, γ)
 //      shows up here: one number per rank cannot fit the mix of another batch.
 //    A micro-batch's predicted and measured times are the medians over the steps; the baseline of
-//    every figure is that measurement, taken in the same run. The target is 15%.
+//    every figure is that measurement, taken in the same run. The target is 15% (docs/performance.md).
 //
 //   bench_calibration [--ranks 4] [--micro-batches 6] [--dist github] [--seed 1] [--capacity 1024]
 //                     [--repeats 9] [--steps 8] [--threads 1] [--clock wall|cpu]
