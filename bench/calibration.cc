@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/median.h"
 #include "mesh/calibration.h"
 #include "mesh/length_distribution.h"
 #include "mesh/plan.h"
@@ -78,13 +79,6 @@ Options parse(int argc, char** argv) {
   m.ffn_dim = 3 * m.d_model;  // the default model's ratio
   if (o.steps < 1) throw hdp::InvalidArgument("--steps must be >= 1");
   return o;
-}
-
-double median(std::vector<double> values) {
-  HDP_CHECK(!values.empty(), "the median of nothing");
-  std::sort(values.begin(), values.end());
-  const std::size_t mid = values.size() / 2;
-  return values.size() % 2 == 1 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
 }
 
 // One micro-batch of a plan: where it runs and its cost at speed 1 under the calibrated model.
@@ -184,7 +178,7 @@ Errors errors_of(const std::vector<Row>& rows, std::size_t ranks, int steps, Pre
   for (const Row& row : rows) {
     std::vector<double> predictions;
     for (int k = 0; k < steps; ++k) predictions.push_back(predicted(row, k));
-    per_row.push_back(relative_error(median(predictions), median(row.measured_ms)));
+    per_row.push_back(relative_error(hdp::median(predictions), hdp::median(row.measured_ms)));
     e.worst = std::max(e.worst, std::abs(per_row.back()));
     e.mean += std::abs(per_row.back()) / static_cast<double>(rows.size());
   }
@@ -200,7 +194,8 @@ Errors errors_of(const std::vector<Row>& rows, std::size_t ranks, int steps, Pre
       rank_predicted.push_back(p);
       rank_measured.push_back(m);
     }
-    e.worst_rank = std::max(e.worst_rank, std::abs(relative_error(median(rank_predicted), median(rank_measured))));
+    const double rank_error = relative_error(hdp::median(rank_predicted), hdp::median(rank_measured));
+    e.worst_rank = std::max(e.worst_rank, std::abs(rank_error));
   }
   return e;
 }
@@ -218,7 +213,7 @@ void report(const Options& o, const std::vector<Row>& rows) {
   std::vector<double> scatter;
   double worst_single = 0;
   for (const Row& row : rows) {
-    const double typical = median(row.measured_ms);
+    const double typical = hdp::median(row.measured_ms);
     for (std::size_t k = 0; k < row.measured_ms.size(); ++k) {
       scatter.push_back(std::abs(row.measured_ms[k] / typical - 1));
       worst_single = std::max(worst_single, std::abs(relative_error(row.tracked_ms[k], row.measured_ms[k])));
@@ -233,8 +228,8 @@ void report(const Options& o, const std::vector<Row>& rows) {
                 row.planned.slot, row.planned.lengths.size(),
                 static_cast<long long>(
                     std::accumulate(row.planned.lengths.begin(), row.planned.lengths.end(), std::int64_t{0})),
-                median(row.measured_ms), *low, *high, row.planned.cost_ms, 100 * file_row[i],
-                median(row.tracked_ms), 100 * tracked_row[i]);
+                hdp::median(row.measured_ms), *low, *high, row.planned.cost_ms, 100 * file_row[i],
+                hdp::median(row.tracked_ms), 100 * tracked_row[i]);
   }
   std::printf("\n| prediction | max | mean | max over ranks' steps |\n|---|---|---|---|\n"
               "| calibrated file alone (speed 1) | %.1f%% | %.1f%% | %.1f%% |\n"
@@ -242,7 +237,7 @@ void report(const Options& o, const std::vector<Row>& rows) {
               "single runs: median |run / its micro-batch's median - 1| %.1f%%; worst single run against "
               "its tracked prediction %.1f%%\ntarget 15%%; load average %.2f at the end\n",
               100 * file.worst, 100 * file.mean, 100 * file.worst_rank, 100 * tracked.worst, 100 * tracked.mean,
-              100 * tracked.worst_rank, 100 * median(scatter), 100 * worst_single, hdp::mesh::load_average());
+              100 * tracked.worst_rank, 100 * hdp::median(scatter), 100 * worst_single, hdp::mesh::load_average());
 }
 
 void run(const Options& o) {

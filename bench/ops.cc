@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/median.h"
 #include "kernels/cpu/blas.h"
 #include "ops/attention.h"
 #include "ops/linear.h"
@@ -86,12 +87,9 @@ void run_timed(benchmark::State& state, double flops, F&& body) {
     total += s;
     before = after;
   }
-  std::sort(ratios.begin(), ratios.end());
-  const double median = ratios.size() % 2 ? ratios[ratios.size() / 2]
-                                          : (ratios[ratios.size() / 2 - 1] + ratios[ratios.size() / 2]) / 2;
   state.counters["GFLOP/s"] = flops * double(state.iterations()) / total / 1e9;
   state.counters["sgemm_GFLOP/s"] = baseline_sum / double(state.iterations());
-  state.counters["vs_sgemm"] = median;
+  state.counters["vs_sgemm"] = hdp::median(std::move(ratios));
 }
 
 void linear(benchmark::State& state) {

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/median.h"
 
 namespace hdp::mesh {
 namespace {
@@ -25,12 +26,6 @@ double now_ms(TimingClock clock) {
   timespec t{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
   return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) / 1e6;
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t mid = values.size() / 2;
-  return values.size() % 2 == 1 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
 }
 
 // The value of the first "key: value" line of a /proc file, e.g. the CPU's model name.
