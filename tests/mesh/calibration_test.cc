@@ -119,6 +119,12 @@ TEST(Calibration, WritesACostModelFileWithWhereAndHowItWasMeasured) {
 // (docs/performance.md). A wrong model fails by far more: without the quadratic term one sequence
 // of C tokens and 32 sequences of C/32 would be predicted alike, and they differ about 3x here.
 TEST(Calibration, FitPredictsMicroBatchesItWasNotFittedOn) {
+#if defined(__SANITIZE_ADDRESS__)
+  // Under AddressSanitizer the model's own loops are instrumented and OpenBLAS's are not, so the
+  // times follow the instrumentation rather than the model (a held-out micro-batch was once 52% off
+  // there); the other calibration tests still run this code under the sanitizers.
+  GTEST_SKIP() << "timing accuracy is not meaningful under AddressSanitizer";
+#endif
   constexpr std::int64_t kCapacity = 2048;
   std::vector<std::vector<std::int64_t>> packings = calibration_packings(kCapacity);
   const std::size_t fitted_on = packings.size();
