@@ -35,18 +35,20 @@ class ElasticContextTest : public ::testing::Test {
 
 TEST_F(ElasticContextTest, EveryMemberConnectsToOneCommunicator) {
   publish(1, {"a", "b"});
+  // Each side keeps its communicator until both have connected: one that returns first and drops
+  // its pairs could close them while the other is still finishing its handshake.
   auto connect = [&](const std::string& node) {
     ElasticContext ctx = worker(node);
     Membership m = ctx.wait_for_next(0, 5s);
-    return std::pair(m.rank, ctx.connect(m, 10s)->size);
+    return std::pair(m.rank, ctx.connect(m, 10s));
   };
   auto b = std::async(std::launch::async, connect, "b");
-  auto [rank_a, size_a] = connect("a");
-  auto [rank_b, size_b] = b.get();
+  const auto [rank_a, comm_a] = connect("a");
+  const auto [rank_b, comm_b] = b.get();
   EXPECT_EQ(rank_a, 0);
   EXPECT_EQ(rank_b, 1);
-  EXPECT_EQ(size_a, 2);
-  EXPECT_EQ(size_b, 2);
+  EXPECT_EQ(comm_a->size, 2);
+  EXPECT_EQ(comm_b->size, 2);
 }
 
 TEST_F(ElasticContextTest, ABootstrapWhoseGenerationIsSupersededGivesUpAtOnce) {
