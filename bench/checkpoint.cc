@@ -22,8 +22,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
+
+#include <CLI/CLI.hpp>
 
 #include "bench/checkpoint_stall.h"
 #include "bench/checkpoint_support.h"
@@ -162,14 +165,21 @@ int main(int argc, char** argv) {
   const char* tmp = std::getenv("TMPDIR");
   fs::path base = tmp && *tmp ? tmp : "/tmp";
   int layers = 4, reps = 5, saves = 5;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (flag == "--dir") base = argv[i + 1];
-    else if (flag == "--layers") layers = std::atoi(argv[i + 1]);
-    else if (flag == "--reps") reps = std::atoi(argv[i + 1]);
-    else if (flag == "--saves") saves = std::atoi(argv[i + 1]);
-    else { std::fprintf(stderr, "usage: bench_checkpoint [--dir D] [--layers L] [--reps R] [--saves S]\n"); return 2; }
-  }
+  // Each figure is a median over repetitions or saves, so it needs at least one of each.
+  const CLI::Range at_least_one(1, std::numeric_limits<int>::max());
+  CLI::App app{"Checkpoint I/O against raw POSIX I/O of the same bytes, and the training stall of a save"};
+  app.add_option("--dir", base, "Where the scratch directory hdp-bench-ckpt-PID goes (removed at the end)")
+      ->capture_default_str();
+  app.add_option("--layers", layers, "Decoder layers of the model saved and restored")
+      ->check(at_least_one)
+      ->capture_default_str();
+  app.add_option("--reps", reps, "Repetitions of each save and restore comparison")
+      ->check(at_least_one)
+      ->capture_default_str();
+  app.add_option("--saves", saves, "Training steps, each followed by a save, for the stall")
+      ->check(at_least_one)
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
   const fs::path root = base / ("hdp-bench-ckpt-" + std::to_string(::getpid()));
   const FlatLayout layout = model(layers);
   const Buffers state = hdp::bench::filled(layout.total());

@@ -12,11 +12,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <ctime>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
+
+#include <CLI/CLI.hpp>
 
 #include "mesh/length_distribution.h"
 #include "mesh/plan.h"
@@ -104,11 +106,16 @@ int main(int argc, char** argv) {
   int seeds = 3;
   int first_seed = 1;
   double link_gbps = 20.0;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--seeds") == 0) seeds = std::max(1, std::atoi(argv[i + 1]));
-    if (std::strcmp(argv[i], "--first-seed") == 0) first_seed = std::atoi(argv[i + 1]);
-    if (std::strcmp(argv[i], "--link-gbps") == 0) link_gbps = std::atof(argv[i + 1]);
-  }
+  CLI::App app{"The balance scheduler by simulation: ByteScale's setting, then the scheduler's own time"};
+  app.add_option("--seeds", seeds, "Batches per cell, drawn with seeds S .. S+N-1")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
+      ->capture_default_str();
+  app.add_option("--first-seed", first_seed, "Seed of the first batch (S)")->capture_default_str();
+  // CLI::PositiveNumber would do, but its error prints the limits of double in full.
+  app.add_option("--link-gbps", link_gbps, "Ring link bandwidth of the cost model, GB/s")
+      ->check(CLI::Range(0.001, 1e6))
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
   std::printf("# bench_scheduler: 1024 ranks, C=%lld, batch %lld tokens, gpu-7b preset, link %.0f GB/s, seeds %d..%d\n\n",
               static_cast<long long>(kCapacity), static_cast<long long>(kBatchTokens), link_gbps, first_seed,
               first_seed + seeds - 1);
