@@ -8,6 +8,8 @@
 #include <cmath>
 #include <ctime>
 #include <fstream>
+#include <numeric>
+#include <random>
 #include <string>
 #include <thread>
 
@@ -98,7 +100,7 @@ std::vector<std::vector<std::int64_t>> calibration_packings(std::int64_t capacit
                           std::to_string(capacity));
   }
   std::vector<std::vector<std::int64_t>> packings;
-  for (std::int64_t parts = 1; parts <= 16; parts *= 2) packings.push_back({capacity / parts});
+  for (std::int64_t parts = 1; parts <= 32; parts *= 2) packings.push_back({capacity / parts});
   for (std::int64_t parts = 2; parts <= 32; parts *= 2) {
     packings.emplace_back(static_cast<std::size_t>(parts), capacity / parts);
   }
@@ -131,21 +133,31 @@ double time_forward_backward(ops::model::LlamaModel& model, const ops::model::Ba
   return now_ms(clock) - start;
 }
 
+std::vector<std::vector<double>> time_rounds(ops::model::LlamaModel& model,
+                                             std::span<const std::vector<std::int64_t>> micro_batches, int rounds,
+                                             TimingClock clock, unsigned order_seed) {
+  if (rounds < 1) throw InvalidArgument("timing needs rounds >= 1, got " + std::to_string(rounds));
+  std::vector<ops::model::Batch> batches;
+  for (const auto& lengths : micro_batches) batches.push_back(packed_micro_batch(lengths, model.config().vocab_size));
+  for (const ops::model::Batch& batch : batches) time_forward_backward(model, batch, clock);  // caches, allocations
+  std::vector<std::size_t> order(batches.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::mt19937 shuffle_rng(order_seed);
+  std::vector<std::vector<double>> runs(batches.size());
+  for (int round = 0; round < rounds; ++round) {
+    std::shuffle(order.begin(), order.end(), shuffle_rng);
+    for (std::size_t i : order) runs[i].push_back(time_forward_backward(model, batches[i], clock));
+  }
+  return runs;
+}
+
 std::vector<double> time_micro_batches(ops::model::LlamaModel& model,
                                        std::span<const std::vector<std::int64_t>> micro_batches, int repeats,
                                        TimingClock clock) {
-  if (repeats < 1) throw InvalidArgument("timing needs repeats >= 1, got " + std::to_string(repeats));
-  std::vector<ops::model::Batch> batches;
-  for (const auto& lengths : micro_batches) batches.push_back(packed_micro_batch(lengths, model.config().vocab_size));
-  std::vector<std::vector<double>> times(batches.size());
-  for (int round = 0; round <= repeats; ++round) {  // round 0 warms caches and allocations
-    for (std::size_t i = 0; i < batches.size(); ++i) {
-      const double ms = time_forward_backward(model, batches[i], clock);
-      if (round > 0) times[i].push_back(ms);
-    }
-  }
   std::vector<double> medians;
-  for (auto& t : times) medians.push_back(median(std::move(t)));
+  for (std::vector<double>& runs : time_rounds(model, micro_batches, repeats, clock)) {
+    medians.push_back(median(std::move(runs)));
+  }
   return medians;
 }
 

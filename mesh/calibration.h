@@ -49,9 +49,10 @@ struct Calibration {
   nlohmann::json record;            // model, settings, machine, and every sample measured vs fitted
 };
 
-// The micro-batches calibration times for capacity C: one sequence of C, C/2, …, C/16 tokens (the
-// quadratic term), C tokens packed as 2, 4, …, 32 equal sequences (Σs fixed, Σs² falling: α against
-// β) and C/2 tokens as 4 sequences (γ against β). Throws InvalidArgument when C < 64.
+// The micro-batches calibration times for capacity C: one sequence of C, C/2, …, C/32 tokens (the
+// quadratic term, and down to the few-token tails a plan ends ranks with, where γ is most of the
+// time), C tokens packed as 2, 4, …, 32 equal sequences (Σs fixed, Σs² falling: α against β) and
+// C/2 tokens as 4 sequences (γ against β): 12 micro-batches. Throws InvalidArgument when C < 64.
 std::vector<std::vector<std::int64_t>> calibration_packings(std::int64_t capacity);
 
 // A micro-batch's sequences packed back to back as one Batch, as the trainer runs it; the token
@@ -61,9 +62,16 @@ ops::model::Batch packed_micro_batch(std::span<const std::int64_t> lengths, int 
 // Milliseconds on `clock` of one forward + backward of `model` on `batch`.
 double time_forward_backward(ops::model::LlamaModel& model, const ops::model::Batch& batch, TimingClock clock);
 
-// Milliseconds (on `clock`, median of `repeats` rounds after one warm-up round) of forward +
-// backward of `model` on each micro-batch, its sequences packed back to back as one Batch. Every
-// round times all micro-batches in turn, so a change in the machine's load hits them alike.
+// Every timed run of each micro-batch: runs[i] holds micro-batch i's `rounds` times in milliseconds
+// (on `clock`), after one untimed warm-up round. Each micro-batch's sequences are packed back to back
+// as one Batch (forward + backward of `model`). Every round runs all micro-batches once each, in an
+// order shuffled anew for every round (std::mt19937 seeded with `order_seed`): a change in the
+// machine's speed then hits them alike, and no micro-batch always runs after the same one.
+std::vector<std::vector<double>> time_rounds(ops::model::LlamaModel& model,
+                                             std::span<const std::vector<std::int64_t>> micro_batches, int rounds,
+                                             TimingClock clock, unsigned order_seed = 1);
+
+// The median of each micro-batch's runs in time_rounds: its time on this machine now.
 std::vector<double> time_micro_batches(ops::model::LlamaModel& model,
                                        std::span<const std::vector<std::int64_t>> micro_batches, int repeats,
                                        TimingClock clock);

@@ -37,8 +37,10 @@ std::int64_t tokens_of(const std::vector<std::int64_t>& lengths) {
 
 TEST(Calibration, PackingsSpanLengthsAndPackingsUpToC) {
   const auto packings = calibration_packings(1024);
-  ASSERT_EQ(packings.size(), 11u);
+  ASSERT_EQ(packings.size(), 12u);
   EXPECT_EQ(packings.front(), std::vector<std::int64_t>{1024});
+  // Down to the tails a plan ends ranks with: a single sequence of C/32 tokens.
+  EXPECT_NE(std::find(packings.begin(), packings.end(), std::vector<std::int64_t>{32}), packings.end());
   std::int64_t most = 0;
   std::size_t most_sequences = 0;
   for (const auto& lengths : packings) {
@@ -105,6 +107,26 @@ TEST(Calibration, WritesACostModelFileWithWhereAndHowItWasMeasured) {
   EXPECT_EQ(record.at("clock"), "cpu");
   EXPECT_EQ(record.at("machine").at("threads"), 1);
   EXPECT_EQ(record.at("samples").size(), c.samples.size());
+}
+
+// time_rounds keeps every run, per micro-batch in the caller's order whatever order the rounds ran
+// in: the longest micro-batch is the slowest in every round.
+TEST(Calibration, TimeRoundsKeepsEveryRunOfEveryMicroBatch) {
+  ops::model::LlamaModel model(tiny_model());
+  model.init(1);
+  const std::vector<std::vector<std::int64_t>> micro_batches{{16}, {512}, {8, 8}};
+  const auto runs = time_rounds(model, micro_batches, 4, TimingClock::kThreadCpu, 7);
+  ASSERT_EQ(runs.size(), micro_batches.size());
+  for (std::size_t k = 0; k < 4; ++k) {
+    for (const auto& r : runs) {
+      ASSERT_EQ(r.size(), 4u);
+      EXPECT_GT(r[k], 0);
+    }
+    // 512 tokens against 16: 32x the tokens; slower by far more than any scatter.
+    EXPECT_GT(runs[1][k], 3 * runs[0][k]) << "round " << k;
+    EXPECT_GT(runs[1][k], 3 * runs[2][k]) << "round " << k;
+  }
+  EXPECT_THROW(time_rounds(model, micro_batches, 0, TimingClock::kThreadCpu), InvalidArgument);
 }
 
 // The check behind "the calibrated cost model predicts a planned micro-batch": micro-batches the
