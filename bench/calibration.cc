@@ -6,10 +6,12 @@
 //    micro-batch is local: the CPU data plane's rings do not exist yet), plans each with the balanced
 //    strategy over --ranks equal ranks using the file, and checks the plans. Their micro-batches are
 //    the held-out set: nothing below is ever fitted to them.
-// 3. Runs --rounds rounds. Every round runs the 12 calibration micro-batches and every held-out
-//    micro-batch once each, in a new shuffled order (mesh::time_rounds). This machine's core changes
-//    speed by tens of per cent within seconds (docs/performance.md), so only micro-batches timed in
-//    the same rounds can be compared; a micro-batch's time is its median over the rounds.
+// 3. Runs --rounds rounds. Every round runs the 12 calibration micro-batches and each distinct
+//    held-out micro-batch once (a plan's many single sequences of C tokens are the same work, timed
+//    once), in a new shuffled order (mesh::time_rounds). This machine's core changes speed by tens of
+//    per cent within seconds (docs/performance.md), so only micro-batches timed in the same rounds
+//    can be compared; a micro-batch's time is its median over the rounds, and the medians of the
+//    even and of the odd rounds show how uncertain that is.
 // 4. Compares every held-out micro-batch's time with three predictions:
 //    - the cost model refitted to the calibration micro-batches of these rounds (mesh::
 //      fit_compute_cost, as calibrate() fits): the calibration's shape, out of sample, without the
@@ -21,7 +23,7 @@
 //    Each is also summed per rank (a rank's step: what the planner balances).
 //
 //   bench_calibration [--dists github,byted] [--seed 1] [--ranks 4] [--micro-batches 6]
-//                     [--capacity 1024] [--repeats 9] [--rounds 20] [--threads 1] [--clock wall|cpu]
+//                     [--capacity 1024] [--repeats 9] [--rounds 40] [--threads 1] [--clock wall|cpu]
 //                     [--d-model 256] [--layers 4] [--heads 4]
 #include <algorithm>
 #include <cmath>
@@ -50,7 +52,7 @@ struct Options {
   std::uint64_t seed = 1;
   std::int64_t ranks = 4;
   std::int64_t micro_batches = 6;  // per rank: a batch holds ranks × this × C tokens
-  int rounds = 20;
+  int rounds = 40;
   hdp::mesh::CalibrationOptions calibration{.repeats = 9, .threads = 1};
 };
 
@@ -61,6 +63,7 @@ struct HeldOut {
   std::uint32_t slot = 0;
   std::vector<std::int64_t> lengths;
   double file_ms = 0;
+  std::size_t timed = 0;  // its index among the timed micro-batches (identical ones are timed once)
 };
 
 // A batch of `dist` at context C, planned (balanced) over equal ranks with the file and checked; its
@@ -145,23 +148,19 @@ void report_machine(const std::vector<std::vector<double>>& runs, std::span<cons
               100 * hdp::median(scatter), 100 * scatter[scatter.size() * 9 / 10], 100 * scatter.back());
 }
 
-// The measurement's own noise: held-out micro-batches with identical sequences are the same work, so
-// how far their medians lie from their group's mean is a floor under any prediction's max error.
-void report_identical(const std::vector<HeldOut>& held_out, std::span<const double> measured) {
-  std::map<std::vector<std::int64_t>, std::vector<double>> groups;
-  for (std::size_t i = 0; i < held_out.size(); ++i) groups[held_out[i].lengths].push_back(measured[i]);
-  std::size_t members = 0, count = 0;
-  double widest = 0;
-  for (const auto& [lengths, medians] : groups) {
-    if (medians.size() < 2) continue;
-    ++count;
-    members += medians.size();
-    const double mean = std::accumulate(medians.begin(), medians.end(), 0.0) / static_cast<double>(medians.size());
-    for (double m : medians) widest = std::max(widest, std::abs(m / mean - 1));
+// The measurement's own noise: each micro-batch's median over the even rounds against its median over
+// the odd rounds. Where two halves of the same runs disagree by x, the median of all of them is
+// uncertain by about x/2 either way, a floor under any prediction's error.
+void report_halves(const std::vector<std::vector<double>>& runs) {
+  std::vector<double> gaps;
+  for (const std::vector<double>& r : runs) {
+    std::vector<double> even, odd;
+    for (std::size_t k = 0; k < r.size(); ++k) (k % 2 == 0 ? even : odd).push_back(r[k]);
+    if (odd.empty()) return;
+    gaps.push_back(std::abs(hdp::median(even) / hdp::median(odd) - 1));
   }
-  std::printf("identical held-out micro-batches: %zu in %zu groups; their medians lie within %.1f%% of their "
-              "group's mean\n\n",
-              members, count, 100 * widest);
+  std::printf("medians of the even rounds against the odd rounds', per micro-batch: median %.1f%%, max %.1f%%\n\n",
+              100 * hdp::median(gaps), 100 * *std::max_element(gaps.begin(), gaps.end()));
 }
 
 void run(const Options& o) {
@@ -191,19 +190,27 @@ void run(const Options& o) {
               held_out.size(), o.dists.size(), static_cast<unsigned long long>(o.seed),
               static_cast<long long>(o.ranks), static_cast<long long>(o.ranks * o.micro_batches));
 
-  // 3. Rounds: the calibration micro-batches first in the list, then the held-out ones.
+  // 3. Rounds: the calibration micro-batches first in the list, then each distinct held-out one (a
+  // plan's many single sequences of C tokens are the same work: timed once, more rounds instead).
   std::vector<std::vector<std::int64_t>> micro_batches = hdp::mesh::calibration_packings(o.calibration.capacity);
   const std::size_t packings = micro_batches.size();
-  for (const HeldOut& h : held_out) micro_batches.push_back(h.lengths);
+  std::map<std::vector<std::int64_t>, std::size_t> timed_index;
+  for (HeldOut& h : held_out) {
+    const auto [it, added] = timed_index.try_emplace(h.lengths, micro_batches.size());
+    if (added) micro_batches.push_back(h.lengths);
+    h.timed = it->second;
+  }
   hdp::ops::model::LlamaModel model(m);
   model.init(1);
   const auto runs =
       hdp::mesh::time_rounds(model, micro_batches, o.rounds, o.calibration.clock, static_cast<unsigned>(o.seed));
   std::vector<double> medians;
   for (const std::vector<double>& r : runs) medians.push_back(hdp::median(r));
-  std::printf("## 3. %d rounds of %zu micro-batches each, shuffled; load average %.2f at the end\n\n", o.rounds,
-              micro_batches.size(), hdp::mesh::load_average());
+  std::printf("## 3. %d rounds of %zu micro-batches each (%zu calibration, %zu distinct held-out), shuffled; load "
+              "average %.2f at the end\n\n",
+              o.rounds, micro_batches.size(), packings, micro_batches.size() - packings, hdp::mesh::load_average());
   report_machine(runs, medians);
+  report_halves(runs);
 
   // 4. Predictions, each from the calibration micro-batches only.
   std::vector<hdp::mesh::CostSample> samples;
@@ -222,28 +229,28 @@ void run(const Options& o) {
               "the file now %.3f\n\n",
               refit.alpha_ms, refit.beta_ms, refit.gamma_ms, speed);
 
-  const std::span<const double> measured(medians.begin() + static_cast<std::ptrdiff_t>(packings), medians.end());
-  std::vector<double> by_refit, by_file, by_file_and_speed;
+  std::vector<double> measured, by_refit, by_file, by_file_and_speed;
   for (const HeldOut& h : held_out) {
+    measured.push_back(medians[h.timed]);
     by_refit.push_back(refit.micro_batch_ms(h.lengths, 1));
     by_file.push_back(h.file_ms);
     by_file_and_speed.push_back(h.file_ms / speed);
   }
-  report_identical(held_out, measured);
   const Errors refit_errors = errors_of(held_out, by_refit, measured);
   const Errors file_errors = errors_of(held_out, by_file, measured);
   const Errors speed_errors = errors_of(held_out, by_file_and_speed, measured);
 
-  std::printf("| batch | rank | slot | sequences | tokens | longest | measured ms (median, min-max) | refit ms (error) | "
-              "file ms (error) | file / speed ms (error) |\n|---|---|---|---|---|---|---|---|---|---|\n");
-  for (std::size_t i = 0; i < held_out.size(); ++i) {
-    const HeldOut& h = held_out[i];
-    const auto [low, high] = std::minmax_element(runs[packings + i].begin(), runs[packings + i].end());
-    std::printf("| %s | %u | %u | %zu | %lld | %lld | %.1f (%.1f-%.1f) | %.1f (%+.1f%%) | %.1f (%+.1f%%) | "
-                "%.1f (%+.1f%%) |\n",
-                h.dist.c_str(), h.rank, h.slot, h.lengths.size(), static_cast<long long>(tokens(h.lengths)),
-                static_cast<long long>(*std::max_element(h.lengths.begin(), h.lengths.end())), measured[i], *low,
-                *high, by_refit[i], 100 * refit_errors.per_micro_batch[i], by_file[i],
+  std::printf("| sequences | tokens | longest | planned | measured ms (median, min-max) | refit ms (error) | "
+              "file ms (error) | file / speed ms (error) |\n|---|---|---|---|---|---|---|---|\n");
+  for (std::size_t t = packings; t < micro_batches.size(); ++t) {
+    const auto first = std::find_if(held_out.begin(), held_out.end(), [t](const HeldOut& h) { return h.timed == t; });
+    const auto i = static_cast<std::size_t>(first - held_out.begin());
+    const auto planned = std::count_if(held_out.begin(), held_out.end(), [t](const HeldOut& h) { return h.timed == t; });
+    const auto [low, high] = std::minmax_element(runs[t].begin(), runs[t].end());
+    std::printf("| %zu | %lld | %lld | %td | %.1f (%.1f-%.1f) | %.1f (%+.1f%%) | %.1f (%+.1f%%) | %.1f (%+.1f%%) |\n",
+                first->lengths.size(), static_cast<long long>(tokens(first->lengths)),
+                static_cast<long long>(*std::max_element(first->lengths.begin(), first->lengths.end())), planned,
+                measured[i], *low, *high, by_refit[i], 100 * refit_errors.per_micro_batch[i], by_file[i],
                 100 * file_errors.per_micro_batch[i], by_file_and_speed[i], 100 * speed_errors.per_micro_batch[i]);
   }
   std::printf("\n| prediction | max | mean | worst rank step |\n|---|---|---|---|\n");
