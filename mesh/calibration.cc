@@ -152,10 +152,10 @@ std::vector<std::vector<double>> time_rounds(ops::model::LlamaModel& model,
 }
 
 std::vector<double> time_micro_batches(ops::model::LlamaModel& model,
-                                       std::span<const std::vector<std::int64_t>> micro_batches, int repeats,
+                                       std::span<const std::vector<std::int64_t>> micro_batches, int rounds,
                                        TimingClock clock) {
   std::vector<double> medians;
-  for (std::vector<double>& runs : time_rounds(model, micro_batches, repeats, clock)) {
+  for (std::vector<double>& runs : time_rounds(model, micro_batches, rounds, clock)) {
     medians.push_back(median(std::move(runs)));
   }
   return medians;

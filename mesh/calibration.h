@@ -73,7 +73,7 @@ std::vector<std::vector<double>> time_rounds(ops::model::LlamaModel& model,
 
 // The median of each micro-batch's runs in time_rounds: its time on this machine now.
 std::vector<double> time_micro_batches(ops::model::LlamaModel& model,
-                                       std::span<const std::vector<std::int64_t>> micro_batches, int repeats,
+                                       std::span<const std::vector<std::int64_t>> micro_batches, int rounds,
                                        TimingClock clock);
 
 // "wall" or "cpu" (the thread's CPU clock), as the command line and the file spell them; parse
