@@ -68,8 +68,8 @@ struct Planned {
   std::vector<std::int64_t> lengths;
 };
 
-// A batch of `dist` at context C, planned (balanced) over equal ranks with the file and checked; its
-// micro-batches in rank order and each rank's queue order.
+// Held-out batch number `batch`, drawn from --dists[batch] at context C, planned (balanced) over
+// equal ranks with the file and checked; its micro-batches in rank order and each rank's queue order.
 std::vector<Planned> plan_batch(const Options& o, const hdp::mesh::CostModel& file, std::size_t batch) {
   const std::int64_t c = o.calibration.capacity;
   hdp::mesh::PlanRequest request;
