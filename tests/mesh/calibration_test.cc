@@ -5,14 +5,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <numeric>
 #include <utility>
 
 #include "common/error.h"
+#include "common/median.h"
 #include "mesh/calibration.h"
 #include "mesh/cost_model_json.h"
 #include "mesh/length_distribution.h"
+#include "mesh/speed_tracker.h"
 #include "tests/support/temp_dir.h"
 
 namespace hdp::mesh {
@@ -129,17 +132,27 @@ TEST(Calibration, TimeRoundsKeepsEveryRunOfEveryMicroBatch) {
   EXPECT_THROW(time_rounds(model, micro_batches, 0, TimingClock::kThreadCpu), InvalidArgument);
 }
 
-// The check behind "the calibrated cost model predicts a planned micro-batch": micro-batches the
-// fit never saw (a drawn batch cut into micro-batches of at most C tokens, as the planner packs
-// them) are timed in the same rounds as the calibration's own, on the thread's CPU clock, so a
-// change in the machine's load hits both alike.
+// The check behind "the calibrated cost model predicts a planned micro-batch", made as the planner
+// predicts: the cost model over a speed factor that a SpeedTracker takes from what ran beside it.
+// Micro-batches the fit never saw (a drawn batch cut into micro-batches of at most C tokens, as the
+// planner packs them) are timed in the same shuffled rounds as the calibration's own, on the
+// thread's CPU clock. The fit is made on the calibration micro-batches' medians, as `calibrate`
+// makes it; in each round, the speed factor is Σ fitted / Σ measured over the calibration
+// micro-batches of that round, and a held-out micro-batch's error in that round is
+// fitted / speed / measured − 1. Its error is the median over the rounds.
 //
-// Tolerance 25%, not the 15%: this runs beside other test cases on CI's 2 shared cores,
-// where a thread's CPU time still moves with cache and memory contention (medians of 5 moved by up
-// to about 10% between runs on the loaded development machine, and a prediction compounds the
-// fit's error with the measurement's). bench_calibration measures the 15% figure on the real model
-// (docs/performance.md). A wrong model fails by far more: without the quadratic term one sequence
-// of C tokens and 32 sequences of C/32 would be predicted alike, and they differ about 3x here.
+// Why per round: this machine's core changes speed by tens of per cent within seconds (one round
+// ran every micro-batch about 30% faster than the rounds beside it), so medians of a few rounds
+// moved by up to about 10% between runs, and beside three other test cases on CI's two cores a
+// held-out median was once 32% off. The speed factor takes out what a round's micro-batches share.
+//
+// Tolerance 20%, not the 15%: fifteen rounds, not the forty bench_calibration takes to
+// measure the 15% figure on the real model (docs/performance.md), and the three-term model's own
+// misfit on this tiny one reaches about 6% (two sequences of C/2 run that much faster than the
+// fit). Alone, the worst held-out micro-batch was 6-11% off over six runs; three copies of this
+// test on two cores, 7-12% over nine. A wrong model fails by far more: without the quadratic term
+// one sequence of C tokens and 32 sequences of C/32 would be predicted alike, and they differ
+// about 2x here.
 TEST(Calibration, FitPredictsMicroBatchesItWasNotFittedOn) {
 #if defined(__SANITIZE_ADDRESS__)
   // Under AddressSanitizer the model's own loops are instrumented and OpenBLAS's are not, so the
@@ -147,7 +160,8 @@ TEST(Calibration, FitPredictsMicroBatchesItWasNotFittedOn) {
   // there); the other calibration tests still run this code under the sanitizers.
   GTEST_SKIP() << "timing accuracy is not meaningful under AddressSanitizer";
 #endif
-  constexpr std::int64_t kCapacity = 2048;
+  constexpr std::int64_t kCapacity = 1024;
+  constexpr int kRounds = 15;
   std::vector<std::vector<std::int64_t>> packings = calibration_packings(kCapacity);
   const std::size_t fitted_on = packings.size();
   std::vector<std::int64_t> current;
@@ -155,23 +169,44 @@ TEST(Calibration, FitPredictsMicroBatchesItWasNotFittedOn) {
     if (tokens_of(current) + s > kCapacity) packings.push_back(std::exchange(current, {}));
     current.push_back(s);
   }
+  ASSERT_GT(packings.size(), fitted_on + 3);
 
   ops::model::LlamaModel model(tiny_model());
   model.init(1);
-  const std::vector<double> measured = time_micro_batches(model, packings, 5, TimingClock::kThreadCpu);
+  const std::vector<std::vector<double>> runs = time_rounds(model, packings, kRounds, TimingClock::kThreadCpu, 1);
   std::vector<CostSample> samples;
-  for (std::size_t i = 0; i < fitted_on; ++i) samples.push_back({packings[i], measured[i]});
+  for (std::size_t i = 0; i < fitted_on; ++i) samples.push_back({packings[i], median(runs[i])});
   CostModel fitted;
   fit_compute_cost(samples, fitted);
   // Attention is most of a C-token sequence here, so the held-out check tests the quadratic term.
-  EXPECT_GT(fitted.alpha_ms * kCapacity * kCapacity, 0.3 * measured[0]);
+  EXPECT_GT(fitted.alpha_ms * kCapacity * kCapacity, 0.3 * samples[0].measured_ms);
 
+  std::vector<double> speeds;  // per round
+  for (int k = 0; k < kRounds; ++k) {
+    double planned = 0, took = 0;
+    for (std::size_t i = 0; i < fitted_on; ++i) {
+      planned += fitted.micro_batch_ms(packings[i], 1);
+      took += runs[i][k];
+    }
+    SpeedTracker tracker(1, 1.0);
+    tracker.report(0, planned, took);
+    speeds.push_back(tracker.speeds()[0]);
+  }
+  double worst = 0;
   for (std::size_t i = fitted_on; i < packings.size(); ++i) {
     const double predicted = fitted.micro_batch_ms(packings[i], 1);
-    EXPECT_LT(std::abs(predicted / measured[i] - 1), 0.25)
-        << packings[i].size() << " sequences, " << tokens_of(packings[i]) << " tokens: predicted " << predicted
-        << " ms, measured " << measured[i] << " ms";
+    std::vector<double> errors;
+    for (int k = 0; k < kRounds; ++k) errors.push_back(predicted / speeds[k] / runs[i][k] - 1);
+    const double error = median(errors);
+    worst = std::max(worst, std::abs(error));
+    EXPECT_LT(std::abs(error), 0.20) << packings[i].size() << " sequences, " << tokens_of(packings[i])
+                                     << " tokens: predicted " << predicted << " ms at speed 1, off by "
+                                     << 100 * error << "% in the median round";
   }
+  std::printf("worst held-out error %.1f%% over %zu micro-batches (load average %.2f); speed factor per round:",
+              100 * worst, packings.size() - fitted_on, load_average());
+  for (double speed : speeds) std::printf(" %.2f", speed);
+  std::printf("\n");
 }
 
 }  // namespace
