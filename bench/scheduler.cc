@@ -51,11 +51,12 @@ hdp::mesh::PlanRequest request_for(std::vector<std::int64_t> lengths, std::int64
   return request;
 }
 
-Cell run_cell(const std::string& dist, std::int64_t context, int first_seed, int seeds, double link_gbps) {
+Cell run_cell(const std::string& dist, std::int64_t context, std::uint64_t first_seed, int seeds, double link_gbps) {
   Cell cell;
   const auto distribution = hdp::mesh::named_distribution(dist);
-  for (int seed = first_seed; seed < first_seed + seeds; ++seed) {
-    auto lengths = hdp::mesh::draw_batch(distribution, context, kBatchTokens, static_cast<std::uint64_t>(seed));
+  for (int i = 0; i < seeds; ++i) {
+    // Unsigned: seeds past 2^64 - 1 wrap around instead of overflowing.
+    auto lengths = hdp::mesh::draw_batch(distribution, context, kBatchTokens, first_seed + static_cast<std::uint64_t>(i));
     auto request = request_for(std::move(lengths), 1024, context, link_gbps);
     cell.sequences += static_cast<double>(request.lengths.size()) / seeds;
     for (int k = 0; k < 3; ++k) {
@@ -104,21 +105,26 @@ std::string context_name(std::int64_t context) {
 
 int main(int argc, char** argv) {
   int seeds = 3;
-  int first_seed = 1;
+  std::uint64_t first_seed = 1;
   double link_gbps = 20.0;
   CLI::App app{"The balance scheduler by simulation: ByteScale's setting, then the scheduler's own time"};
   app.add_option("--seeds", seeds, "Batches per cell, drawn with seeds S .. S+N-1")
       ->check(CLI::Range(1, std::numeric_limits<int>::max()))
       ->capture_default_str();
-  app.add_option("--first-seed", first_seed, "Seed of the first batch (S)")->capture_default_str();
+  // The check: CLI11 reads "-1" into an unsigned as its wrapped value (and CLI::NonNegativeNumber's
+  // error prints the limit of double in full).
+  app.add_option("--first-seed", first_seed, "Seed of the first batch (S)")
+      ->check([](const std::string& text) { return text.starts_with('-') ? std::string("must be >= 0") : ""; })
+      ->capture_default_str();
   // CLI::PositiveNumber would do, but its error prints the limits of double in full.
   app.add_option("--link-gbps", link_gbps, "Ring link bandwidth of the cost model, GB/s")
       ->check(CLI::Range(0.001, 1e6))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  std::printf("# bench_scheduler: 1024 ranks, C=%lld, batch %lld tokens, gpu-7b preset, link %.0f GB/s, seeds %d..%d\n\n",
-              static_cast<long long>(kCapacity), static_cast<long long>(kBatchTokens), link_gbps, first_seed,
-              first_seed + seeds - 1);
+  std::printf("# bench_scheduler: 1024 ranks, C=%lld, batch %lld tokens, gpu-7b preset, link %.0f GB/s, seeds %llu..%llu\n\n",
+              static_cast<long long>(kCapacity), static_cast<long long>(kBatchTokens), link_gbps,
+              static_cast<unsigned long long>(first_seed),
+              static_cast<unsigned long long>(first_seed + static_cast<std::uint64_t>(seeds) - 1));
   std::printf("| dist | context | seqs | static step s | naive step s | balanced step s | naive/static | "
               "balanced/static | balanced/naive | imbalance static / naive / balanced (worst) |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,9 +36,9 @@ struct PlanOptions {
   std::string strategy = "balanced";
   std::vector<std::string> speeds;  // RANK=FACTOR
   std::string cost_model_file;
-  double link_gbps = 0;  // 0: the model's own
+  std::optional<double> link_gbps;  // unset: the model's own; a bad value is rejected where it is used
   bool offload = false;
-  double delta_ms = -1;  // < 0: the planner's default
+  std::optional<double> delta_ms;  // unset: the planner's default
   std::string save_cost_model;
   bool json = false;
   CalibrateOptions calibrate;
@@ -47,11 +48,11 @@ mesh::CostModel cost_model(const PlanOptions& o) {
   if (o.calibrate.calibrate) {
     CalibrateOptions calibrate = o.calibrate;
     calibrate.calibration.capacity = o.capacity;
-    if (o.link_gbps > 0) calibrate.calibration.link_gbps = o.link_gbps;
+    if (o.link_gbps) calibrate.calibration.link_gbps = *o.link_gbps;
     return run_calibration(calibrate);
   }
   mesh::CostModel model = o.cost_model_file.empty() ? mesh::gpu_preset_7b() : mesh::load_cost_model(o.cost_model_file);
-  if (o.link_gbps > 0) model.link_gbps = o.link_gbps;
+  if (o.link_gbps) model.link_gbps = *o.link_gbps;
   return model;
 }
 
@@ -144,7 +145,7 @@ void run_plan(const PlanOptions& o) {
   request.capacity = o.capacity;
   request.context = o.context;
   request.offload = o.offload;
-  if (o.delta_ms >= 0) request.delta_ms = o.delta_ms;
+  request.delta_ms = o.delta_ms;
   request.cost = model;
   const mesh::Plan plan = mesh::make_plan(request, mesh::parse_strategy(o.strategy));
   mesh::verify_plan(request, plan);

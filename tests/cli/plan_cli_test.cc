@@ -165,6 +165,11 @@ TEST(PlanCli, BadInputExitsTwoWithOneLine) {
       {{"plan", "--ranks", "4", "--lengths", path, "--strategy", "best"}, "best"},
       {{"plan", "--ranks", "4"}, "--dist"},
       {{"plan", "--ranks", "4", "--lengths", (dir.path() / "missing").string()}, "missing"},
+      // An override that is given is checked, never mistaken for "not given".
+      {{"plan", "--ranks", "4", "--lengths", path, "--link-gbps", "nan"}, "link_gbps must be a finite number > 0"},
+      {{"plan", "--ranks", "4", "--lengths", path, "--link-gbps", "-5"}, "link_gbps must be a finite number > 0"},
+      {{"plan", "--ranks", "4", "--lengths", path, "--delta-ms", "nan"}, "delta_ms must be a finite number >= 0"},
+      {{"plan", "--ranks", "4", "--lengths", path, "--delta-ms", "-1"}, "delta_ms must be a finite number >= 0"},
   };
   for (const auto& [args, needle] : cases) {
     auto r = hdp(args);
