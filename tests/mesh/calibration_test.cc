@@ -149,8 +149,8 @@ TEST(Calibration, TimeRoundsKeepsEveryRunOfEveryMicroBatch) {
 // Tolerance 20%, not the 15%: fifteen rounds, not the forty bench_calibration takes to
 // measure the 15% figure on the real model (docs/performance.md), and the three-term model's own
 // misfit on this tiny one reaches about 6% (two sequences of C/2 run that much faster than the
-// fit). Alone, the worst held-out micro-batch was 6-11% off over six runs; three copies of this
-// test on two cores, 7-12% over nine. A wrong model fails by far more: without the quadratic term
+// fit). Alone, the worst held-out micro-batch was 6-13% off over 50 runs; three copies of this
+// test at once on two cores, 7-12% over nine. A wrong model fails by far more: without the quadratic term
 // one sequence of C tokens and 32 sequences of C/32 would be predicted alike, and they differ
 // about 2x here.
 TEST(Calibration, FitPredictsMicroBatchesItWasNotFittedOn) {
@@ -178,7 +178,7 @@ TEST(Calibration, FitPredictsMicroBatchesItWasNotFittedOn) {
   for (std::size_t i = 0; i < fitted_on; ++i) samples.push_back({packings[i], median(runs[i])});
   CostModel fitted;
   fit_compute_cost(samples, fitted);
-  // Attention is most of a C-token sequence here, so the held-out check tests the quadratic term.
+  // Attention is about half of a C-token sequence here, so the held-out check tests the quadratic term.
   EXPECT_GT(fitted.alpha_ms * kCapacity * kCapacity, 0.3 * samples[0].measured_ms);
 
   std::vector<double> speeds;  // per round
