@@ -12,7 +12,7 @@ namespace hdp::ops {
 void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, AdamWParams params,
                 double grad_norm, double max_grad_norm) {
   constexpr const char* kOp = "adamw_step";
-  detail::expect_dtype(kOp, "param", param, DType::kF32);
+  detail::expect_compute(kOp, "param", param);
   detail::expect_args(kOp, param, {{"grad", grad, param.shape()}, {"m", m, param.shape()}, {"v", v, param.shape()}});
   detail::expect(params.step >= 1, kOp, "step must be >= 1, got " + std::to_string(params.step));
   params.grad_scale = kernels::clip_scale(grad_norm, max_grad_norm);
@@ -23,8 +23,10 @@ void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const 
 #endif
     return;
   }
-  kernels::cpu::adamw_step(param.data<float>(), grad.data<float>(), m.data<float>(), v.data<float>(), param.numel(),
-                           params);
+  detail::dispatch_cpu(param, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::adamw_step<T>(param.data<T>(), grad.data<T>(), m.data<T>(), v.data<T>(), param.numel(), params);
+  });
 }
 
 double sum_squares(const Tensor& x) {

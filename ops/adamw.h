@@ -16,8 +16,8 @@ namespace hdp::ops {
 
 using kernels::AdamWParams;
 
-// Updates param, m and v in place (all f32, same shape and device as grad). params.grad_scale is
-// replaced by clip_scale(grad_norm, max_grad_norm); max_grad_norm <= 0 disables clipping.
+// Updates param, m and v in place (f32, or f64 on the CPU; same shape, dtype and device as grad).
+// params.grad_scale is replaced by clip_scale(grad_norm, max_grad_norm); max_grad_norm <= 0 disables clipping.
 void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, AdamWParams params,
                 double grad_norm, double max_grad_norm);
 

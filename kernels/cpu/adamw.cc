@@ -15,19 +15,24 @@ float clip_scale(double norm, double max_norm) {
 
 namespace hdp::kernels::cpu {
 
-void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& p) {
-  const float bc1 = 1.0f - static_cast<float>(std::pow(double(p.beta1), double(p.step)));
-  const float bc2 = 1.0f - static_cast<float>(std::pow(double(p.beta2), double(p.step)));
+template <typename T>
+void adamw_step(T* param, const T* grad, T* m, T* v, int64_t n, const AdamWParams& p) {
+  const T b1 = p.beta1, b2 = p.beta2, lr = p.lr, wd = p.weight_decay, eps = p.eps, scale = p.grad_scale;
+  const T bc1 = T(1) - static_cast<T>(std::pow(double(p.beta1), double(p.step)));
+  const T bc2 = T(1) - static_cast<T>(std::pow(double(p.beta2), double(p.step)));
 #pragma omp parallel for schedule(static) if (worth_parallel(n))
   for (int64_t i = 0; i < n; ++i) {
-    const float g = grad[i] * p.grad_scale;
-    m[i] = p.beta1 * m[i] + (1.0f - p.beta1) * g;
-    v[i] = p.beta2 * v[i] + (1.0f - p.beta2) * g * g;
-    const float mhat = m[i] / bc1;
-    const float vhat = v[i] / bc2;
-    param[i] -= p.lr * (p.weight_decay * param[i] + mhat / (std::sqrt(vhat) + p.eps));
+    const T g = grad[i] * scale;
+    m[i] = b1 * m[i] + (T(1) - b1) * g;
+    v[i] = b2 * v[i] + (T(1) - b2) * g * g;
+    const T mhat = m[i] / bc1;
+    const T vhat = v[i] / bc2;
+    param[i] -= lr * (wd * param[i] + mhat / (std::sqrt(vhat) + eps));
   }
 }
+
+template void adamw_step<float>(float*, const float*, float*, float*, int64_t, const AdamWParams&);
+template void adamw_step<double>(double*, const double*, double*, double*, int64_t, const AdamWParams&);
 
 template <typename T>
 double sum_squares(const T* x, int64_t n) {

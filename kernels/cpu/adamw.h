@@ -27,8 +27,10 @@ float clip_scale(double norm, double max_norm);
 namespace hdp::kernels::cpu {
 
 // m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2 with g' = grad_scale * g;
-// p -= lr * (wd * p + mhat / (sqrt(vhat) + eps)).
-void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& p);
+// p -= lr * (wd * p + mhat / (sqrt(vhat) + eps)). Computed in T (float for training; double for
+// the distributed step's exactness tests).
+template <typename T>
+void adamw_step(T* param, const T* grad, T* m, T* v, int64_t n, const AdamWParams& p);
 
 // Sum of squares of x, accumulated in double: each rank's part of the global gradient norm.
 template <typename T>

@@ -42,13 +42,18 @@ void LlamaModel::init(uint64_t seed) { init_params(config_, params_, seed); }
 
 void LlamaModel::zero_grad() { grads_.zero_(); }
 
-double LlamaModel::forward(const Batch& batch) {
+double LlamaModel::forward(const Batch& batch, AttentionExecutor* attention) {
   const LlamaConfig& c = config_;
   if (!batch.tokens.defined() || batch.tokens.rank() != 1)
     throw InvalidArgument("LlamaModel::forward: tokens is " + batch.tokens.describe() + ", expected i32 [T]");
   const int64_t t = batch.tokens.dim(0), hd = c.head_dim();
   batch_ = batch;
-  spec_ = AttentionSpec::packed(batch.cu_seqlens);
+  packed_.reset();
+  if (!attention) {
+    packed_ = std::make_unique<PackedAttention>(batch.cu_seqlens);
+    attention = packed_.get();
+  }
+  attention_ = attention;
   acts_.assign(static_cast<size_t>(c.n_layers), LayerActs{});
 
   Tensor x = embedding_forward(batch.tokens, weights_.embed);
@@ -60,7 +65,7 @@ double LlamaModel::forward(const Batch& batch) {
     a.q = rope_forward(linear_forward(a.n1.y, w.q).reshape({t, c.n_heads, hd}), batch.positions, c.rope_theta);
     a.k = rope_forward(linear_forward(a.n1.y, w.k).reshape({t, c.n_kv_heads, hd}), batch.positions, c.rope_theta);
     a.v = linear_forward(a.n1.y, w.v).reshape({t, c.n_kv_heads, hd});
-    a.att = attention_forward(a.q, a.k, a.v, spec_);
+    a.att = attention->forward(i, a.q, a.k, a.v);
     a.x_mid = x.clone();
     add_(a.x_mid, linear_forward(a.att.out.reshape({t, c.n_heads * hd}), w.o));
     a.n2 = rmsnorm_forward(a.x_mid, w.post_norm, c.norm_eps);
@@ -107,7 +112,7 @@ void LlamaModel::backward(double dloss) {
     Tensor datt = Tensor::zeros({t, c.n_heads * hd}, dx.dtype(), dx.device());
     linear_backward(a.att.out.reshape({t, c.n_heads * hd}), w.o, dx, datt, g.o);
     Tensor dq = zeros_like(a.q), dk = zeros_like(a.k), dv = zeros_like(a.v);
-    attention_backward(a.q, a.k, a.v, spec_, a.att, datt.reshape(a.q.shape()), Tensor(), dq, dk, dv);
+    attention_->backward(i, a.q, a.k, a.v, a.att, datt.reshape(a.q.shape()), dq, dk, dv);
     Tensor dq_lin = zeros_like(dq), dk_lin = zeros_like(dk);
     rope_backward(dq, batch_.positions, c.rope_theta, dq_lin);
     rope_backward(dk, batch_.positions, c.rope_theta, dk_lin);

@@ -14,9 +14,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "ops/attention.h"
+#include "ops/attention_executor.h"
 #include "ops/model/llama_config.h"
 #include "ops/model/llama_params.h"
 #include "ops/rmsnorm.h"
@@ -29,7 +31,10 @@ struct Batch {
   Tensor tokens;                    // i32 [T]
   Tensor targets;                   // i32 [T], -1 where the token is not counted
   Tensor positions;                 // i64 [T], each token's position in its sequence (RoPE)
-  std::vector<int32_t> cu_seqlens;  // n_seqs + 1 offsets into the T tokens (host)
+  // n_seqs + 1 offsets into the T tokens (host): the sequences PackedAttention attends within, when
+  // forward() is given no executor. A batch of shards (mesh/batch_builder.h) leaves it empty and
+  // comes with its own executor.
+  std::vector<int32_t> cu_seqlens;
 };
 
 // A Batch of documents packed back to back: targets are the next byte within each document, and
@@ -49,7 +54,9 @@ class LlamaModel {
   void zero_grad();
 
   // Runs the model, keeps the activations for backward(), and returns the summed token loss.
-  double forward(const Batch& batch);
+  // Attention runs through `attention` (which must outlive the backward() that follows), or when
+  // null through PackedAttention over batch.cu_seqlens.
+  double forward(const Batch& batch, AttentionExecutor* attention = nullptr);
   // Logits [T, vocab] of the last forward().
   const Tensor& logits() const { return logits_; }
   // Adds dloss * d(summed loss)/d(params) into grads(); needs the forward() just before.
@@ -76,7 +83,8 @@ class LlamaModel {
 
   // The last forward's inputs and activations.
   Batch batch_;
-  AttentionSpec spec_;
+  std::unique_ptr<AttentionExecutor> packed_;  // the default executor of the last forward
+  AttentionExecutor* attention_ = nullptr;
   std::vector<LayerActs> acts_;
   Tensor x_final_;
   RmsNormOutput n_final_;
