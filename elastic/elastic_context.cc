@@ -1,15 +1,11 @@
 #include "elastic/elastic_context.h"
 
-#include <gloo/rendezvous/context.h>
-#include <gloo/transport/tcp/device.h>
-
 #include <charconv>
 #include <cstdlib>
 #include <thread>
 
 #include "common/error.h"
 #include "common/log.h"
-#include "elastic/gloo_store.h"
 #include "elastic/job_keys.h"
 #include "elastic/prefix_store.h"
 #include "elastic/redis_store.h"
@@ -124,17 +120,10 @@ void ElasticContext::report_broken(const Membership& m, const std::string& reaso
   }
 }
 
-std::shared_ptr<gloo::rendezvous::Context> ElasticContext::connect(const Membership& m,
-                                                                   std::chrono::milliseconds timeout) {
-  gloo::transport::tcp::attr attr;
-  attr.hostname = identity_.advertise_address;
-  auto device = gloo::transport::tcp::CreateDevice(attr);
-  auto context = std::make_shared<gloo::rendezvous::Context>(m.rank, m.world_size);
-  context->setTimeout(timeout);
-  GlooStore bootstrap(std::make_shared<PrefixStore>(store_, keys::bootstrap(m.generation)), timeout,
-                      [this, &m] { return changed(m); });
-  context->connectFullMesh(bootstrap, device);
-  return context;
+Bootstrap ElasticContext::bootstrap(const Membership& m) {
+  return Bootstrap{m.generation, m.rank, m.world_size, identity_.advertise_address,
+                   std::make_shared<PrefixStore>(store_, keys::bootstrap(m.generation)),
+                   [this, m] { return changed(m); }};
 }
 
 }  // namespace hdp::elastic

@@ -9,22 +9,19 @@
 //   for (std::int64_t seen = 0;;) {
 //     Membership m = ctx.wait_for_next(seen, 60s);   // a running generation that includes me
 //     seen = m.generation;
-//     auto gloo = ctx.connect(m, 30s);               // one communicator per generation
+//     auto comm = mesh::connect_communicator(ctx.bootstrap(m), "main", 30s);  // mesh/communicator_factory.h
 //     while (!ctx.changed(m)) { ...one step...; }    // cheap check at step boundaries
 //   }
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "elastic/membership.h"
 #include "elastic/store.h"
-
-namespace gloo::rendezvous {
-class Context;
-}
 
 namespace hdp::elastic {
 
@@ -42,6 +39,21 @@ struct Membership {
   int rank = 0;
   int world_size = 0;
   Generation record;
+};
+
+// What a communicator needs to bootstrap one generation (mesh/communicator_factory.h builds it):
+// this worker's place, the address its peers reach it at, and the generation's bootstrap
+// namespace. Several communicators of one generation bootstrap under sub-prefixes of `store`.
+struct Bootstrap {
+  std::int64_t generation = 0;
+  int rank = 0;
+  int world_size = 0;
+  std::string advertise_address;
+  std::shared_ptr<Store> store;  // the generation's bootstrap namespace, gen:<g>:boot:
+  // True once a generation other than this one is current (ElasticContext::changed). It refers
+  // to the ElasticContext that made it, which must outlive every call (the connects, which run
+  // on the thread that owns that context: changed() is not thread-safe).
+  std::function<bool()> superseded;
 };
 
 class ElasticContext {
@@ -66,11 +78,8 @@ class ElasticContext {
   // joins a broken generation. Refused (a no-op) once a newer generation exists.
   void report_broken(const Membership& m, const std::string& reason);
 
-  // The generation's Gloo context over TCP, bootstrapped under gen:<g>:boot: with `timeout` for
-  // the rendezvous and for every collective. Throws PeerLost as soon as a newer generation is
-  // published while the bootstrap still waits for a peer (that peer is gone), TimeoutError after
-  // `timeout`.
-  std::shared_ptr<gloo::rendezvous::Context> connect(const Membership& m, std::chrono::milliseconds timeout);
+  // What m's communicators bootstrap with (see Bootstrap; it keeps a pointer to this context).
+  Bootstrap bootstrap(const Membership& m);
 
  private:
   std::shared_ptr<Store> store_;

@@ -1,11 +1,8 @@
 #include "trainer/elastic_loop.h"
 
-#include <gloo/common/error.h>
-#include <gloo/common/logging.h>
-#include <gloo/rendezvous/context.h>
-
 #include "common/error.h"
 #include "common/log.h"
+#include "mesh/communicator_factory.h"
 
 namespace hdp::trainer {
 namespace {
@@ -36,12 +33,8 @@ LoopResult run_elastic_loop(elastic::ElasticContext& ctx, const LoopOptions& opt
     log()->info("worker {}/{}: generation {}: rank {} of {}", who.node, who.local_rank, membership.generation,
                 membership.rank, membership.world_size);
     try {
-      std::shared_ptr<gloo::Context> comm = ctx.connect(membership, options.connect_timeout);
-      if (body(membership, comm) == BodyResult::kFinished) return LoopResult::kFinished;
-    } catch (const gloo::Exception& e) {
-      abandon(ctx, membership, std::string("peer lost: ") + e.what());
-    } catch (const gloo::EnforceNotMet& e) {
-      abandon(ctx, membership, std::string("communicator failed: ") + e.what());
+      auto comm = mesh::connect_communicator(ctx.bootstrap(membership), "main", options.connect_timeout);
+      if (body(membership, *comm) == BodyResult::kFinished) return LoopResult::kFinished;
     } catch (const RecoverableError& e) {
       abandon(ctx, membership, e.what());
     }

@@ -2,8 +2,8 @@
 //
 // The worker's outer loop, shared by the smoke worker and the trainer: wait for a running
 // generation that includes this worker, build that generation's communicator, run the body until
-// it finishes or the generation changes; when a peer is lost (a Gloo I/O error or timeout) or the
-// store is briefly unreachable, abandon the generation and wait for the next one.
+// it finishes or the generation changes; when a peer is lost (PeerLost, TimeoutError) or the
+// store is briefly unreachable (StoreUnavailable), abandon the generation and wait for the next one.
 #pragma once
 
 #include <atomic>
@@ -12,10 +12,7 @@
 #include <memory>
 
 #include "elastic/elastic_context.h"
-
-namespace gloo {
-class Context;
-}
+#include "mesh/communicator.h"
 
 namespace hdp::trainer {
 
@@ -24,9 +21,9 @@ enum class BodyResult {
   kGenerationChanged,  // a newer generation exists: rebuild and go on
 };
 
-// The body runs one generation. It should check ctx.changed(m) and `stop` at step boundaries.
-using GenerationBody =
-    std::function<BodyResult(const elastic::Membership& m, const std::shared_ptr<gloo::Context>& comm)>;
+// The body runs one generation over its communicator (connected, "main" channel). It should check
+// ctx.changed(m) and `stop` at step boundaries.
+using GenerationBody = std::function<BodyResult(const elastic::Membership& m, mesh::Communicator& comm)>;
 
 struct LoopOptions {
   std::chrono::milliseconds connect_timeout{30000};  // rendezvous and every collective
@@ -36,7 +33,8 @@ struct LoopOptions {
 enum class LoopResult { kFinished, kStopped };
 
 // Returns kFinished when the body finished, kStopped when `stop` was set (drain). Throws what the
-// body throws other than peer loss (gloo exceptions, RecoverableError), which are handled here.
+// body throws other than RecoverableError (peer loss, timeouts, store outages), which is handled
+// here.
 LoopResult run_elastic_loop(elastic::ElasticContext& ctx, const LoopOptions& options, const std::atomic<bool>& stop,
                             const GenerationBody& body);
 

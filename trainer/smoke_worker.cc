@@ -1,52 +1,32 @@
 #include "trainer/smoke_worker.h"
 
-#include <gloo/allreduce.h>
-#include <gloo/math.h>
-
 #include <thread>
-#include <vector>
 
 #include "common/log.h"
 #include "elastic/job_keys.h"
 #include "elastic/job_state.h"
+#include "ops/tensor.h"
 #include "trainer/elastic_loop.h"
 
 namespace hdp::trainer {
-namespace {
-
-using ReduceFunction = void (*)(void*, const void*, const void*, size_t);
-
-void allreduce(const std::shared_ptr<gloo::Context>& comm, std::vector<std::int64_t>& data, ReduceFunction fn,
-               std::uint32_t tag) {
-  gloo::AllreduceOptions options(comm);
-  options.setOutput(data.data(), data.size());
-  options.setReduceFunction(fn);
-  options.setTag(tag);
-  gloo::allreduce(options);
-}
-
-}  // namespace
 
 SmokeResult run_smoke_worker(elastic::ElasticContext& ctx, const SmokeOptions& options, const std::atomic<bool>& stop) {
   elastic::JobState job(ctx.store());
   std::int64_t step = 0;
   bool wrong_sum = false;
-  const auto sum = static_cast<ReduceFunction>(&gloo::sum<std::int64_t>);
-  const auto max = static_cast<ReduceFunction>(&gloo::max<std::int64_t>);
 
-  auto body = [&](const elastic::Membership& m, const std::shared_ptr<gloo::Context>& comm) {
+  auto body = [&](const elastic::Membership& m, mesh::Communicator& comm) {
     // Newcomers start at 0, survivors where they were: everyone continues from the furthest step.
-    std::vector<std::int64_t> agreed{step};
-    allreduce(comm, agreed, max, 1);
-    step = agreed[0];
+    step = comm.allreduce_max(step);
     const std::int64_t world = m.world_size;
-    std::vector<std::int64_t> data(options.elements);
+    const ops::Tensor tensor = ops::Tensor::zeros({static_cast<std::int64_t>(options.elements)}, ops::DType::kI64);
+    std::int64_t* data = tensor.data<std::int64_t>();
     while (step < options.steps) {
       if (stop) return BodyResult::kFinished;
       if (ctx.changed(m)) return BodyResult::kGenerationChanged;
-      for (std::size_t i = 0; i < data.size(); ++i) data[i] = (m.rank + 1) * static_cast<std::int64_t>(i + 1) + step;
-      allreduce(comm, data, sum, 2);
-      for (std::size_t i = 0; i < data.size(); ++i) {
+      for (std::size_t i = 0; i < options.elements; ++i) data[i] = (m.rank + 1) * static_cast<std::int64_t>(i + 1) + step;
+      comm.allreduce(tensor, mesh::ReduceOp::kSum);
+      for (std::size_t i = 0; i < options.elements; ++i) {
         const std::int64_t expected = static_cast<std::int64_t>(i + 1) * world * (world + 1) / 2 + world * step;
         if (data[i] != expected) {
           log()->error("smoke: generation {} step {}: element {} is {}, expected {}", m.generation, step, i, data[i],

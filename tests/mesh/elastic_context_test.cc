@@ -1,16 +1,18 @@
-// The worker's rendezvous over a MemoryStore with real Gloo TCP pairs on loopback: a generation's
-// communicator bootstraps, and a bootstrap whose generation is superseded gives up at once.
+// The worker's rendezvous over a MemoryStore with real TCP connections on loopback: a generation's
+// communicators (two channels) bootstrap from ElasticContext::bootstrap, and a bootstrap whose
+// generation is superseded gives up at once. (In tests/mesh/: the communicators are hdp_mesh's.)
 #include "elastic/elastic_context.h"
 
-#include <gloo/rendezvous/context.h>
 #include <gtest/gtest.h>
 
 #include <future>
+#include <tuple>
 #include <thread>
 
 #include "common/error.h"
 #include "elastic/job_keys.h"
 #include "elastic/memory_store.h"
+#include "mesh/communicator_factory.h"
 
 namespace hdp::elastic {
 namespace {
@@ -33,22 +35,32 @@ class ElasticContextTest : public ::testing::Test {
   std::shared_ptr<MemoryStore> store_ = std::make_shared<MemoryStore>();
 };
 
-TEST_F(ElasticContextTest, EveryMemberConnectsToOneCommunicator) {
+TEST_F(ElasticContextTest, EveryMemberConnectsToTwoIndependentCommunicators) {
   publish(1, {"a", "b"});
-  // Each side keeps its communicator until both have connected: one that returns first and drops
-  // its pairs could close them while the other is still finishing its handshake.
-  auto connect = [&](const std::string& node) {
+  // Each member connects the generation's "main" and "ckpt" channels, then uses both.
+  auto member = [&](const std::string& node) {
     ElasticContext ctx = worker(node);
     Membership m = ctx.wait_for_next(0, 5s);
-    return std::pair(m.rank, ctx.connect(m, 10s));
+    const Bootstrap boot = ctx.bootstrap(m);
+    EXPECT_EQ(boot.generation, 1);
+    EXPECT_EQ(boot.advertise_address, "127.0.0.1");
+    auto main = mesh::connect_communicator(boot, "main", 10s);
+    auto ckpt = mesh::connect_communicator(boot, "ckpt", 10s);
+    EXPECT_EQ(main->size(), 2);
+    EXPECT_EQ(ckpt->rank(), m.rank);
+    const std::int64_t sum = main->allreduce_sum(std::int64_t{m.rank + 1});
+    const std::int64_t max = ckpt->allreduce_max(std::int64_t{m.rank + 10});
+    return std::tuple(m.rank, sum, max);
   };
-  auto b = std::async(std::launch::async, connect, "b");
-  const auto [rank_a, comm_a] = connect("a");
-  const auto [rank_b, comm_b] = b.get();
+  auto b = std::async(std::launch::async, member, "b");
+  const auto [rank_a, sum_a, max_a] = member("a");
+  const auto [rank_b, sum_b, max_b] = b.get();
   EXPECT_EQ(rank_a, 0);
   EXPECT_EQ(rank_b, 1);
-  EXPECT_EQ(comm_a->size, 2);
-  EXPECT_EQ(comm_b->size, 2);
+  EXPECT_EQ(sum_a, 3);
+  EXPECT_EQ(sum_b, 3);
+  EXPECT_EQ(max_a, 11);
+  EXPECT_EQ(max_b, 11);
 }
 
 TEST_F(ElasticContextTest, ABootstrapWhoseGenerationIsSupersededGivesUpAtOnce) {
@@ -60,7 +72,7 @@ TEST_F(ElasticContextTest, ABootstrapWhoseGenerationIsSupersededGivesUpAtOnce) {
     publish(2, {"a"});  // b's lease expired: the next generation is published
   });
   const auto start = Clock::now();
-  EXPECT_THROW(a.connect(m, 20s), PeerLost);
+  EXPECT_THROW(mesh::connect_communicator(a.bootstrap(m), "main", 20s), PeerLost);
   const auto waited = Clock::now() - start;
   leader.join();
   // 300 ms until the new generation, then at most one 250 ms check slice and one 100 ms cache of
@@ -74,7 +86,7 @@ TEST_F(ElasticContextTest, ABootstrapMissingAPeerTimesOutWhenNothingChanges) {
   ElasticContext a = worker("a");
   Membership m = a.wait_for_next(0, 5s);
   const auto start = Clock::now();
-  EXPECT_THROW(a.connect(m, 600ms), TimeoutError);
+  EXPECT_THROW(mesh::connect_communicator(a.bootstrap(m), "main", 600ms), TimeoutError);
   const auto waited = Clock::now() - start;
   EXPECT_GE(waited, 600ms);
   EXPECT_LT(waited, 3s);

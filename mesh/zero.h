@@ -1,0 +1,69 @@
+// File: mesh/zero.h
+//
+// ZeRO-1 over all ranks of a generation: every rank holds the full parameters and computes
+// gradients for its own micro-batches into a full flat gradient buffer (ops/model/llama_params.h's
+// layout); the optimizer state is sharded.
+//
+// One step():
+//   1. reduce-scatter the gradient buffer (sum) so rank r holds the summed gradient of its shard,
+//      the flat range [offset(r), offset(r) + count(r)) (shard_counts: as even as possible, the
+//      first N mod W ranks one element more; counts may be zero when W > N);
+//   2. the global gradient norm: each rank's sum of squares over its shard (in double), all-reduced;
+//   3. AdamW (ops/adamw.h) on the shard's parameters with the shard's exp_avg and exp_avg_sq only,
+//      clipped by the global norm;
+//   4. all-gather the updated shards into every rank's full parameter buffer.
+// The gradients must already be normalised: the model's backward(1 / global token count) makes the
+// summed buffer the gradient of the global batch's mean token loss, however many micro-batches and
+// tokens each rank ran.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "mesh/communicator.h"
+#include "ops/adamw.h"
+#include "ops/tensor.h"
+
+namespace hdp::mesh {
+
+// Element counts of the W shards of an N-element buffer.
+std::vector<std::int64_t> shard_counts(std::int64_t n, int world_size);
+
+class ZeroOptimizer {
+ public:
+  // The shard of `rank` in a buffer of `n` elements over `world_size` ranks; state zeroed.
+  ZeroOptimizer(std::int64_t n, int rank, int world_size, ops::DType dtype = ops::DType::kF32,
+                ops::Device device = ops::Device::kCpu);
+
+  std::int64_t offset() const { return offset_; }
+  std::int64_t count() const { return counts_[static_cast<std::size_t>(rank_)]; }
+  const std::vector<std::int64_t>& counts() const { return counts_; }
+  // This shard's optimizer state (count() elements each).
+  const ops::Tensor& exp_avg() const { return m_; }
+  const ops::Tensor& exp_avg_sq() const { return v_; }
+  // The summed gradient of this shard after the last step() (before clipping).
+  const ops::Tensor& grad_shard() const { return grad_; }
+  std::int64_t steps_taken() const { return steps_; }
+
+  struct Result {
+    double grad_norm = 0;      // global, before clipping
+    double reduce_ms = 0;      // reduce-scatter
+    double update_ms = 0;      // norm all-reduce + AdamW
+    double gather_ms = 0;      // all-gather
+  };
+  // Steps 1-4 above; `params.step` is replaced by steps_taken() + 1. `params` and `grads` are the
+  // full flat buffers (n elements, the dtype given at construction).
+  Result step(const ops::Tensor& params, const ops::Tensor& grads, Communicator& comm, ops::AdamWParams adamw,
+              double max_grad_norm, std::chrono::milliseconds timeout = std::chrono::milliseconds::zero());
+
+ private:
+  std::int64_t n_;
+  int rank_;
+  std::vector<std::int64_t> counts_;
+  std::int64_t offset_ = 0;
+  ops::Tensor m_, v_, grad_;
+  std::int64_t steps_ = 0;
+};
+
+}  // namespace hdp::mesh
