@@ -39,6 +39,7 @@
 
 #include "bench/comm_model.h"
 #include "bench/report.h"
+#include "common/median.h"
 #include "mesh/communicator_factory.h"
 
 namespace {
@@ -48,11 +49,6 @@ using Clock = std::chrono::steady_clock;
 using hdp::bench::Baseline;
 using hdp::bench::Report;
 using hdp::bench::Row;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
 
 // Runs body(rank) on n threads, `reps` + 1 times (the first is a warm-up); returns the median
 // seconds of a repetition, timed on rank 0 between barriers of all ranks.
@@ -72,7 +68,7 @@ double time_ranks(int n, int reps, const std::function<void(int)>& body) {
     });
   }
   for (auto& t : threads) t.join();
-  return median(seconds);
+  return hdp::median(seconds);
 }
 
 double memcpy_seconds(std::size_t bytes, int reps) {
@@ -84,7 +80,7 @@ double memcpy_seconds(std::size_t bytes, int reps) {
     if (i > 0) seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
   }
   if (b[bytes / 2] != 1) throw std::runtime_error("memcpy did not copy");
-  return median(seconds);
+  return hdp::median(seconds);
 }
 
 // Gloo's rendezvous needs a store whose get blocks: a map under a mutex for the baseline's threads.

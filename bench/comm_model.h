@@ -2,9 +2,12 @@
 //
 // bench_comm's rows that run the model's data plane (bench/comm.cc has the collectives' rows):
 //  - ring attention: one micro-batch of one sequence sharded over D ranks (tokens_per_rank each),
-//    forward + backward through mesh::RingAttention, beside the same micro-batch's compute alone
-//    (the time the ranks did not spend waiting for transfers) and beside the same transfers alone
-//    (the ring's K/V and dK/dV exchanges with no compute); hidden = 1 - wait / transfers alone;
+//    forward + backward of a one-layer model whose attention is mesh::RingAttention, over Gloo
+//    and again with the transfers done in memory (a mailbox between the rank threads: the same
+//    compute, and the same waiting for a neighbour that computes late, with free transfers). The
+//    communication the compute did not hide is exposed = wait(Gloo) - wait(in memory), against
+//    the same transfers alone (the ring's K/V and dK/dV hops with no compute): hidden = 1 -
+//    exposed / transfers alone;
 //  - the distributed step (mesh::DistributedStep: plan, micro-batches, ring attention, ZeRO-1) of
 //    the bench_ops model on a fixed global batch, tokens/s at each rank count beside 1 rank.
 // Ranks are threads of this process with their own Gloo devices and loopback TCP connections,

@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <ctime>
 
+#include "common/sigpipe.h"
+
 namespace hdp::elastic {
 namespace {
 
@@ -35,36 +37,6 @@ RedisReply convert(const redisReply* reply) {
   }
   return out;
 }
-
-// hiredis writes with write(2): a peer that closed the socket raises SIGPIPE, whose default action
-// kills the process. A library must not change the process's signal dispositions, so SIGPIPE is
-// blocked in this thread for the duration of one command and a SIGPIPE raised meanwhile is consumed.
-class SigpipeBlock {
- public:
-  SigpipeBlock() {
-    sigemptyset(&pipe_);
-    sigaddset(&pipe_, SIGPIPE);
-    sigset_t pending;
-    sigpending(&pending);
-    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
-    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
-  }
-  ~SigpipeBlock() {
-    if (!was_pending_) {
-      sigset_t pending;
-      sigpending(&pending);
-      if (sigismember(&pending, SIGPIPE) == 1) {
-        timespec zero{0, 0};
-        sigtimedwait(&pipe_, nullptr, &zero);
-      }
-    }
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-
- private:
-  sigset_t pipe_{}, old_{};
-  bool was_pending_ = false;
-};
 
 }  // namespace
 
@@ -143,7 +115,7 @@ std::vector<RedisReply> RedisConnection::pipeline(const std::vector<std::vector<
     if (reason.find("temporarily unavailable") != std::string::npos) reason = "no reply within the timeout";
     return RedisIoError("redis at " + where_ + ": " + reason);
   };
-  SigpipeBlock block;
+  SigpipeBlock block;  // hiredis writes with write(2) (common/sigpipe.h)
   std::vector<const char*> argv;
   std::vector<size_t> lengths;
   for (const auto& args : commands) {

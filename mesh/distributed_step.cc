@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "mesh/batch_builder.h"
 #include "mesh/plan_check.h"
@@ -12,10 +13,6 @@ namespace hdp::mesh {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
 
 }  // namespace
 

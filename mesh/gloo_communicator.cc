@@ -22,6 +22,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/sigpipe.h"
 #include "mesh/gloo_store.h"
 
 namespace hdp::mesh {
@@ -178,48 +179,44 @@ bool overlaps(const std::byte* a, std::size_t a_bytes, const std::byte* b, std::
   return a_bytes > 0 && b_bytes > 0 && a < b + b_bytes && b < a + a_bytes;
 }
 
-// SIGPIPE. Gloo writes with writev(2) without MSG_NOSIGNAL, so a write to a peer that reset the
-// connection raises SIGPIPE, whose default action kills the process without a word (seen here:
-// a survivor of a killed peer died that way). A library must not change the process's signal
-// dispositions, so SIGPIPE is blocked in the threads that write: for good in the threads this
-// file creates (and in Gloo's network thread, which inherits the mask of the thread that creates
-// the device), and around each post on a caller's thread, where a SIGPIPE raised meanwhile is
-// consumed (as elastic/redis_connection.cc does for hiredis).
-void block_sigpipe_for_good() {
-  sigset_t pipe;
-  sigemptyset(&pipe);
-  sigaddset(&pipe, SIGPIPE);
-  pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+// The checks reduce_scatter (whole = input, part = output) and allgather (part = input, whole =
+// output) share: the same dtype, the part holds counts[rank], the whole sum(counts), and the two
+// overlap only where the part is this rank's own block of the whole.
+struct Blocks {
+  std::vector<std::int64_t> counts, offsets;
+  std::size_t elem = 0;
+};
+Blocks check_blocks(const std::string& what, const ops::Tensor& whole, const char* whole_name, const ops::Tensor& part,
+                    const char* part_name, std::span<const std::int64_t> counts_in, int rank, int size) {
+  check_tensor(whole, what, whole_name);
+  check_tensor(part, what, part_name);
+  Blocks b{check_counts(counts_in, size, what), {}, ops::dtype_size(whole.dtype())};
+  b.offsets = offsets_of(b.counts);
+  if (whole.dtype() != part.dtype()) {
+    throw InvalidArgument(what + ": " + whole_name + " is " + whole.describe() + " but " + part_name + " is " +
+                          part.describe());
+  }
+  if (whole.numel() != b.offsets.back()) {
+    throw InvalidArgument(what + ": " + whole_name + " has " + std::to_string(whole.numel()) +
+                          " elements, the counts sum to " + std::to_string(b.offsets.back()));
+  }
+  const std::int64_t mine = b.counts[static_cast<std::size_t>(rank)];
+  if (part.numel() != mine) {
+    throw InvalidArgument(what + ": " + part_name + " has " + std::to_string(part.numel()) + " elements, counts[" +
+                          std::to_string(rank) + "] is " + std::to_string(mine));
+  }
+  const std::byte* own = bytes_of(whole) + static_cast<std::size_t>(b.offsets[static_cast<std::size_t>(rank)]) * b.elem;
+  if (overlaps(bytes_of(part), part.bytes(), bytes_of(whole), whole.bytes()) && bytes_of(part) != own) {
+    throw InvalidArgument(what + ": " + part_name + " overlaps " + whole_name + " other than as this rank's block");
+  }
+  return b;
 }
 
-class SigpipeBlock {
- public:
-  SigpipeBlock() {
-    sigemptyset(&pipe_);
-    sigaddset(&pipe_, SIGPIPE);
-    sigset_t pending;
-    sigpending(&pending);
-    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
-    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
-  }
-  ~SigpipeBlock() {
-    if (!was_pending_) {
-      sigset_t pending;
-      sigpending(&pending);
-      if (sigismember(&pending, SIGPIPE) == 1) {
-        timespec zero{0, 0};
-        sigtimedwait(&pipe_, nullptr, &zero);
-      }
-    }
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-  SigpipeBlock(const SigpipeBlock&) = delete;
-  SigpipeBlock& operator=(const SigpipeBlock&) = delete;
-
- private:
-  sigset_t pipe_{}, old_{};
-  bool was_pending_ = false;
-};
+// SIGPIPE (common/sigpipe.h): Gloo writes with writev(2) without MSG_NOSIGNAL, so a write to a
+// peer that reset the connection raises SIGPIPE (seen here: a survivor of a killed peer died of
+// it). It is blocked for good in the threads this file creates (and in Gloo's network thread,
+// which inherits the mask of the thread that creates the device), and around each post on a
+// caller's thread.
 
 // One Gloo unbound buffer: one message in flight.
 struct Op {
@@ -398,7 +395,7 @@ struct GlooCommunicator::Impl {
     if (size == 1) return;
     if (!arm().empty()) throw PeerLost("a connection failed right after the bootstrap");
     monitor = std::thread([this] {
-      block_sigpipe_for_good();
+      block_sigpipe_in_this_thread();
       run_monitor();
     });
   }
@@ -879,7 +876,7 @@ std::unique_ptr<GlooCommunicator> GlooCommunicator::connect(const GlooConnectOpt
   impl->start_monitor();
   Impl* raw = impl.get();
   impl->worker = std::thread([raw] {
-    block_sigpipe_for_good();
+    block_sigpipe_in_this_thread();
     raw->run_worker();
   });
   return std::unique_ptr<GlooCommunicator>(new GlooCommunicator(std::move(impl)));
@@ -945,34 +942,14 @@ std::unique_ptr<Work> GlooCommunicator::iallreduce(const ops::Tensor& buffer, Re
 
 std::unique_ptr<Work> GlooCommunicator::ireduce_scatter(const ops::Tensor& input, const ops::Tensor& output,
                                                         std::span<const std::int64_t> counts_in, ReduceOp op, Stream) {
-  const std::string what = "reduce_scatter";
-  check_tensor(input, what, "input");
-  check_tensor(output, what, "output");
-  auto counts = check_counts(counts_in, size(), what);
-  const auto off = offsets_of(counts);
-  if (input.dtype() != output.dtype()) {
-    throw InvalidArgument(what + ": input is " + input.describe() + " but output is " + output.describe());
-  }
-  if (input.numel() != off.back()) {
-    throw InvalidArgument(what + ": input has " + std::to_string(input.numel()) + " elements, the counts sum to " +
-                          std::to_string(off.back()));
-  }
-  const std::int64_t mine = counts[static_cast<std::size_t>(rank())];
-  if (output.numel() != mine) {
-    throw InvalidArgument(what + ": output has " + std::to_string(output.numel()) + " elements, counts[" +
-                          std::to_string(rank()) + "] is " + std::to_string(mine));
-  }
-  const std::size_t elem = ops::dtype_size(input.dtype());
-  const std::byte* own = bytes_of(input) + static_cast<std::size_t>(off[static_cast<std::size_t>(rank())]) * elem;
-  if (overlaps(bytes_of(output), output.bytes(), bytes_of(input), input.bytes()) && bytes_of(output) != own) {
-    throw InvalidArgument(what + ": output overlaps input other than as this rank's block");
-  }
+  const Blocks blocks = check_blocks("reduce_scatter", input, "input", output, "output", counts_in, rank(), size());
+  const std::vector<std::int64_t>& counts = blocks.counts;
   const Combine combine = combine_for(input.dtype(), op);
   Descriptor d;
   d.kind = static_cast<std::uint32_t>(Kind::kReduceScatter);
   d.dtype = static_cast<std::int32_t>(input.dtype());
   d.op = static_cast<std::int32_t>(op);
-  d.elements = off.back();
+  d.elements = blocks.offsets.back();
   d.counts_hash = hash_counts(counts);
   Impl* impl = impl_.get();
   auto job = impl_->start(Kind::kReduceScatter, [impl, input, output, counts, d, combine](std::uint64_t seq,
@@ -989,32 +966,13 @@ std::unique_ptr<Work> GlooCommunicator::ireduce_scatter(const ops::Tensor& input
 
 std::unique_ptr<Work> GlooCommunicator::iallgather(const ops::Tensor& input, const ops::Tensor& output,
                                                    std::span<const std::int64_t> counts_in, Stream) {
-  const std::string what = "allgather";
-  check_tensor(input, what, "input");
-  check_tensor(output, what, "output");
-  auto counts = check_counts(counts_in, size(), what);
-  const auto off = offsets_of(counts);
-  if (input.dtype() != output.dtype()) {
-    throw InvalidArgument(what + ": input is " + input.describe() + " but output is " + output.describe());
-  }
-  const std::int64_t mine = counts[static_cast<std::size_t>(rank())];
-  if (input.numel() != mine) {
-    throw InvalidArgument(what + ": input has " + std::to_string(input.numel()) + " elements, counts[" +
-                          std::to_string(rank()) + "] is " + std::to_string(mine));
-  }
-  if (output.numel() != off.back()) {
-    throw InvalidArgument(what + ": output has " + std::to_string(output.numel()) + " elements, the counts sum to " +
-                          std::to_string(off.back()));
-  }
-  const std::size_t elem = ops::dtype_size(input.dtype());
-  const std::byte* own = bytes_of(output) + static_cast<std::size_t>(off[static_cast<std::size_t>(rank())]) * elem;
-  if (overlaps(bytes_of(output), output.bytes(), bytes_of(input), input.bytes()) && bytes_of(input) != own) {
-    throw InvalidArgument(what + ": input overlaps output other than as this rank's block");
-  }
+  const Blocks blocks = check_blocks("allgather", output, "output", input, "input", counts_in, rank(), size());
+  const std::vector<std::int64_t>& counts = blocks.counts;
+  const std::size_t elem = blocks.elem;
   Descriptor d;
   d.kind = static_cast<std::uint32_t>(Kind::kAllgather);
   d.dtype = static_cast<std::int32_t>(input.dtype());
-  d.elements = off.back();
+  d.elements = blocks.offsets.back();
   d.counts_hash = hash_counts(counts);
   Impl* impl = impl_.get();
   auto job = impl_->start(Kind::kAllgather, [impl, input, output, counts, d, elem](std::uint64_t seq,

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "ops/add.h"
 
@@ -13,6 +14,7 @@ using ops::AttentionOutput;
 using ops::AttentionSpec;
 using ops::Tensor;
 
+// What a message carries (ring_tag's kind): a block travels as two messages, kind and kind + 1.
 enum Kind { kK = 0, kV = 1, kDk = 2, kDv = 3 };
 
 // Rows [start, start + len) of a [T, ...] tensor, sharing its storage.
@@ -55,13 +57,8 @@ void merge_into(const AttentionOutput& acc, const AttentionOutput& part) {
   acc.lse.copy_from(m.lse);
 }
 
-// The K/V block member j holds: [A block; B block] rows.
-struct Block {
-  Tensor k, v;
-};
-
-// The (query block, key block) pairs of step t, from this member's view: `q_chunks`/`q_rows` of
-// its own A and B blocks, `k_chunks`/`k_rows` of member j's.
+// The (query block, key block) pairs of a step t > 0 on member p holding member j's block: queries
+// from p's own A or B block, keys from j's A or B block.
 struct Pair {
   bool q_is_b;  // the queries are this member's B block (else its A block)
   bool k_is_b;  // the keys are member j's B block (else its A block)
@@ -82,6 +79,22 @@ Tag ring_tag(std::uint32_t micro_batch, int layer, int kind, int step) {
                           " do not fit in 24/12/2/16 bits");
   }
   return (Tag{micro_batch} << 30) | (Tag(layer) << 18) | (Tag(kind) << 16) | Tag(step);
+}
+
+// A K/V (kind kK) or dK/dV (kind kDk) block: two messages, kinds `kind` and `kind` + 1.
+RingAttention::Block RingAttention::post_recv(int layer, int kind, int step, int from, std::int64_t rows,
+                                              const Tensor& like, std::vector<std::unique_ptr<Work>>& pending) {
+  Block block{Tensor::empty({rows, like.dim(1), like.dim(2)}, like.dtype(), like.device()),
+              Tensor::empty({rows, like.dim(1), like.dim(2)}, like.dtype(), like.device())};
+  pending.push_back(comm_.irecv(block.k, from, ring_tag(micro_batch_, layer, kind, step)));
+  pending.push_back(comm_.irecv(block.v, from, ring_tag(micro_batch_, layer, kind + 1, step)));
+  return block;
+}
+
+void RingAttention::post_send(int layer, int kind, int step, int to, const Block& block,
+                              std::vector<std::unique_ptr<Work>>& pending) {
+  pending.push_back(comm_.isend(block.k, to, ring_tag(micro_batch_, layer, kind, step)));
+  pending.push_back(comm_.isend(block.v, to, ring_tag(micro_batch_, layer, kind + 1, step)));
 }
 
 RingAttention::RingAttention(Communicator& comm, RingLayout layout, std::vector<std::int32_t> local_cu,
@@ -142,13 +155,8 @@ AttentionOutput RingAttention::forward(int layer, const Tensor& q, const Tensor&
     std::vector<std::unique_ptr<Work>> pending;
     Block next;
     if (t + 1 < d) {
-      const int jn = (j + d - 1) % d;
-      next = {Tensor::empty({layout_.shard_rows(jn), k.dim(1), k.dim(2)}, k.dtype(), k.device()),
-              Tensor::empty({layout_.shard_rows(jn), v.dim(1), v.dim(2)}, v.dtype(), v.device())};
-      pending.push_back(comm_.irecv(next.k, left, ring_tag(micro_batch_, layer, kK, t)));
-      pending.push_back(comm_.irecv(next.v, left, ring_tag(micro_batch_, layer, kV, t)));
-      pending.push_back(comm_.isend(cur.k, right, ring_tag(micro_batch_, layer, kK, t)));
-      pending.push_back(comm_.isend(cur.v, right, ring_tag(micro_batch_, layer, kV, t)));
+      next = post_recv(layer, kK, t, left, layout_.shard_rows((j + d - 1) % d), k, pending);
+      post_send(layer, kK, t, right, cur, pending);
     }
     if (t == 0) {
       if (local > 0) {
@@ -182,7 +190,7 @@ AttentionOutput RingAttention::forward(int layer, const Tensor& q, const Tensor&
     }
     const auto waited = Clock::now();
     for (auto& w : pending) w->wait(timeout_);
-    wait_ms_ += std::chrono::duration<double, std::milli>(Clock::now() - waited).count();
+    wait_ms_ += ms_since(waited);
     if (t + 1 < d) cur = next;
   }
   return out;
@@ -191,6 +199,10 @@ AttentionOutput RingAttention::forward(int layer, const Tensor& q, const Tensor&
 void RingAttention::backward(int layer, const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOutput& fwd,
                              const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
   check("backward", q, k);
+  if (deferred_) {
+    throw InvalidArgument("RingAttention::backward: layer " + std::to_string(deferred_->layer) +
+                          "'s backward was not finished (finish_backward)");
+  }
   const int d = layout_.size(), p = layout_.position;
   const std::int64_t shard = layout_.shard_rows(p), na = layout_.a_rows(p);
   const std::int64_t local = local_cu_.back();
@@ -214,21 +226,12 @@ void RingAttention::backward(int layer, const Tensor& q, const Tensor& k, const 
     std::vector<std::unique_ptr<Work>> pending;
     Block next, next_acc;
     if (t + 1 < d) {
-      next = {Tensor::empty({layout_.shard_rows(jn), k.dim(1), k.dim(2)}, k.dtype(), k.device()),
-              Tensor::empty({layout_.shard_rows(jn), v.dim(1), v.dim(2)}, v.dtype(), v.device())};
-      pending.push_back(comm_.irecv(next.k, left, ring_tag(micro_batch_, layer, kK, t)));
-      pending.push_back(comm_.irecv(next.v, left, ring_tag(micro_batch_, layer, kV, t)));
-      pending.push_back(comm_.isend(cur.k, right, ring_tag(micro_batch_, layer, kK, t)));
-      pending.push_back(comm_.isend(cur.v, right, ring_tag(micro_batch_, layer, kV, t)));
+      next = post_recv(layer, kK, t, left, layout_.shard_rows(jn), k, pending);
+      post_send(layer, kK, t, right, cur, pending);
     }
-    if (d > 1) {
-      // The left neighbour's accumulator for block jn: the next step's, or (at the last step, jn = p)
-      // this member's own, complete.
-      next_acc = {Tensor::empty({layout_.shard_rows(jn), k.dim(1), k.dim(2)}, k.dtype(), k.device()),
-                  Tensor::empty({layout_.shard_rows(jn), v.dim(1), v.dim(2)}, v.dtype(), v.device())};
-      pending.push_back(comm_.irecv(next_acc.k, left, ring_tag(micro_batch_, layer, kDk, t)));
-      pending.push_back(comm_.irecv(next_acc.v, left, ring_tag(micro_batch_, layer, kDv, t)));
-    }
+    // The left neighbour's accumulator for block jn: the next step's, or (at the last step, jn = p)
+    // this member's own, complete.
+    if (d > 1) next_acc = post_recv(layer, kDk, t, left, layout_.shard_rows(jn), k, pending);
     if (t == 0) {
       if (local > 0) {
         ops::attention_backward(rows(q, shard, local), rows(k, shard, local), rows(v, shard, local),
@@ -246,20 +249,41 @@ void RingAttention::backward(int layer, const Tensor& q, const Tensor& k, const 
                        pair_spec(pair.q_is_b ? b_p : a_p, pair.k_is_b ? layout_.b_chunks(j) : layout_.a_chunks(j)));
       }
     }
-    if (d > 1) {
-      pending.push_back(comm_.isend(acc.k, right, ring_tag(micro_batch_, layer, kDk, t)));
-      pending.push_back(comm_.isend(acc.v, right, ring_tag(micro_batch_, layer, kDv, t)));
+    if (d > 1) post_send(layer, kDk, t, right, acc, pending);
+    if (t + 1 == d && d > 1) {
+      // The last hop: this member's own accumulator, complete, is on its way from the left. The
+      // model has other work before it needs dk and dv (the query path's backward), so the wait
+      // is left to finish_backward().
+      deferred_ = Deferred{layer, std::move(pending), next_acc, acc, rows(dk, 0, shard), rows(dv, 0, shard)};
+      return;
     }
     const auto waited = Clock::now();
     for (auto& w : pending) w->wait(timeout_);
-    wait_ms_ += std::chrono::duration<double, std::milli>(Clock::now() - waited).count();
+    wait_ms_ += ms_since(waited);
     if (t + 1 < d) cur = next;
     if (d > 1) acc = next_acc;
   }
-  // `acc` now holds this member's own block's dK/dV, summed over the ring.
+  // One member: `acc` holds its own block's dK/dV.
   if (shard > 0) {
     ops::add_(rows(dk, 0, shard), acc.k);
     ops::add_(rows(dv, 0, shard), acc.v);
+  }
+}
+
+void RingAttention::finish_backward(int layer) {
+  if (!deferred_) return;
+  if (deferred_->layer != layer) {
+    throw InvalidArgument("RingAttention::finish_backward: layer " + std::to_string(layer) + ", but layer " +
+                          std::to_string(deferred_->layer) + "'s backward is the one in flight");
+  }
+  Deferred d = std::move(*deferred_);
+  deferred_.reset();
+  const auto waited = Clock::now();
+  for (auto& w : d.pending) w->wait(timeout_);
+  wait_ms_ += ms_since(waited);
+  if (d.dk.numel() > 0) {
+    ops::add_(d.dk, d.own.k);
+    ops::add_(d.dv, d.own.v);
   }
 }
 

@@ -19,7 +19,9 @@
 // Backward uses the merged output and LSE for every block. The K/V blocks travel the ring again,
 // and with each block an accumulator of its dK/dV: a member adds its queries' contribution and
 // passes it on one step behind the block, so after D hops every block's accumulator is back at
-// its owner (D-1 K/V transfers and D dK/dV transfers per layer, data-plane.md §2).
+// its owner (D-1 K/V transfers and D dK/dV transfers per layer, data-plane.md §2). The last hop
+// follows the last compute of the layer's attention, so backward() returns with it in flight and
+// finish_backward() completes it: the model runs the query path's backward in between.
 //
 // Transfers go through the generation's one Communicator (point-to-point between the ring's
 // ranks, tags from ring_tag()). Their sizes come from the RingLayout, which every member computes
@@ -28,6 +30,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "mesh/batch_builder.h"
@@ -51,13 +55,34 @@ class RingAttention final : public ops::AttentionExecutor {
   void backward(int layer, const ops::Tensor& q, const ops::Tensor& k, const ops::Tensor& v,
                 const ops::AttentionOutput& fwd, const ops::Tensor& dout, const ops::Tensor& dq, const ops::Tensor& dk,
                 const ops::Tensor& dv) override;
+  // Waits for the last dK/dV hop of the backward() just before and adds it into its dk and dv.
+  void finish_backward(int layer) override;
 
   // Time spent waiting for transfers after this rank's compute for a step was done: communication
   // that compute did not hide, summed over every call so far.
   double comm_wait_ms() const { return wait_ms_; }
 
  private:
+  // A block of rows as it travels the ring: member j's K and V ([A block; B block]), or their
+  // gradients' accumulators.
+  struct Block {
+    ops::Tensor k, v;
+  };
   void check(const char* op, const ops::Tensor& q, const ops::Tensor& k) const;
+  // Posts the receive of a `rows`-row block from `from` (shaped like `like` otherwise), resp. the
+  // send of `block` to `to`, as two messages tagged `kind` and `kind` + 1 (K and V, or dK and dV).
+  Block post_recv(int layer, int kind, int step, int from, std::int64_t rows, const ops::Tensor& like,
+                  std::vector<std::unique_ptr<Work>>& pending);
+  void post_send(int layer, int kind, int step, int to, const Block& block, std::vector<std::unique_ptr<Work>>& pending);
+
+  // The last hop of a backward(), finished by finish_backward().
+  struct Deferred {
+    int layer = 0;
+    std::vector<std::unique_ptr<Work>> pending;
+    Block own;              // arriving: this member's own block's dK/dV, summed over the ring
+    Block sent;             // leaving: the accumulator of the right neighbour's block
+    ops::Tensor dk, dv;     // this member's shard rows of the model's dk and dv
+  };
 
   Communicator& comm_;
   RingLayout layout_;
@@ -65,6 +90,7 @@ class RingAttention final : public ops::AttentionExecutor {
   std::uint32_t micro_batch_;
   std::chrono::milliseconds timeout_;
   double wait_ms_ = 0;
+  std::optional<Deferred> deferred_;
 };
 
 }  // namespace hdp::mesh

@@ -3,16 +3,13 @@
 #include <cmath>
 #include <string>
 
+#include "common/clock.h"
 #include "common/error.h"
 
 namespace hdp::mesh {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
 
 }  // namespace
 

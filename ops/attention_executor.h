@@ -25,9 +25,13 @@ class AttentionExecutor {
  public:
   virtual ~AttentionExecutor() = default;
   virtual AttentionOutput forward(int layer, const Tensor& q, const Tensor& k, const Tensor& v) = 0;
-  // `fwd` is what forward() returned for this layer; adds into dq, dk, dv.
+  // `fwd` is what forward() returned for this layer; adds into dq, dk, dv. dq is complete on
+  // return; dk and dv may be completed only by finish_backward(layer), which the caller calls
+  // before it reads them and before the next backward() (so an executor can leave its last
+  // transfer in flight while the caller works on dq).
   virtual void backward(int layer, const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOutput& fwd,
                         const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv) = 0;
+  virtual void finish_backward(int /*layer*/) {}
 };
 
 // Causal attention within each packed sequence (cu_seqlens), no communication.

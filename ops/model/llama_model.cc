@@ -113,11 +113,13 @@ void LlamaModel::backward(double dloss) {
     linear_backward(a.att.out.reshape({t, c.n_heads * hd}), w.o, dx, datt, g.o);
     Tensor dq = zeros_like(a.q), dk = zeros_like(a.k), dv = zeros_like(a.v);
     attention_->backward(i, a.q, a.k, a.v, a.att, datt.reshape(a.q.shape()), dq, dk, dv);
+    // The query path first: an executor may still be completing dk and dv meanwhile.
     Tensor dq_lin = zeros_like(dq), dk_lin = zeros_like(dk);
     rope_backward(dq, batch_.positions, c.rope_theta, dq_lin);
-    rope_backward(dk, batch_.positions, c.rope_theta, dk_lin);
     Tensor dn1 = zeros_like(a.n1.y);
     linear_backward(a.n1.y, w.q, dq_lin.reshape({t, c.n_heads * hd}), dn1, g.q);
+    attention_->finish_backward(i);
+    rope_backward(dk, batch_.positions, c.rope_theta, dk_lin);
     linear_backward(a.n1.y, w.k, dk_lin.reshape({t, c.n_kv_heads * hd}), dn1, g.k);
     linear_backward(a.n1.y, w.v, dv.reshape({t, c.n_kv_heads * hd}), dn1, g.v);
     rmsnorm_backward(a.x, w.input_norm, a.n1.rstd, dn1, dx, g.input_norm);  // dx is now d x

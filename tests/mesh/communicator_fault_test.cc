@@ -220,6 +220,24 @@ class CommunicatorFaultTest : public ::testing::Test {
     }
   }
 
+  // Every rank runs `loop` (calls back to back, counting them in the record); the victim kills
+  // itself 700 ms in, in the middle of one.
+  static Scenario killed_while_looping(std::function<void(Communicator&, Record*)> loop) {
+    Scenario s;
+    s.survivor = [loop](Communicator& comm, Record& record) { loop(comm, &record); };
+    s.victim = [loop](Communicator& comm, int fd) {
+      die_after(700ms, fd, SIGKILL);
+      loop(comm, nullptr);
+    };
+    return s;
+  }
+  static void expect_killed_mid_loop(const Reports& reports) {
+    expect_survivors(reports, {kPeerLost}, kDeathBound, true);
+    for (const auto& [rank, r] : reports.survivors) {
+      EXPECT_GE(r.iterations, 1) << "rank " << rank << " never completed one";
+    }
+  }
+
   static test::RedisServer* redis_;
 };
 
@@ -243,22 +261,14 @@ TEST_F(CommunicatorFaultTest, APeerKilledInTheMiddleOfA64MiBReduceScatter) {
       if (record) record->iterations = i + 1;
     }
   };
-  Scenario s;
-  s.survivor = [loop](Communicator& comm, Record& record) { loop(comm, &record); };
-  s.victim = [loop](Communicator& comm, int fd) {
-    die_after(700ms, fd, SIGKILL);
-    loop(comm, nullptr);
-  };
-  const Reports reports = run(s);
-  expect_survivors(reports, {kPeerLost}, kDeathBound, true);
-  for (const auto& [rank, r] : reports.survivors) EXPECT_GE(r.iterations, 1) << "rank " << rank << " never completed one";
+  expect_killed_mid_loop(run(killed_while_looping(loop)));
 }
 
 TEST_F(CommunicatorFaultTest, APeerKilledInTheMiddleOfARingAttentionStep) {
   // One sequence sharded over the three ranks, forward and backward through RingAttention again
   // and again (each layer's K/V and dK/dV blocks travel the ring); the victim dies among them.
   auto loop = [](Communicator& comm, Record* record) {
-    RingLayout layout{{0, 1, 2}, comm.rank(), {3 * 2048}};
+    RingLayout layout{{0, 1, 2}, comm.rank(), {3 * 512}};
     const std::int64_t rows = layout.shard_rows(comm.rank());
     const Tensor q = Tensor::zeros({rows, 4, 16}, DType::kF32), k = Tensor::zeros({rows, 2, 16}, DType::kF32);
     const Tensor v = Tensor::zeros({rows, 2, 16}, DType::kF32);
@@ -268,18 +278,11 @@ TEST_F(CommunicatorFaultTest, APeerKilledInTheMiddleOfARingAttentionStep) {
       const Tensor dq = Tensor::zeros(q.shape(), DType::kF32), dk = Tensor::zeros(k.shape(), DType::kF32),
                    dv = Tensor::zeros(v.shape(), DType::kF32);
       attention.backward(i % 8, q, k, v, o, o.out, dq, dk, dv);
+      attention.finish_backward(i % 8);
       if (record) record->iterations = i + 1;
     }
   };
-  Scenario s;
-  s.survivor = [loop](Communicator& comm, Record& record) { loop(comm, &record); };
-  s.victim = [loop](Communicator& comm, int fd) {
-    die_after(700ms, fd, SIGKILL);
-    loop(comm, nullptr);
-  };
-  const Reports reports = run(s);
-  expect_survivors(reports, {kPeerLost}, kDeathBound, true);
-  for (const auto& [rank, r] : reports.survivors) EXPECT_GE(r.iterations, 1) << "rank " << rank << " never completed one";
+  expect_killed_mid_loop(run(killed_while_looping(loop)));
 }
 
 TEST_F(CommunicatorFaultTest, APeerKilledDuringACheckpointBarrier) {
