@@ -109,6 +109,18 @@ bool ElasticContext::changed(const Membership& m) {
   return last_seen_generation_ != 0 && last_seen_generation_ != m.generation;
 }
 
+std::optional<std::int64_t> ElasticContext::read_generation() const {
+  try {
+    auto number = store_->get(keys::kGeneration);
+    return number ? decode_generation_number(*number, keys::kGeneration) : 0;
+  } catch (const StoreUnavailable&) {
+    return std::nullopt;
+  } catch (const InvalidArgument& e) {
+    log()->warn("worker {}/{}: {}", identity_.node, identity_.local_rank, e.what());
+    return std::nullopt;
+  }
+}
+
 void ElasticContext::report_broken(const Membership& m, const std::string& reason) {
   try {
     store_->commit(Transaction{}

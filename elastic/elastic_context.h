@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "elastic/membership.h"
@@ -73,6 +74,10 @@ class ElasticContext {
   // True when a generation other than m's is current. At most one store read per 100 ms; while the
   // store is unreachable it answers false (training goes on peer to peer until the store is back).
   bool changed(const Membership& m);
+
+  // The current generation number as the store has it, read now (thread-safe, unlike changed());
+  // nullopt while the store is unreachable or the value does not decode (logged).
+  std::optional<std::int64_t> read_generation() const;
 
   // Marks m's generation broken (a peer was lost): the leader publishes a new one, and no worker
   // joins a broken generation. Refused (a no-op) once a newer generation exists.

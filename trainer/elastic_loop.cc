@@ -1,5 +1,10 @@
 #include "trainer/elastic_loop.h"
 
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <thread>
+
 #include "common/error.h"
 #include "common/log.h"
 #include "mesh/communicator_factory.h"
@@ -15,6 +20,42 @@ void abandon(elastic::ElasticContext& ctx, const elastic::Membership& m, const s
               reason);
   ctx.report_broken(m, who.node + "/" + std::to_string(who.local_rank) + ": " + reason);
 }
+
+// Aborts `comm` as soon as the store names a generation other than m's; stops when destroyed.
+class SupersededWatch {
+ public:
+  SupersededWatch(const elastic::ElasticContext& ctx, const elastic::Membership& m, mesh::Communicator& comm,
+                  std::chrono::milliseconds every)
+      : thread_([this, &ctx, &comm, generation = m.generation, every] {
+          std::unique_lock lock(mutex_);
+          while (!wake_.wait_for(lock, every, [this] { return stop_; })) {
+            lock.unlock();
+            const std::optional<std::int64_t> current = ctx.read_generation();
+            if (current && *current != 0 && *current != generation) {
+              comm.abort("generation " + std::to_string(generation) + " was superseded by generation " +
+                         std::to_string(*current));
+              return;
+            }
+            lock.lock();
+          }
+        }) {}
+  ~SupersededWatch() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  SupersededWatch(const SupersededWatch&) = delete;
+  SupersededWatch& operator=(const SupersededWatch&) = delete;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts once the members above exist
+};
 
 }  // namespace
 
@@ -34,6 +75,7 @@ LoopResult run_elastic_loop(elastic::ElasticContext& ctx, const LoopOptions& opt
                 membership.rank, membership.world_size);
     try {
       auto comm = mesh::connect_communicator(ctx.bootstrap(membership), "main", options.connect_timeout);
+      SupersededWatch watch(ctx, membership, *comm, options.watch_every);
       if (body(membership, *comm) == BodyResult::kFinished) return LoopResult::kFinished;
     } catch (const RecoverableError& e) {
       abandon(ctx, membership, e.what());

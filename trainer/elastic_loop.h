@@ -28,10 +28,17 @@ using GenerationBody = std::function<BodyResult(const elastic::Membership& m, me
 struct LoopOptions {
   std::chrono::milliseconds connect_timeout{30000};  // rendezvous and every collective
   std::chrono::milliseconds wait_slice{1000};        // how often waiting re-checks `stop`
+  // How often a thread beside the body reads the generation number: once a newer generation is
+  // published, the generation's communicator is aborted, so a body blocked in a collective with a
+  // lost or frozen peer leaves it at once (PeerLost) instead of after the collective's timeout.
+  std::chrono::milliseconds watch_every{200};
 };
 
 enum class LoopResult { kFinished, kStopped };
 
+// While the body runs, a watcher thread aborts the communicator once a generation other than the
+// body's is current (LoopOptions::watch_every).
+//
 // Returns kFinished when the body finished, kStopped when `stop` was set (drain). Throws what the
 // body throws other than RecoverableError (peer loss, timeouts, store outages), which is handled
 // here.

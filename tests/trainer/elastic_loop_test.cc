@@ -1,0 +1,95 @@
+// The worker's elastic loop (trainer/elastic_loop.h) over a MemoryStore with real TCP
+// communicators: when a member of the running generation freezes (here: its body stops taking
+// part in collectives, as a SIGSTOPped or cut-off process would), the survivors are blocked in a
+// collective whose timeout is 20 s. Once the leader publishes the generation without it, the
+// survivors must leave the blocked collective within the watch interval (200 ms) plus scheduling,
+// and run the next generation's body: bound 1.5 s after the publication, against the 20 s the
+// collective would otherwise wait.
+#include "trainer/elastic_loop.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "common/error.h"
+#include "elastic/job_keys.h"
+#include "elastic/memory_store.h"
+
+namespace hdp::trainer {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+class ElasticLoopTest : public ::testing::Test {
+ protected:
+  void publish(std::int64_t g, const std::vector<std::string>& nodes) {
+    elastic::Generation generation{.number = g};
+    for (const auto& node : nodes) generation.members.push_back({node, "inc-" + node, "127.0.0.1", {0}, 0});
+    generation.assign_ranks();
+    store_->set(elastic::keys::generation(g), elastic::encode(generation));
+    store_->set(elastic::keys::kGeneration, std::to_string(g));
+  }
+
+  std::shared_ptr<elastic::MemoryStore> store_ = std::make_shared<elastic::MemoryStore>();
+};
+
+TEST_F(ElasticLoopTest, ANewerGenerationAbortsACollectiveBlockedOnAFrozenPeer) {
+  publish(1, {"a", "b", "c"});
+  std::atomic<bool> stop{false};
+  std::mutex mutex;
+  std::map<std::string, Clock::time_point> entered_gen2;
+  std::map<std::string, std::string> left_gen1;  // what ended each survivor's generation-1 body
+  Clock::time_point published;
+
+  auto worker = [&](const std::string& node) {
+    elastic::ElasticContext ctx(store_, {"job", node, "inc-" + node, 0});
+    LoopOptions options;
+    options.connect_timeout = 20s;  // the collective's timeout: what the survivors would wait
+    options.wait_slice = 100ms;
+    run_elastic_loop(ctx, options, stop, [&](const elastic::Membership& m, mesh::Communicator& comm) {
+      if (m.generation == 1 && node == "c") {
+        while (!stop) std::this_thread::sleep_for(10ms);  // frozen: never joins the allreduce
+        return BodyResult::kFinished;
+      }
+      if (m.generation == 1) {
+        try {
+          for (;;) comm.allreduce_sum(std::int64_t{1});
+        } catch (const RecoverableError& e) {
+          std::lock_guard lock(mutex);
+          left_gen1[node] = e.what();
+          throw;
+        }
+      }
+      {
+        std::lock_guard lock(mutex);
+        entered_gen2[node] = Clock::now();
+      }
+      EXPECT_EQ(comm.allreduce_sum(std::int64_t{1}), 2);  // the two survivors, over the new communicator
+      return BodyResult::kFinished;
+    });
+  };
+  std::thread c([&] { worker("c"); });
+  std::thread a([&] { worker("a"); });
+  std::thread b([&] { worker("b"); });
+  std::this_thread::sleep_for(1500ms);  // all three connected; a and b wait on c in the allreduce
+  published = Clock::now();
+  publish(2, {"a", "b"});
+  a.join();
+  b.join();
+  stop = true;
+  c.join();
+
+  ASSERT_EQ(entered_gen2.size(), 2u);
+  for (const auto& [node, at] : entered_gen2) {
+    const auto after = std::chrono::duration_cast<std::chrono::milliseconds>(at - published);
+    EXPECT_LT(after, 1500ms) << node << " reached generation 2 " << after.count() << " ms after it was published";
+    EXPECT_NE(left_gen1[node].find("superseded"), std::string::npos) << left_gen1[node];
+  }
+}
+
+}  // namespace
+}  // namespace hdp::trainer
