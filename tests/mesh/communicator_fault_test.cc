@@ -2,8 +2,8 @@
 // redis-server, where one rank dies (SIGKILL) or hangs (SIGSTOP) in the middle of a call:
 //   (a) while the others wait in a recv from it,
 //   (a') in the middle of ring attention steps (mesh/ring_attention.h),
-//   (b) in the middle of a 64 MiB reduce-scatter (the ranks run them back to back, so the kill
-//       lands inside one, mid-transfer),
+//   (b) in the middle of a 64 MiB reduce-scatter (the ranks run them back to back, and the victim
+//       dies 20 ms after its first one completed, so the kill lands inside a later one),
 //   (c) during a checkpoint barrier through trainer::CommunicatorGroup,
 //   (d) stopped while the others are in an allreduce.
 // Every survivor must raise PeerLost (a-c) within 2 s of the death, or TimeoutError/PeerLost (d)
@@ -220,14 +220,20 @@ class CommunicatorFaultTest : public ::testing::Test {
     }
   }
 
-  // Every rank runs `loop` (calls back to back, counting them in the record); the victim kills
-  // itself 700 ms in, in the middle of one.
-  static Scenario killed_while_looping(std::function<void(Communicator&, Record*)> loop) {
+  // Every rank runs `loop` (collective calls back to back; `done(i)` after the i-th); the survivors
+  // count them in their record, and the victim kills itself 20 ms after its first one completed,
+  // so that the kill lands in a later call, whatever a call costs (the sanitizer build's calls
+  // take several times as long).
+  using Loop = std::function<void(Communicator&, const std::function<void(int)>& done)>;
+  static Scenario killed_while_looping(Loop loop) {
     Scenario s;
-    s.survivor = [loop](Communicator& comm, Record& record) { loop(comm, &record); };
+    s.survivor = [loop](Communicator& comm, Record& record) {
+      loop(comm, [&record](int i) { record.iterations = i; });
+    };
     s.victim = [loop](Communicator& comm, int fd) {
-      die_after(700ms, fd, SIGKILL);
-      loop(comm, nullptr);
+      loop(comm, [fd](int i) {
+        if (i == 1) die_after(20ms, fd, SIGKILL);
+      });
     };
     return s;
   }
@@ -253,12 +259,12 @@ TEST_F(CommunicatorFaultTest, APeerKilledWhileOthersWaitInARecvFromIt) {
 TEST_F(CommunicatorFaultTest, APeerKilledInTheMiddleOfA64MiBReduceScatter) {
   constexpr std::int64_t kElements = 16 << 20;  // 64 MiB of f32
   const std::vector<std::int64_t> counts{kElements / 3, kElements / 3, kElements - 2 * (kElements / 3)};
-  auto loop = [counts](Communicator& comm, Record* record) {
+  auto loop = [counts](Communicator& comm, const std::function<void(int)>& done) {
     const Tensor input = Tensor::zeros({kElements}, DType::kF32);
     const Tensor output = Tensor::zeros({counts[static_cast<std::size_t>(comm.rank())]}, DType::kF32);
     for (int i = 0; i < 1000; ++i) {
       comm.reduce_scatter(input, output, counts, ReduceOp::kSum);
-      if (record) record->iterations = i + 1;
+      done(i + 1);
     }
   };
   expect_killed_mid_loop(run(killed_while_looping(loop)));
@@ -267,7 +273,7 @@ TEST_F(CommunicatorFaultTest, APeerKilledInTheMiddleOfA64MiBReduceScatter) {
 TEST_F(CommunicatorFaultTest, APeerKilledInTheMiddleOfARingAttentionStep) {
   // One sequence sharded over the three ranks, forward and backward through RingAttention again
   // and again (each layer's K/V and dK/dV blocks travel the ring); the victim dies among them.
-  auto loop = [](Communicator& comm, Record* record) {
+  auto loop = [](Communicator& comm, const std::function<void(int)>& done) {
     RingLayout layout{{0, 1, 2}, comm.rank(), {3 * 512}};
     const std::int64_t rows = layout.shard_rows(comm.rank());
     const Tensor q = Tensor::zeros({rows, 4, 16}, DType::kF32), k = Tensor::zeros({rows, 2, 16}, DType::kF32);
@@ -279,7 +285,7 @@ TEST_F(CommunicatorFaultTest, APeerKilledInTheMiddleOfARingAttentionStep) {
                    dv = Tensor::zeros(v.shape(), DType::kF32);
       attention.backward(i % 8, q, k, v, o, o.out, dq, dk, dv);
       attention.finish_backward(i % 8);
-      if (record) record->iterations = i + 1;
+      done(i + 1);
     }
   };
   expect_killed_mid_loop(run(killed_while_looping(loop)));
