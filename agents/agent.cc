@@ -17,6 +17,7 @@
 #include "elastic/leader_lease.h"
 #include "elastic/membership_controller.h"
 #include "elastic/node_registration.h"
+#include "elastic/worker_env.h"
 #include "hdp/config.h"
 
 namespace hdp::agents {
@@ -94,17 +95,20 @@ class Agent {
     }
   }
 
+  // The worker's whole environment: the agent's, with every variable of the worker contract
+  // (elastic/worker_env.h) replaced by this agent's values, so its flags win over what it inherited.
   std::vector<std::string> worker_environment(int slot) const {
-    std::vector<std::string> env = {"HDP_JOB_ID=" + options_.job,
-                                    "HDP_REDIS_URL=" + options_.redis_url,
-                                    "HDP_NODE_ID=" + options_.node_id,
-                                    "HDP_NODE_INCARNATION=" + registration_.lease().incarnation,
-                                    "HDP_LOCAL_RANK=" + std::to_string(slot),
-                                    "HDP_NPROC_PER_NODE=" + std::to_string(options_.slots),
-                                    "HDP_ADVERTISE_ADDR=" + options_.advertise_address,
-                                    "HDP_AGENT_PID=" + std::to_string(getpid())};
-    if (!options_.redis_password_file.empty()) env.push_back("HDP_REDIS_PASSWORD_FILE=" + options_.redis_password_file);
-    return env;
+    WorkerEnvironment values;
+    values.job = options_.job;
+    values.redis_url = options_.redis_url;
+    values.redis_password_file = options_.redis_password_file;
+    values.node_id = options_.node_id;
+    values.incarnation = registration_.lease().incarnation;
+    values.local_rank = slot;
+    values.nproc_per_node = options_.slots;
+    values.advertise_address = options_.advertise_address;
+    values.agent_pid = static_cast<int>(getpid());
+    return elastic::worker_environment(values, environ);
   }
 
   void start_workers() {
@@ -126,8 +130,18 @@ class Agent {
     }
   }
 
+  // Remembers the highest generation seen (the lease reports it, so that numbering survives a Redis
+  // wipe). A value that does not decode, or is out of range, is logged (once per distinct value)
+  // and ignored, never remembered: it must not stop this agent from renewing or contending for the
+  // leader lease, and the leader's tick refuses to act on it anyway.
   void observe_generation(const std::optional<std::string>& number) {
-    if (number) last_generation_ = std::max(last_generation_, decode_generation_number(*number, keys::kGeneration));
+    if (!number) return;
+    try {
+      last_generation_ = std::max(last_generation_, decode_generation_number(*number, keys::kGeneration));
+    } catch (const InvalidArgument& e) {
+      if (bad_generation_logged_ != *number) log()->error("node {}: ignoring it: {}", options_.node_id, e.what());
+      bad_generation_logged_ = *number;
+    }
   }
 
   // Takes part in leader election with the leader key just read; on winning, starts the leader's
@@ -285,6 +299,7 @@ class Agent {
   std::unique_ptr<MembershipController> controller_;  // while leader
   JobState job_state_;
   std::int64_t last_generation_ = 0;
+  std::optional<std::string> bad_generation_logged_;  // the last `gen` value observe_generation() refused
   bool draining_ = false;
   int exhausted_slots_ = 0;
   std::optional<AgentOutcome> stop_outcome_;  // what a stop in progress will return

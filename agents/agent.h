@@ -41,9 +41,10 @@ enum class AgentOutcome {
   kDrained,    // stopped by a signal after draining
 };
 
-// Runs until the job completes, fails or the agent is drained. Throws hdp::Error for agent
-// errors (a conflicting job configuration, a node id held by another live agent, every slot out
-// of restarts).
+// Runs until the job completes, fails or the agent is drained. Throws for agent errors:
+// elastic::NodeIdInUse for a node id held by another live agent (also when found on re-registering
+// after an eviction), hdp::Error when every slot is out of restarts (`hdp agent` exits 1 for both),
+// InvalidArgument for a job configuration that conflicts with the job's (exit 2).
 AgentOutcome run_agent(const AgentOptions& options, std::shared_ptr<elastic::Store> job_store);
 
 }  // namespace hdp::agents

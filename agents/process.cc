@@ -2,9 +2,11 @@
 
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -15,14 +17,23 @@ namespace hdp::agents {
 pid_t spawn(const ProcessSpec& spec) {
   if (spec.argv.empty()) throw InvalidArgument("spawn: empty command");
   // Everything the child needs is prepared before fork: after fork only async-signal-safe calls.
-  std::vector<std::string> args = spec.argv, env = spec.environment;
+  std::vector<std::string> args = spec.argv, env = spec.environment.value_or(std::vector<std::string>{});
   std::vector<char*> argv, envp;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  for (char** e = environ; *e; ++e) envp.push_back(*e);
-  for (auto& e : env) envp.push_back(e.data());
+  if (spec.environment) {
+    for (auto& e : env) envp.push_back(e.data());
+  } else {
+    for (char** e = environ; *e; ++e) envp.push_back(*e);
+  }
   envp.push_back(nullptr);
   const pid_t parent = getpid();
+  // Where close_range(2) is missing (kernels before 5.9), descriptors up to the soft limit are
+  // closed one by one.
+  rlimit files{};
+  const int max_fd = getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY
+                         ? static_cast<int>(std::min<rlim_t>(files.rlim_cur, 1 << 20))
+                         : 1 << 16;
 
   pid_t pid = fork();
   if (pid < 0) throw Error(std::string("fork failed: ") + std::strerror(errno));
@@ -34,6 +45,11 @@ pid_t spawn(const ProcessSpec& spec) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
+    // Nothing but stdio crosses exec, even a descriptor opened without close-on-exec by a library
+    // or by another thread between its open and its fcntl.
+    if (close_range(3, ~0U, 0) != 0) {
+      for (int fd = 3; fd < max_fd; ++fd) close(fd);
+    }
     execvpe(argv[0], argv.data(), envp.data());
     _exit(127);
   }

@@ -2,20 +2,27 @@
 //
 // Starting child processes that cannot outlive their parent: each child gets its own process
 // group (so its own children are reached by one signal) and PR_SET_PDEATHSIG=SIGKILL (so it dies
-// with the parent, even when the parent is killed with SIGKILL). Reaping is the caller's job
-// (the agent reaps on SIGCHLD).
+// with the parent, even when the parent is killed with SIGKILL). A child inherits no file
+// descriptor but stdin, stdout and stderr: every other one is closed before exec, whether or not
+// its opener marked it close-on-exec (the agent's Redis socket must never reach a worker).
+// Reaping is the caller's job (the agent reaps on SIGCHLD).
 #pragma once
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace hdp::agents {
 
 struct ProcessSpec {
-  std::vector<std::string> argv;         // argv[0] is looked up in PATH
-  std::vector<std::string> environment;  // "NAME=value" entries added to the parent's environment
+  std::vector<std::string> argv;  // argv[0] is looked up in PATH
+  // The child's whole environment ("NAME=value" entries); nullopt: the parent's. To change some
+  // variables, build the whole list from `environ`, replacing the inherited entries of the same
+  // names (a name given twice is ambiguous: getenv returns the first), as
+  // elastic/worker_env.h does for workers.
+  std::optional<std::vector<std::string>> environment;
 };
 
 // PR_SET_PDEATHSIG fires when the *thread* that forked exits, not only the process: spawn from a

@@ -27,6 +27,7 @@ class WorkerSupervisor {
     int max_restarts = 3;
     elastic::BackoffOptions backoff{.initial = std::chrono::milliseconds(200), .max = std::chrono::seconds(5)};
   };
+  // A slot's whole environment ("NAME=value" entries; see ProcessSpec in agents/process.h).
   using Environment = std::function<std::vector<std::string>(int slot)>;
   // Called for every exit the supervisor does not handle by restarting: a clean exit (0), an exit
   // of a stopping worker, or a slot that ran out of restarts.

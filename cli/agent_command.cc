@@ -1,4 +1,5 @@
-// `hdp agent`: the per-node daemon (agents/agent.h). Exit codes: 0 job completed, 1 agent error,
+// `hdp agent`: the per-node daemon (agents/agent.h). Exit codes (cli/exit_codes.h): 0 job
+// completed, 1 agent error (a node id held by another live agent, every slot out of restarts),
 // 2 usage error, 3 job failed permanently (do not requeue), 4 drained on a signal.
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -52,7 +53,7 @@ std::string default_advertise_address(const elastic::RedisEndpoint& endpoint) {
     return "127.0.0.1";
   }
   std::string address = "127.0.0.1";
-  int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   sockaddr_in local{};
   socklen_t length = sizeof local;
   if (fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&

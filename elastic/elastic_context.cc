@@ -6,47 +6,35 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "elastic/job_keys.h"
 #include "elastic/prefix_store.h"
 #include "elastic/redis_store.h"
+#include "elastic/worker_env.h"
 
 namespace hdp::elastic {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string required_env(const char* name) {
-  const char* value = std::getenv(name);
-  if (!value || !*value) throw InvalidArgument(std::string("environment variable ") + name + " is not set");
-  return value;
-}
-
-int env_int(const char* name) {
-  const std::string text = required_env(name);
-  int value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || value < 0) {
-    throw InvalidArgument(std::string("environment variable ") + name + "='" + text + "' is not a non-negative integer");
-  }
-  return value;
-}
-
 }  // namespace
 
-ElasticContext::ElasticContext(std::shared_ptr<Store> job_store, WorkerIdentity identity)
-    : store_(std::move(job_store)), identity_(std::move(identity)) {}
+ElasticContext::ElasticContext(std::shared_ptr<Store> job_store, WorkerIdentity identity,
+                               std::chrono::milliseconds bad_value_limit)
+    : store_(std::move(job_store)), identity_(std::move(identity)), bad_value_limit_(bad_value_limit) {}
 
 ElasticContext ElasticContext::from_environment() {
+  // The names and their parsing are the agent's contract (elastic/worker_env.h), shared with the
+  // agent that writes them.
+  const WorkerEnvironment env = read_worker_environment([](const char* name) { return std::getenv(name); });
   WorkerIdentity identity;
-  identity.job = required_env("HDP_JOB_ID");
-  identity.node = required_env("HDP_NODE_ID");
-  identity.incarnation = required_env("HDP_NODE_INCARNATION");
-  identity.local_rank = env_int("HDP_LOCAL_RANK");
-  if (const char* address = std::getenv("HDP_ADVERTISE_ADDR"); address && *address) identity.advertise_address = address;
-  RedisEndpoint endpoint = parse_redis_url(required_env("HDP_REDIS_URL"));
-  if (const char* file = std::getenv("HDP_REDIS_PASSWORD_FILE"); file && *file) {
-    endpoint.password = read_password_file(file);
-  }
+  identity.job = env.job;
+  identity.node = env.node_id;
+  identity.incarnation = env.incarnation;
+  identity.local_rank = env.local_rank;
+  identity.advertise_address = env.advertise_address;
+  RedisEndpoint endpoint = parse_redis_url(env.redis_url);
+  if (!env.redis_password_file.empty()) endpoint.password = read_password_file(env.redis_password_file);
   RedisStoreOptions options;
   options.connect_timeout = std::chrono::seconds(1);
   options.command_timeout = std::chrono::seconds(2);
@@ -70,8 +58,13 @@ Membership ElasticContext::wait_for_next(std::int64_t after, std::chrono::millis
         const auto& record = values[0];
         if (record && !values[1]) {
           Generation generation = decode_generation(*record, key);
+          if (generation.number != g) {
+            throw InvalidArgument("invalid value in Redis key " + quote_value(key) + ": it describes generation " +
+                                  std::to_string(generation.number));
+          }
           auto rank = generation.rank_of(identity_.node, identity_.incarnation, identity_.local_rank);
           if (rank && generation.status == GenerationStatus::kRunning) {
+            good_value();
             return Membership{g, *rank, generation.world_size(), std::move(generation)};
           }
           if (g != reported) {
@@ -81,9 +74,12 @@ Membership ElasticContext::wait_for_next(std::int64_t after, std::chrono::millis
           }
         }
       }
+      good_value();
     } catch (const StoreUnavailable& e) {
       log()->warn("worker {}/{}: store unavailable while waiting for a generation: {}", identity_.node,
                   identity_.local_rank, e.what());
+    } catch (const InvalidArgument& e) {
+      bad_value(e);  // an error about that key: retried below, fatal only beyond the limit
     }
     if (Clock::now() >= deadline) {
       throw TimeoutError("no running generation newer than " + std::to_string(after) + " included this worker within " +
@@ -102,8 +98,12 @@ bool ElasticContext::changed(const Membership& m) {
     try {
       auto number = store_->get(keys::kGeneration);
       last_seen_generation_ = number ? decode_generation_number(*number, keys::kGeneration) : 0;
+      good_value();
     } catch (const StoreUnavailable&) {
       return false;  // keep training peer to peer; the next check asks again
+    } catch (const InvalidArgument& e) {
+      bad_value(e);  // throws beyond the limit
+      return false;  // keep training, as through an outage; the next check asks again
     }
   }
   return last_seen_generation_ != 0 && last_seen_generation_ != m.generation;
@@ -116,9 +116,46 @@ std::optional<std::int64_t> ElasticContext::read_generation() const {
   } catch (const StoreUnavailable&) {
     return std::nullopt;
   } catch (const InvalidArgument& e) {
-    log()->warn("worker {}/{}: {}", identity_.node, identity_.local_rank, e.what());
+    // Every 200 ms from the watcher thread: one line per 5 s is enough.
+    const std::int64_t now =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count();
+    std::int64_t last = watch_logged_ms_->load();
+    if (now - last >= 5000 && watch_logged_ms_->compare_exchange_strong(last, now)) {
+      log()->warn("worker {}/{}: {}", identity_.node, identity_.local_rank, e.what());
+    }
     return std::nullopt;
   }
+}
+
+void ElasticContext::bad_value(const InvalidArgument& error) {
+  const auto now = Clock::now();
+  ++bad_reads_;
+  ++bad_reads_in_streak_;
+  if (!bad_since_) {
+    bad_since_ = now;
+    bad_logged_ = now;
+    log()->warn("worker {}/{}: {}; retrying (fatal only if it lasts {} ms)", identity_.node, identity_.local_rank,
+                error.what(), bad_value_limit_.count());
+  }
+  const auto lasted = std::chrono::duration_cast<std::chrono::milliseconds>(now - *bad_since_);
+  if (lasted > bad_value_limit_) {
+    throw InvalidArgument(std::string(error.what()) + " (" + std::to_string(bad_reads_in_streak_) +
+                          " bad reads over " + std::to_string(lasted.count()) + " ms, beyond the limit of " +
+                          std::to_string(bad_value_limit_.count()) + " ms)");
+  }
+  if (now - bad_logged_ >= std::chrono::seconds(5)) {
+    bad_logged_ = now;
+    log()->warn("worker {}/{}: still {} ({} bad reads over {} ms)", identity_.node, identity_.local_rank, error.what(),
+                bad_reads_in_streak_, lasted.count());
+  }
+}
+
+void ElasticContext::good_value() {
+  if (!bad_since_) return;
+  log()->info("worker {}/{}: the store's values decode again after {} bad read(s)", identity_.node,
+              identity_.local_rank, bad_reads_in_streak_);
+  bad_since_.reset();
+  bad_reads_in_streak_ = 0;
 }
 
 void ElasticContext::report_broken(const Membership& m, const std::string& reason) {

@@ -1,8 +1,9 @@
 // File: elastic/elastic_context.h
 //
-// The worker's side of the rendezvous. A worker knows who it is from its environment (set by its
-// agent): HDP_JOB_ID, HDP_REDIS_URL (+ HDP_REDIS_PASSWORD_FILE), HDP_NODE_ID,
-// HDP_NODE_INCARNATION, HDP_LOCAL_RANK, HDP_NPROC_PER_NODE, HDP_ADVERTISE_ADDR.
+// The worker's side of the rendezvous. A worker knows who it is from its environment, set by its
+// agent under the contract of elastic/worker_env.h: HDP_JOB_ID, HDP_REDIS_URL
+// (+ HDP_REDIS_PASSWORD_FILE), HDP_NODE_ID, HDP_NODE_INCARNATION, HDP_LOCAL_RANK,
+// HDP_NPROC_PER_NODE, HDP_ADVERTISE_ADDR, HDP_AGENT_PID.
 //
 // Typical loop (trainer/elastic_loop.h wraps it):
 //   ElasticContext ctx = ElasticContext::from_environment();
@@ -14,13 +15,16 @@
 //   }
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "common/error.h"
 #include "elastic/membership.h"
 #include "elastic/store.h"
 
@@ -59,21 +63,34 @@ struct Bootstrap {
 
 class ElasticContext {
  public:
-  ElasticContext(std::shared_ptr<Store> job_store, WorkerIdentity identity);
-  // Reads the identity and the store's URL from the environment; InvalidArgument naming a
-  // missing or malformed variable.
+  // How long values that do not decode (`gen`, `gen:<g>`: garbage, a wrong type, a number out of
+  // range) may go on being read before a worker gives up: each bad read is logged (at most every
+  // 5 s), counted and retried, and a good read ends the streak. Only bad reads with no good read
+  // between them for longer than this make wait_for_next() or changed() throw InvalidArgument
+  // (`hdp train` exits 2). A minute lets a person or a tool repair a key it wrote by mistake.
+  static constexpr std::chrono::milliseconds kBadValueLimit{60000};
+
+  ElasticContext(std::shared_ptr<Store> job_store, WorkerIdentity identity,
+                 std::chrono::milliseconds bad_value_limit = kBadValueLimit);
+  // Reads the identity and the store's URL from the environment (read_worker_environment of
+  // elastic/worker_env.h); InvalidArgument naming a missing or malformed variable.
   static ElasticContext from_environment();
 
   const WorkerIdentity& identity() const { return identity_; }
   const std::shared_ptr<Store>& store() const { return store_; }
 
   // Blocks until a running, unbroken generation newer than `after` includes this worker; TimeoutError after
-  // `timeout`. Store outages are waited out (they count against the timeout).
+  // `timeout`. Store outages and values that do not decode are waited out (they count against the
+  // timeout; bad values throw only beyond the bad-value limit, see kBadValueLimit).
   Membership wait_for_next(std::int64_t after, std::chrono::milliseconds timeout);
 
   // True when a generation other than m's is current. At most one store read per 100 ms; while the
-  // store is unreachable it answers false (training goes on peer to peer until the store is back).
+  // store is unreachable or `gen` does not decode it answers false (training goes on peer to peer
+  // until the store is back or the value is repaired; see kBadValueLimit).
   bool changed(const Membership& m);
+
+  // How many reads of wait_for_next() and changed() found a value that did not decode, in all.
+  std::int64_t bad_value_reads() const { return bad_reads_; }
 
   // The current generation number as the store has it, read now (thread-safe, unlike changed());
   // nullopt while the store is unreachable or the value does not decode (logged).
@@ -91,6 +108,19 @@ class ElasticContext {
   WorkerIdentity identity_;
   std::chrono::steady_clock::time_point last_check_{};
   std::int64_t last_seen_generation_ = 0;  // 0: not read yet (or none published)
+
+  // One read found a value that does not decode: log (rate-limited), count, and throw once the
+  // streak of bad reads is older than bad_value_limit_.
+  void bad_value(const InvalidArgument& error);
+  void good_value();  // a read decoded: the streak ends
+  std::chrono::milliseconds bad_value_limit_;
+  std::optional<std::chrono::steady_clock::time_point> bad_since_;  // first bad read of the streak
+  std::chrono::steady_clock::time_point bad_logged_{};
+  std::int64_t bad_reads_ = 0, bad_reads_in_streak_ = 0;
+  // read_generation() runs on another thread; its own log rate limit (ms since the epoch of the
+  // steady clock), behind a pointer so that the context stays movable.
+  std::unique_ptr<std::atomic<std::int64_t>> watch_logged_ms_ = 
+      std::make_unique<std::atomic<std::int64_t>>(std::numeric_limits<std::int64_t>::min() / 2);
 };
 
 }  // namespace hdp::elastic

@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <charconv>
+#include <limits>
 #include <set>
 
 #include "common/error.h"
+#include "common/text.h"
 #include "elastic/job_keys.h"
+#include "elastic/leader_lease.h"
 
 namespace hdp::elastic {
 
@@ -46,17 +49,35 @@ bool JobState::complete(std::int64_t generation, std::int64_t step) {
 void validate_state_field(const std::string& field, const std::string& value) {
   static const std::set<std::string> integers = {"generation", "world_size", "step",  "last_ckpt_step",
                                                  "updated_at_ms", "nodes",  "tokens"};
+  // Every field reaches `hdp status --json`, and JSON text is UTF-8.
+  if (!is_valid_utf8(field)) {
+    throw InvalidArgument("invalid value in Redis key 'state': field name " + quote_value(field) + " is not UTF-8");
+  }
+  if (!is_valid_utf8(value)) {
+    throw InvalidArgument("invalid value in Redis key 'state': field " + quote_value(field) + " is " +
+                          quote_value(value) + ", not UTF-8");
+  }
   if (field == "status") {
     if (std::find(std::begin(kStatuses), std::end(kStatuses), value) == std::end(kStatuses)) {
-      throw InvalidArgument("invalid value in Redis key 'state': status '" + value.substr(0, 40) +
-                            "' is not one of waiting, running, resizing, restoring, draining, completed, failed");
+      throw InvalidArgument("invalid value in Redis key 'state': status " + quote_value(value) +
+                            " is not one of waiting, running, resizing, restoring, draining, completed, failed");
     }
   } else if (integers.count(field)) {
     std::int64_t number = 0;
     auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), number);
     if (value.empty() || ec != std::errc() || end != value.data() + value.size() || number < 0) {
-      throw InvalidArgument("invalid value in Redis key 'state': field '" + field + "' is '" + value.substr(0, 40) +
-                            "', not a non-negative integer");
+      throw InvalidArgument("invalid value in Redis key 'state': field " + quote_value(field) + " is " +
+                            quote_value(value) + ", not an integer in [0, " +
+                            std::to_string(std::numeric_limits<std::int64_t>::max()) + "]");
+    }
+  }
+}
+
+void validate_event(const StreamEntry& entry) {
+  for (const auto& [field, value] : entry.fields) {
+    if (!is_valid_utf8(field) || !is_valid_utf8(value)) {
+      throw InvalidArgument("invalid value in Redis key 'events': entry " + quote_value(entry.id) + " field " +
+                            quote_value(field) + " is " + quote_value(value) + ", not UTF-8");
     }
   }
 }
@@ -68,16 +89,20 @@ bool JobState::exists() {
 
 JobSnapshot JobState::snapshot(std::size_t event_count) {
   JobSnapshot snapshot;
-  auto head = store_->multi_get({keys::kGeneration, keys::kLeader});
-  if (head[0]) snapshot.generation = decode_generation_number(*head[0], keys::kGeneration);
-  snapshot.leader = head[1];
+  // get, not multi_get: a key of another type must be named, not read as missing.
+  if (auto number = store_->get(keys::kGeneration)) snapshot.generation = decode_generation_number(*number, keys::kGeneration);
+  snapshot.leader = store_->get(keys::kLeader);
+  if (snapshot.leader && !is_leader_id(*snapshot.leader)) {
+    throw InvalidArgument("invalid value in Redis key 'leader': " + quote_value(*snapshot.leader) +
+                          " is not <node>/<incarnation>");
+  }
   if (snapshot.generation > 0) {
     const std::string key = keys::generation(snapshot.generation);
     auto record = store_->get(key);
-    if (!record) throw InvalidArgument("Redis key '" + key + "' is missing although 'gen' names it");
+    if (!record) throw InvalidArgument("Redis key " + quote_value(key) + " is missing although 'gen' names it");
     snapshot.members = decode_generation(*record, key);
     if (snapshot.members->number != snapshot.generation) {
-      throw InvalidArgument("invalid value in Redis key '" + key + "': it describes generation " +
+      throw InvalidArgument("invalid value in Redis key " + quote_value(key) + ": it describes generation " +
                             std::to_string(snapshot.members->number));
     }
     std::vector<std::string> lease_keys;
@@ -90,6 +115,7 @@ JobSnapshot JobState::snapshot(std::size_t event_count) {
   snapshot.state = store_->hash_get_all(keys::kState);
   for (const auto& [field, value] : snapshot.state) validate_state_field(field, value);
   snapshot.events = store_->stream_tail(keys::kEvents, event_count);
+  for (const auto& entry : snapshot.events) validate_event(entry);
   return snapshot;
 }
 

@@ -61,8 +61,11 @@ class JobState {
   std::shared_ptr<Store> store_;
 };
 
-// Validates one field of the state hash (known integer fields must be integers, status must be
-// one of kStatuses); throws InvalidArgument naming it.
+// Validates one field of the state hash (name and value UTF-8, known integer fields non-negative
+// 64-bit integers, status one of kStatuses); throws InvalidArgument naming the key and the field.
 void validate_state_field(const std::string& field, const std::string& value);
+// Validates one entry of the events stream (every field name and value UTF-8); throws
+// InvalidArgument naming the key, the entry and the field.
+void validate_event(const StreamEntry& entry);
 
 }  // namespace hdp::elastic

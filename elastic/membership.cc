@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/text.h"
 
 namespace hdp::elastic {
 namespace {
@@ -14,13 +16,26 @@ namespace {
 using nlohmann::json;
 
 [[noreturn]] void bad(std::string_view what, const std::string& reason) {
-  throw InvalidArgument("invalid value in Redis key '" + std::string(what) + "': " + reason);
+  throw InvalidArgument("invalid value in Redis key " + quote_value(what) + ": " + reason);
 }
 
 json parse(std::string_view text, std::string_view what) {
   json value = json::parse(text.begin(), text.end(), nullptr, false);
   if (value.is_discarded() || !value.is_object()) bad(what, "not a JSON object");
   return value;
+}
+
+// True when `value` is a JSON integer within [low, high]. The parser keeps every non-negative
+// integer as unsigned, so those are compared as such (one above INT64_MAX is out of range).
+bool in_range(const json& value, std::int64_t low, std::int64_t high) {
+  if (value.is_number_unsigned()) {
+    const std::uint64_t number = value.get<std::uint64_t>();
+    return high >= 0 && number <= static_cast<std::uint64_t>(high) &&
+           (low <= 0 || number >= static_cast<std::uint64_t>(low));
+  }
+  if (!value.is_number_integer()) return false;
+  const std::int64_t number = value.get<std::int64_t>();
+  return number >= low && number <= high;
 }
 
 // Reads field `name` as T, checking presence and type.
@@ -30,10 +45,28 @@ T field(const json& object, const char* name, std::string_view what) {
   if (it == object.end()) bad(what, std::string("field '") + name + "' is missing");
   if constexpr (std::is_same_v<T, std::string>) {
     if (!it->is_string()) bad(what, std::string("field '") + name + "' is not a string");
-  } else if constexpr (std::is_integral_v<T>) {
-    if (!it->is_number_integer()) bad(what, std::string("field '") + name + "' is not an integer");
+    return it->get<std::string>();
+  } else {
+    static_assert(std::is_integral_v<T> && std::is_signed_v<T>);
+    // Checked against T's range before it is converted: get<int>() of 4294967296 would be 0.
+    if (!in_range(*it, std::numeric_limits<T>::min(), std::numeric_limits<T>::max())) {
+      bad(what, std::string("field '") + name + "' is not an integer in [" +
+                    std::to_string(std::numeric_limits<T>::min()) + ", " + std::to_string(std::numeric_limits<T>::max()) +
+                    "]");
+    }
+    return static_cast<T>(it->get<std::int64_t>());
   }
-  return it->get<T>();
+}
+
+// Reads integer field `name`, which must lie in [low, high].
+std::int64_t bounded(const json& object, const char* name, std::string_view what, std::int64_t low, std::int64_t high) {
+  auto it = object.find(name);
+  if (it == object.end()) bad(what, std::string("field '") + name + "' is missing");
+  if (!in_range(*it, low, high)) {
+    bad(what, std::string("field '") + name + "' is not an integer in [" + std::to_string(low) + ", " +
+                  std::to_string(high) + "]");
+  }
+  return it->get<std::int64_t>();
 }
 
 std::vector<int> slot_list(const json& object, const char* name, std::string_view what, int limit) {
@@ -41,9 +74,12 @@ std::vector<int> slot_list(const json& object, const char* name, std::string_vie
   if (it == object.end() || !it->is_array()) bad(what, std::string("field '") + name + "' is not an array");
   std::vector<int> slots;
   for (const auto& slot : *it) {
-    if (!slot.is_number_integer()) bad(what, std::string("field '") + name + "' holds a non-integer");
-    const int value = slot.get<int>();
-    if (value < 0 || value >= limit || (!slots.empty() && value <= slots.back())) {
+    if (!in_range(slot, 0, limit - 1)) {
+      bad(what, std::string("field '") + name + "' holds something other than an integer in [0, " +
+                    std::to_string(limit) + ")");
+    }
+    const int value = static_cast<int>(slot.get<std::int64_t>());
+    if (!slots.empty() && value <= slots.back()) {
       bad(what, std::string("field '") + name + "' must list distinct local ranks in [0, " + std::to_string(limit) +
                     ") in ascending order");
     }
@@ -53,6 +89,9 @@ std::vector<int> slot_list(const json& object, const char* name, std::string_vie
 }
 
 constexpr int kMaxSlotsPerNode = 1024;
+// More members than this is garbage: it would take a JSON document of tens of megabytes, and
+// members x kMaxSlotsPerNode still fits an int world size.
+constexpr std::size_t kMaxMembers = 1 << 20;
 
 }  // namespace
 
@@ -123,7 +162,7 @@ NodeLease decode_node_lease(std::string_view text, std::string_view what) {
   lease.slots = field<int>(value, "slots", what);
   if (lease.slots < 1 || lease.slots > kMaxSlotsPerNode) bad(what, "slots must be in [1, 1024]");
   lease.healthy = slot_list(value, "healthy", what, lease.slots);
-  lease.last_generation = field<std::int64_t>(value, "last_generation", what);
+  lease.last_generation = bounded(value, "last_generation", what, 0, kMaxGeneration);
   if (lease.node.empty() || lease.incarnation.empty()) bad(what, "node and incarnation must not be empty");
   return lease;
 }
@@ -131,14 +170,15 @@ NodeLease decode_node_lease(std::string_view text, std::string_view what) {
 Generation decode_generation(std::string_view text, std::string_view what) {
   json value = parse(text, what);
   Generation generation;
-  generation.number = field<std::int64_t>(value, "generation", what);
+  generation.number = bounded(value, "generation", what, 1, kMaxGeneration);
   const auto status = field<std::string>(value, "status", what);
-  if (status != "running" && status != "waiting") bad(what, "status '" + status + "' is not running or waiting");
+  if (status != "running" && status != "waiting") bad(what, "status " + quote_value(status) + " is not running or waiting");
   generation.status = status == "running" ? GenerationStatus::kRunning : GenerationStatus::kWaiting;
-  generation.joins_seen = field<std::int64_t>(value, "joins_seen", what);
-  generation.created_ms = field<std::int64_t>(value, "created_ms", what);
+  generation.joins_seen = bounded(value, "joins_seen", what, 0, kMaxJoinCount);
+  generation.created_ms = bounded(value, "created_ms", what, 0, std::numeric_limits<std::int64_t>::max());
   auto members = value.find("members");
   if (members == value.end() || !members->is_array()) bad(what, "field 'members' is not an array");
+  if (members->size() > kMaxMembers) bad(what, "field 'members' lists more than " + std::to_string(kMaxMembers));
   for (const auto& entry : *members) {
     if (!entry.is_object()) bad(what, "a member is not an object");
     Member member{field<std::string>(entry, "node", what), field<std::string>(entry, "incarnation", what),
@@ -154,17 +194,20 @@ Generation decode_generation(std::string_view text, std::string_view what) {
     if (renumbered.members[i].first_rank != generation.members[i].first_rank) bad(what, "member ranks are not contiguous");
   }
   if (field<int>(value, "world_size", what) != generation.world_size()) bad(what, "world_size disagrees with members");
-  if (generation.number < 1) bad(what, "generation must be >= 1");
   return generation;
 }
 
-std::int64_t decode_generation_number(std::string_view text, std::string_view what) {
+std::int64_t decode_counter(std::string_view text, std::string_view what, std::int64_t max) {
   std::int64_t number = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), number);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || number < 0) {
-    bad(what, "'" + std::string(text.substr(0, 40)) + "' is not a generation number (a non-negative integer)");
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || number < 0 || number > max) {
+    bad(what, quote_value(text) + " is not an integer in [0, " + std::to_string(max) + "]");
   }
   return number;
+}
+
+std::int64_t decode_generation_number(std::string_view text, std::string_view what) {
+  return decode_counter(text, what, kMaxGeneration);
 }
 
 JobConfig parse_nnodes(std::string_view text) {
@@ -193,6 +236,6 @@ void validate_job_id(std::string_view job) {
   const bool ok = !job.empty() && job.size() <= 128 && std::all_of(job.begin(), job.end(), [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
   });
-  if (!ok) throw InvalidArgument("job id '" + std::string(job.substr(0, 130)) + "' must be 1-128 characters of A-Z a-z 0-9 . _ -");
+  if (!ok) throw InvalidArgument("job id " + quote_value(job, 130) + " must be 1-128 characters of A-Z a-z 0-9 . _ -");
 }
 }  // namespace hdp::elastic

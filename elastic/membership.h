@@ -67,7 +67,18 @@ std::string encode(GenerationStatus status);
 JobConfig decode_job_config(std::string_view json, std::string_view what);
 NodeLease decode_node_lease(std::string_view json, std::string_view what);
 Generation decode_generation(std::string_view json, std::string_view what);
-// A decimal generation number >= 0; anything else is an InvalidArgument naming `what`.
+// The largest generation number hdp accepts from Redis or publishes: 2^53 - 1, so that g + 1 can
+// never overflow and every number is exact in a JSON reader that keeps numbers as doubles. At a
+// thousand generations a second it lasts 285,000 years; a larger value in `gen`, a lease's
+// `last_generation` or a `gen:<g>` record is garbage, and the leader refuses to publish above it.
+inline constexpr std::int64_t kMaxGeneration = (std::int64_t{1} << 53) - 1;
+// The largest join counter (`joins`, a record's `joins_seen`) accepted, for the same reasons.
+inline constexpr std::int64_t kMaxJoinCount = (std::int64_t{1} << 53) - 1;
+
+// A decimal integer in [0, max] read from Redis key `what`; anything else (not a number, negative,
+// above max, trailing bytes) is an InvalidArgument naming `what` and quoting the value.
+std::int64_t decode_counter(std::string_view text, std::string_view what, std::int64_t max);
+// A generation number: decode_counter(text, what, kMaxGeneration).
 std::int64_t decode_generation_number(std::string_view text, std::string_view what);
 // "MIN:MAX" or "N" with 1 <= MIN <= MAX.
 JobConfig parse_nnodes(std::string_view text);

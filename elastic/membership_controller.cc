@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "elastic/job_keys.h"
 #include "elastic/job_state.h"
 
@@ -38,8 +39,15 @@ void MembershipController::load_generation(std::int64_t number) {
   } else {
     const std::string key = keys::generation(number);
     auto record = store_->get(key);
-    if (!record) throw InvalidArgument("Redis key '" + key + "' is missing although 'gen' names it");
-    current_ = decode_generation(*record, key);
+    if (!record) throw InvalidArgument("Redis key " + quote_value(key) + " is missing although 'gen' names it");
+    Generation loaded = decode_generation(*record, key);
+    // Publishing requires `gen` to equal current_.number: a record describing another generation
+    // would make every publication fail, silently, forever.
+    if (loaded.number != number) {
+      throw InvalidArgument("invalid value in Redis key " + quote_value(key) + ": it describes generation " +
+                            std::to_string(loaded.number));
+    }
+    current_ = std::move(loaded);
   }
   // A generation published by another leader may have admitted some of our candidates.
   std::erase_if(candidates_, [&](const Candidate& c) {
@@ -52,7 +60,10 @@ void MembershipController::load_generation(std::int64_t number) {
 void MembershipController::read_new_joins(std::int64_t join_count) {
   if (join_count <= joins_read_) return;
   std::vector<std::string> announcement_keys;
-  for (std::int64_t sequence = joins_read_ + 1; sequence <= join_count; ++sequence) {
+  // At most kJoinsPerTick announcements per tick: the counter comes from Redis, and a value far
+  // ahead of the announcements (garbage, or a wave of joins) must cost bounded memory and time.
+  const std::int64_t last = std::min(join_count, joins_read_ + kJoinsPerTick);
+  for (std::int64_t sequence = joins_read_ + 1; sequence <= last; ++sequence) {
     announcement_keys.push_back(keys::join(sequence));
   }
   auto values = store_->multi_get(announcement_keys);
@@ -62,7 +73,7 @@ void MembershipController::read_new_joins(std::int64_t join_count) {
       const auto now = Clock::now();
       if (!hole_since_) hole_since_ = now;
       if (now - *hole_since_ < kJoinHoleWait) return;  // read again from here next tick
-      log()->warn("join announcement {} never appeared; skipping it", announcement_keys[i]);
+      log()->warn("join announcement {} never appeared; skipping it", quote_value(announcement_keys[i]));
       hole_since_.reset();
       ++joins_read_;
       continue;
@@ -72,7 +83,8 @@ void MembershipController::read_new_joins(std::int64_t join_count) {
     auto value = nlohmann::json::parse(*values[i], nullptr, false);
     if (!value.is_object() || !value.contains("node") || !value["node"].is_string() ||
         !value.contains("incarnation") || !value["incarnation"].is_string()) {
-      log()->warn("ignoring malformed join announcement in Redis key '{}'", announcement_keys[i]);
+      log()->warn("ignoring malformed join announcement in Redis key {}: {}", quote_value(announcement_keys[i]),
+                  quote_value(*values[i]));
       continue;
     }
     Candidate candidate{joins_read_, value["node"], value["incarnation"]};
@@ -94,7 +106,7 @@ std::optional<std::int64_t> MembershipController::tick() {
   const bool broken = head[2].has_value() && number == current_.number && number > 0;
   load_generation(number);
   if (joins_read_ < 0) joins_read_ = current_.joins_seen;
-  read_new_joins(head[1] ? decode_generation_number(*head[1], keys::kJoinCount) : 0);
+  read_new_joins(head[1] ? decode_counter(*head[1], keys::kJoinCount, kMaxJoinCount) : 0);
 
   // One MGET for the leases of every member and candidate, by identity: a lease key names its
   // incarnation, so a missing key is a dead (or replaced) incarnation.
@@ -149,7 +161,7 @@ std::optional<std::int64_t> MembershipController::tick() {
   const bool should_run = static_cast<int>(desired.size()) >= config_.min_nodes;
   const auto status = should_run ? GenerationStatus::kRunning : GenerationStatus::kWaiting;
   if (broken) {
-    log()->warn("generation {} is broken ({}); publishing a new one", current_.number, *head[2]);
+    log()->warn("generation {} is broken ({}); publishing a new one", current_.number, quote_value(*head[2]));
     lost = true;
   } else if (same_members(desired, current_.members) && status == current_.status && current_.number > 0) {
     pending_since_.reset();
@@ -167,6 +179,19 @@ std::optional<std::int64_t> MembershipController::tick() {
 
 std::optional<std::int64_t> MembershipController::publish(std::vector<Member> members, std::int64_t newest_seen,
                                                           const std::vector<Candidate>& standby) {
+  if (newest_seen >= kMaxGeneration) {
+    // Every input was range-checked, so this takes 2^53 - 1 generations or a value written by
+    // hand; wrapping around would hand every worker a negative fencing token. Refuse, loudly
+    // (at most every 10 s: the tick runs 5 times a second).
+    const auto now = Clock::now();
+    if (!exhausted_logged_ || now - *exhausted_logged_ >= std::chrono::seconds(10)) {
+      log()->error("refusing to publish: the next generation number would exceed {} (the newest seen is {}); "
+                   "someone must reset the job's keys",
+                   kMaxGeneration, newest_seen);
+      exhausted_logged_ = now;
+    }
+    return std::nullopt;
+  }
   Generation next;
   next.number = newest_seen + 1;
   next.members = std::move(members);

@@ -9,6 +9,9 @@
 //  - joins wait for a settle window, so that several joins become one change;
 //  - survivors keep their relative order, newcomers follow in join order, up to max_nodes
 //    (the rest stand by); below min_nodes the generation's status is `waiting`.
+// Numbers read from the store are range-checked (membership.h): garbage in `gen`, `joins` or the
+// current `gen:<g>` makes tick() throw InvalidArgument naming the key, having written nothing; a
+// lease that does not decode counts as a dead node. It never publishes above kMaxGeneration.
 // Not thread-safe; tick() blocks on the store.
 #pragma once
 
@@ -26,6 +29,8 @@ namespace hdp::elastic {
 class MembershipController {
  public:
   static constexpr std::chrono::seconds kJoinHoleWait{10};
+  // Join announcements read per tick at most; more are read on the following ticks.
+  static constexpr std::int64_t kJoinsPerTick = 1024;
 
   MembershipController(std::shared_ptr<Store> job_store, std::string leader_id, JobConfig config,
                        Store::Duration settle);
@@ -57,6 +62,7 @@ class MembershipController {
   std::optional<Clock::time_point> hole_since_;
   std::vector<Candidate> candidates_;         // announced, not yet members, not known dead
   std::optional<Clock::time_point> pending_since_;  // when a join-only change was first seen
+  std::optional<Clock::time_point> exhausted_logged_;  // last "generation numbers exhausted" error
 };
 
 }  // namespace hdp::elastic

@@ -3,6 +3,7 @@
 #include <charconv>
 
 #include "common/error.h"
+#include "common/text.h"
 
 namespace hdp::elastic {
 
@@ -18,7 +19,12 @@ MemoryStore::Entry* MemoryStore::find_live(std::string_view key) {
 
 MemoryStore::Entry* MemoryStore::find_kind(std::string_view key, Entry::Kind kind) {
   Entry* entry = find_live(key);
-  if (entry && entry->kind != kind) throw InvalidArgument("WRONGTYPE: key holds another kind of value");
+  if (entry && entry->kind != kind) {
+    static constexpr const char* kNames[] = {"string", "hash", "stream"};
+    throw WrongType(std::string(key), "key " + quote_value(key) + " holds a " +
+                                          kNames[static_cast<int>(entry->kind)] + ", not a " +
+                                          kNames[static_cast<int>(kind)]);
+  }
   return entry;
 }
 
@@ -56,8 +62,9 @@ Refresh MemoryStore::refresh_ttl(std::string_view key, Duration ttl, std::option
     result.alive = true;
   }
   for (const auto& read : reads) {
-    Entry* entry = find_kind(read, Entry::Kind::kString);
-    result.values.push_back(entry ? std::optional(entry->value) : std::nullopt);
+    // Like multi_get (and Redis's MGET): a key of another kind reads as missing.
+    Entry* entry = find_live(read);
+    result.values.push_back(entry && entry->kind == Entry::Kind::kString ? std::optional(entry->value) : std::nullopt);
   }
   return result;
 }
@@ -78,10 +85,12 @@ std::int64_t MemoryStore::add(std::string_view key, std::int64_t delta) {
       const std::string& text = entry->value;
       auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), current);
       if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
-        throw InvalidArgument("add: value of key is not a 64-bit integer");
+        throw InvalidArgument("add: the value of key " + quote_value(key) + " is not a 64-bit integer");
       }
     }
-    if (__builtin_add_overflow(current, delta, &result)) throw InvalidArgument("add: 64-bit overflow");
+    if (__builtin_add_overflow(current, delta, &result)) {
+      throw InvalidArgument("add: adding " + std::to_string(delta) + " to key " + quote_value(key) + " overflows 64 bits");
+    }
     if (entry) {
       entry->value = std::to_string(result);
     } else {
@@ -212,8 +221,10 @@ CommitResult MemoryStore::commit(const Transaction& transaction) {
     std::lock_guard lock(mutex_);
     auto read_all = [&] {
       for (const auto& key : transaction.reads) {
-        Entry* entry = find_kind(key, Entry::Kind::kString);
-        result.values.push_back(entry ? std::optional(entry->value) : std::nullopt);
+        // Like multi_get: a key of another kind reads as missing.
+        Entry* entry = find_live(key);
+        result.values.push_back(entry && entry->kind == Entry::Kind::kString ? std::optional(entry->value)
+                                                                             : std::nullopt);
       }
       return result;
     };

@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "elastic/job_keys.h"
 #include "elastic/job_state.h"
 
@@ -43,8 +44,8 @@ void NodeRegistration::register_new_incarnation(Store::Duration wait_for_previou
         .add(Write::set(keys::lease(fresh.node, fresh.incarnation), encode(fresh), ttl_));
     if (store_->commit(claim)) break;
     if (std::chrono::steady_clock::now() >= deadline) {
-      throw InvalidArgument("node id '" + lease_.node + "' is held by another live agent (incarnation " +
-                            holder.value_or("?").substr(0, 64) + "); give each agent its own --node-id");
+      throw NodeIdInUse("node id '" + lease_.node + "' is held by another live agent (incarnation " +
+                        (holder ? quote_value(*holder, 64) : std::string("?")) + "); give each agent its own --node-id");
     }
     if (!warned) {
       log()->warn("node {}: waiting for the lease of a previous agent with this node id to expire", lease_.node);
@@ -54,6 +55,11 @@ void NodeRegistration::register_new_incarnation(Store::Duration wait_for_previou
   }
   lease_ = std::move(fresh);
   const std::int64_t sequence = store_->add(keys::kJoinCount, 1);
+  // The leader reads announcements only up to kMaxJoinCount (membership.h).
+  if (sequence < 1 || sequence > kMaxJoinCount) {
+    throw InvalidArgument("invalid value in Redis key 'joins': the join counter reached " + std::to_string(sequence) +
+                          ", outside [1, " + std::to_string(kMaxJoinCount) + "]");
+  }
   const std::string announcement = R"({"node":")" + lease_.node + R"(","incarnation":")" + lease_.incarnation + "\"}";
   // Join announcements outlive any settle window by far; the leader reads them within a tick.
   store_->commit(Transaction{}

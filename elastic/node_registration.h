@@ -12,10 +12,19 @@
 #include <memory>
 #include <optional>
 
+#include "common/error.h"
 #include "elastic/membership.h"
 #include "elastic/store.h"
 
 namespace hdp::elastic {
+
+// Another agent with a live lease holds this node id (two agents were given one --node-id, or the
+// previous agent of this node still runs). Not a usage error: `hdp agent` exits 1 for it
+// (docs/errors.md), so that systemd and Slurm try again once the holder is gone.
+class NodeIdInUse : public FatalError {
+ public:
+  using FatalError::FatalError;
+};
 
 class NodeRegistration {
  public:
@@ -25,7 +34,7 @@ class NodeRegistration {
   // Claims the node id for a fresh incarnation, writes its lease and announces the join. When
   // another incarnation with a live lease holds the node id (a previous agent that died without
   // deregistering), waits up to `wait_for_previous` for that lease to expire; then throws
-  // InvalidArgument (two live agents with one node id).
+  // NodeIdInUse (two live agents with one node id).
   void register_new_incarnation(Store::Duration wait_for_previous);
 
   struct Heartbeat {

@@ -16,7 +16,9 @@ std::string PrefixStore::scoped(std::string_view key) const {
   return result;
 }
 
-void PrefixStore::set(std::string_view key, std::string_view value) { inner_->set(scoped(key), value); }
+void PrefixStore::set(std::string_view key, std::string_view value) {
+  unscoped_errors([&] { inner_->set(scoped(key), value); });
+}
 
 void PrefixStore::set_with_ttl(std::string_view key, std::string_view value, Duration ttl) {
   inner_->set_with_ttl(scoped(key), value, ttl);
@@ -27,13 +29,17 @@ Refresh PrefixStore::refresh_ttl(std::string_view key, Duration ttl, std::option
   return inner_->refresh_ttl(scoped(key), ttl, new_value, scoped(reads));
 }
 
-std::optional<std::string> PrefixStore::get(std::string_view key) { return inner_->get(scoped(key)); }
+std::optional<std::string> PrefixStore::get(std::string_view key) {
+  return unscoped_errors([&] { return inner_->get(scoped(key)); });
+}
 
-std::int64_t PrefixStore::add(std::string_view key, std::int64_t delta) { return inner_->add(scoped(key), delta); }
+std::int64_t PrefixStore::add(std::string_view key, std::int64_t delta) {
+  return unscoped_errors([&] { return inner_->add(scoped(key), delta); });
+}
 
 bool PrefixStore::compare_and_set(std::string_view key, std::optional<std::string_view> expected,
                                   std::string_view desired) {
-  return inner_->compare_and_set(scoped(key), expected, desired);
+  return unscoped_errors([&] { return inner_->compare_and_set(scoped(key), expected, desired); });
 }
 
 bool PrefixStore::erase(std::string_view key) { return inner_->erase(scoped(key)); }
@@ -58,11 +64,11 @@ std::vector<std::optional<std::string>> PrefixStore::multi_get(const std::vector
 }
 
 std::map<std::string, std::string> PrefixStore::hash_get_all(std::string_view key) {
-  return inner_->hash_get_all(scoped(key));
+  return unscoped_errors([&] { return inner_->hash_get_all(scoped(key)); });
 }
 
 std::vector<StreamEntry> PrefixStore::stream_tail(std::string_view key, std::size_t count) {
-  return inner_->stream_tail(scoped(key), count);
+  return unscoped_errors([&] { return inner_->stream_tail(scoped(key), count); });
 }
 
 CommitResult PrefixStore::commit(const Transaction& transaction) {
@@ -70,7 +76,18 @@ CommitResult PrefixStore::commit(const Transaction& transaction) {
   for (auto& condition : inner.conditions) condition.key = scoped(condition.key);
   for (auto& write : inner.writes) write.key = scoped(write.key);
   for (auto& key : inner.reads) key = scoped(key);
-  return inner_->commit(inner);
+  return unscoped_errors([&] { return inner_->commit(inner); });
+}
+
+template <typename Call>
+auto PrefixStore::unscoped_errors(Call&& call) const -> decltype(call()) {
+  try {
+    return call();
+  } catch (const WrongType& e) {
+    // The message keeps the full key (it says where to look in Redis); key() is the caller's.
+    if (!e.key().starts_with(prefix_)) throw;
+    throw WrongType(e.key().substr(prefix_.size()), e.what());
+  }
 }
 
 }  // namespace hdp::elastic

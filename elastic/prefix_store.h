@@ -37,6 +37,9 @@ class PrefixStore final : public Store {
  private:
   std::string scoped(std::string_view key) const;
   std::vector<std::string> scoped(const std::vector<std::string>& keys) const;
+  // Runs `call`, rethrowing a WrongType of one of our keys with the key as our caller names it.
+  template <typename Call>
+  auto unscoped_errors(Call&& call) const -> decltype(call());
 
   std::shared_ptr<Store> inner_;
   std::string prefix_;

@@ -1,11 +1,13 @@
 #include "elastic/redis_connection.h"
 
+#include <fcntl.h>
 #include <hiredis/hiredis.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <cstring>
 #include <ctime>
 
 #include "common/sigpipe.h"
@@ -48,6 +50,11 @@ RedisConnection::RedisConnection(const RedisEndpoint& endpoint, Duration connect
   if (!raw) throw RedisIoError("redis at " + where_ + ": cannot allocate a connection");
   context_.reset(raw);
   if (raw->err) throw RedisIoError("redis at " + where_ + ": cannot connect: " + raw->errstr);
+  // hiredis opens its socket without close-on-exec; without it every process started by this
+  // one (an agent's workers, the agents of `hdp run`) would hold the connection open.
+  if (const int flags = fcntl(raw->fd, F_GETFD); flags < 0 || fcntl(raw->fd, F_SETFD, flags | FD_CLOEXEC) != 0) {
+    throw RedisIoError("redis at " + where_ + ": cannot make the connection close-on-exec: " + std::strerror(errno));
+  }
   // The log-in exchange shares the connect budget: a server that accepts but never answers (paused,
   // overloaded) must fail within connect_timeout too.
   redisSetTimeout(raw, connect_tv);

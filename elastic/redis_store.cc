@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "common/text.h"
 
 namespace hdp::elastic {
 namespace {
@@ -28,7 +29,9 @@ return 1
 // number of conditions, ARGV[2]: the number of reads; then per condition '1' + value, or '0' + ''
 // for "absent"; then per write its op and arguments: set value ttl_ms | del | pexpire ttl_ms |
 // hset n f1 v1 .. | xadd maxlen n f1 v1 .. Returns {applied (0/1), read values...}, a missing
-// read as false (a nil in the reply).
+// read (or one of another type, as MGET reads it) as false (a nil in the reply); or, when a
+// condition or write key holds the wrong type, {-1, index of that key in KEYS, its type, the type
+// needed}, so that the error names the key (a Redis error text cannot carry arbitrary key bytes).
 // Redis does not roll a script back when a command fails midway, so every type is checked before
 // the first write: either all writes happen or none.
 constexpr std::string_view kCommitScript = R"lua(
@@ -37,12 +40,20 @@ local nr = tonumber(ARGV[2])
 local last_write = #KEYS - nr
 local function reads(applied)
   local out = {applied}
-  for k = last_write + 1, #KEYS do out[#out + 1] = redis.call('GET', KEYS[k]) end
+  for k = last_write + 1, #KEYS do
+    local value = redis.pcall('GET', KEYS[k])
+    if type(value) == 'table' then value = false end
+    out[#out + 1] = value
+  end
   return out
+end
+local function wrong_type(k, want)
+  return {-1, k, redis.call('TYPE', KEYS[k]).ok, want}
 end
 local a = 3
 for i = 1, nc do
-  local current = redis.call('GET', KEYS[i])
+  local current = redis.pcall('GET', KEYS[i])
+  if type(current) == 'table' then return wrong_type(i, 'string') end
   if ARGV[a] == '1' then
     if current ~= ARGV[a + 1] then return reads(0) end
   elseif current then
@@ -59,9 +70,7 @@ for k = nc + 1, last_write do
   elseif op == 'hset' or op == 'xadd' then
     local want = (op == 'hset') and 'hash' or 'stream'
     local kind = redis.call('TYPE', KEYS[k]).ok
-    if kind ~= 'none' and kind ~= want then
-      return redis.error_reply('WRONGTYPE commit: key holds a ' .. kind .. ', not a ' .. want)
-    end
+    if kind ~= 'none' and kind ~= want then return wrong_type(k, want) end
     if op == 'hset' then a = a + 2 + 2 * tonumber(ARGV[a + 1]) else a = a + 3 + 2 * tonumber(ARGV[a + 2]) end
   else
     return redis.error_reply('ERR commit: unknown op ' .. tostring(op))
@@ -208,20 +217,32 @@ RedisReply RedisStore::eval(std::string_view script, const std::vector<std::stri
   return reply;
 }
 
-RedisReply RedisStore::checked(RedisReply reply, std::string_view what) const {
+RedisReply RedisStore::checked(RedisReply reply, std::string_view what, std::optional<std::string_view> key) const {
   if (reply.type != RedisReply::Type::kError) return reply;
+  // "GET of key 'hdp:j:leader'": every error of a command on one key names it.
+  const std::string command = key ? std::string(what) + " of key " + quote_value(*key) : std::string(what);
+  const std::string error = quote_value(reply.str);
   if (reply.str.starts_with("NOAUTH") || reply.str.starts_with("NOPERM") || reply.str.starts_with("WRONGPASS")) {
-    throw AuthError("redis at " + endpoint_.display() + " refused " + std::string(what) + ": " + reply.str);
+    throw AuthError("redis at " + endpoint_.display() + " refused " + command + ": " + error);
   }
-  throw InvalidArgument("redis at " + endpoint_.display() + ": " + std::string(what) + " failed: " + reply.str);
+  // The server is starting, busy with a script, or failing over: the command did not run, and
+  // will once the server is ready again, like after a broken connection.
+  for (const char* transient : {"LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN"}) {
+    if (reply.str.starts_with(transient)) {
+      throw StoreUnavailable("redis at " + endpoint_.display() + " could not run " + command + " now: " + error);
+    }
+  }
+  const std::string message = "redis at " + endpoint_.display() + ": " + command + " failed: " + error;
+  if (key && reply.str.starts_with("WRONGTYPE")) throw WrongType(std::string(*key), message);
+  throw InvalidArgument(message);
 }
 
 void RedisStore::set(std::string_view key, std::string_view value) {
-  checked(command({"SET", key, value}, true), "SET");
+  checked(command({"SET", key, value}, true), "SET", key);
 }
 
 void RedisStore::set_with_ttl(std::string_view key, std::string_view value, Duration ttl) {
-  checked(command({"SET", key, value, "PX", ttl_ms(ttl, "set_with_ttl")}, true), "SET PX");
+  checked(command({"SET", key, value, "PX", ttl_ms(ttl, "set_with_ttl")}, true), "SET PX", key);
 }
 
 Refresh RedisStore::refresh_ttl(std::string_view key, Duration ttl, std::optional<std::string_view> new_value,
@@ -240,7 +261,7 @@ Refresh RedisStore::refresh_ttl(std::string_view key, Duration ttl, std::optiona
     commands.back().insert(commands.back().end(), reads.begin(), reads.end());
   }
   std::vector<RedisReply> replies = pipeline(commands, true);
-  const RedisReply refreshed = checked(std::move(replies[0]), new_value ? "SET XX" : "PEXPIRE");
+  const RedisReply refreshed = checked(std::move(replies[0]), new_value ? "SET XX" : "PEXPIRE", key);
   Refresh result;
   result.alive = new_value ? refreshed.type == RedisReply::Type::kStatus : refreshed.integer == 1;
   if (!reads.empty()) result.values = string_values(checked(std::move(replies[1]), "MGET"));
@@ -248,27 +269,29 @@ Refresh RedisStore::refresh_ttl(std::string_view key, Duration ttl, std::optiona
 }
 
 std::optional<std::string> RedisStore::get(std::string_view key) {
-  RedisReply reply = checked(command({"GET", key}, true), "GET");
+  RedisReply reply = checked(command({"GET", key}, true), "GET", key);
   if (reply.type == RedisReply::Type::kNil) return std::nullopt;
   return std::move(reply.str);
 }
 
 std::int64_t RedisStore::add(std::string_view key, std::int64_t delta) {
   RedisReply reply = command({"INCRBY", key, std::to_string(delta)}, false);
-  if (reply.type == RedisReply::Type::kError && reply.str.find("not an integer") != std::string::npos) {
-    throw InvalidArgument("add: value of key is not a 64-bit integer (" + reply.str + ")");
+  if (reply.type == RedisReply::Type::kError &&
+      (reply.str.find("not an integer") != std::string::npos || reply.str.find("overflow") != std::string::npos)) {
+    throw InvalidArgument("add: the value of key " + quote_value(key) + " is not a 64-bit integer, or adding " +
+                          std::to_string(delta) + " overflows it (" + quote_value(reply.str) + ")");
   }
-  return checked(std::move(reply), "INCRBY").integer;
+  return checked(std::move(reply), "INCRBY", key).integer;
 }
 
 bool RedisStore::compare_and_set(std::string_view key, std::optional<std::string_view> expected,
                                  std::string_view desired) {
   RedisReply reply =
       eval(kCompareAndSetScript, {key, expected ? "1" : "0", expected.value_or(std::string_view()), desired}, 1, false);
-  return checked(std::move(reply), "compare_and_set").integer == 1;
+  return checked(std::move(reply), "compare_and_set", key).integer == 1;
 }
 
-bool RedisStore::erase(std::string_view key) { return checked(command({"DEL", key}, true), "DEL").integer > 0; }
+bool RedisStore::erase(std::string_view key) { return checked(command({"DEL", key}, true), "DEL", key).integer > 0; }
 
 std::vector<std::string> RedisStore::keys(std::string_view prefix) {
   // SCAN, not KEYS: it never blocks the server for long. The whole scan is one idempotent unit;
@@ -320,7 +343,7 @@ std::vector<std::optional<std::string>> RedisStore::multi_get(const std::vector<
 }
 
 std::map<std::string, std::string> RedisStore::hash_get_all(std::string_view key) {
-  RedisReply reply = checked(command({"HGETALL", key}, true), "HGETALL");
+  RedisReply reply = checked(command({"HGETALL", key}, true), "HGETALL", key);
   std::map<std::string, std::string> fields;
   for (std::size_t i = 0; i + 1 < reply.elements.size(); i += 2) {
     fields.emplace(std::move(reply.elements[i].str), std::move(reply.elements[i + 1].str));
@@ -330,10 +353,13 @@ std::map<std::string, std::string> RedisStore::hash_get_all(std::string_view key
 
 std::vector<StreamEntry> RedisStore::stream_tail(std::string_view key, std::size_t count) {
   if (count == 0) return {};
-  RedisReply reply = checked(command({"XREVRANGE", key, "+", "-", "COUNT", std::to_string(count)}, true), "XREVRANGE");
+  RedisReply reply =
+      checked(command({"XREVRANGE", key, "+", "-", "COUNT", std::to_string(count)}, true), "XREVRANGE", key);
   std::vector<StreamEntry> entries;
   for (auto it = reply.elements.rbegin(); it != reply.elements.rend(); ++it) {
-    if (it->elements.size() != 2) throw InvalidArgument("redis at " + endpoint_.display() + ": unexpected XREVRANGE reply");
+    if (it->elements.size() != 2) {
+      throw InvalidArgument("redis at " + endpoint_.display() + ": unexpected XREVRANGE reply for key " + quote_value(key));
+    }
     StreamEntry entry{std::move(it->elements[0].str), {}};
     auto& flat = it->elements[1].elements;
     for (std::size_t i = 0; i + 1 < flat.size(); i += 2) entry.fields.emplace_back(std::move(flat[i].str), std::move(flat[i + 1].str));
@@ -391,6 +417,15 @@ CommitResult RedisStore::commit(const Transaction& transaction) {
   std::vector<std::string_view> keys_and_args = keys;
   keys_and_args.insert(keys_and_args.end(), args.begin(), args.end());
   RedisReply reply = checked(eval(kCommitScript, keys_and_args, keys.size(), false), "commit");
+  if (reply.type == RedisReply::Type::kArray && reply.elements.size() == 4 && reply.elements[0].integer == -1) {
+    const auto index = reply.elements[1].integer;  // 1-based, into `keys`
+    if (index >= 1 && static_cast<std::size_t>(index) <= keys.size()) {
+      const std::string key(keys[static_cast<std::size_t>(index - 1)]);
+      throw WrongType(key, "redis at " + endpoint_.display() + ": commit: key " + quote_value(key) + " holds a " +
+                               reply.elements[2].str + ", not a " + reply.elements[3].str +
+                               "; nothing was written");
+    }
+  }
   if (reply.type != RedisReply::Type::kArray || reply.elements.size() != 1 + transaction.reads.size()) {
     throw InvalidArgument("redis at " + endpoint_.display() + ": unexpected commit reply");
   }

@@ -75,8 +75,10 @@ class RedisStore final : public Store {
                   bool idempotent);
   // Opens a connection, retrying until `deadline`. Requires mutex_.
   void reconnect(std::chrono::steady_clock::time_point deadline);
-  // Throws for an error reply, naming the command.
-  RedisReply checked(RedisReply reply, std::string_view what) const;
+  // Throws for an error reply, naming the command and its key when it has one: AuthError for a
+  // refusal, StoreUnavailable for a server not ready yet (LOADING, BUSY, ...), WrongType for a key
+  // of another type, InvalidArgument otherwise.
+  RedisReply checked(RedisReply reply, std::string_view what, std::optional<std::string_view> key = std::nullopt) const;
 
   const RedisEndpoint endpoint_;
   const RedisStoreOptions options_;

@@ -9,16 +9,39 @@
 namespace hdp::elastic {
 namespace {
 
-// The URL as it may be shown: the password between ':' and '@' replaced by "***".
+// The one rule for where a URL's credentials are, used both to parse them and to mask them in
+// messages (so that the two can never disagree on which '@' ends the password):
+//   - the credentials start after "scheme://" (at the start of the text when it has no scheme,
+//     so that a URL typed without one is masked too) and end at the LAST '@' of the URL: the host,
+//     port and database after them never contain '@', so every '@' before the last one belongs to
+//     the credentials; a password may therefore hold '@', ':', '/', '?' or '#' unencoded;
+//   - the user ends at the first ':' of the credentials; the password is everything after it;
+//   - unix:// URLs have no credentials (the path may contain '@').
+struct UrlSplit {
+  std::string_view head;                       // "scheme://" (empty when there is no scheme)
+  std::optional<std::string_view> credentials;  // between head and the last '@', when there is one
+  std::string_view rest;                       // after the last '@' (or after head): host, port, db
+};
+
+UrlSplit split_credentials(std::string_view url) {
+  const auto scheme_end = url.find("://");
+  const std::size_t start = scheme_end == std::string_view::npos ? 0 : scheme_end + 3;
+  UrlSplit split{url.substr(0, start), std::nullopt, url.substr(start)};
+  if (url.starts_with("unix://")) return split;
+  const auto at = url.rfind('@');
+  if (at == std::string_view::npos || at < start) return split;
+  split.credentials = url.substr(start, at - start);
+  split.rest = url.substr(at + 1);
+  return split;
+}
+
+// The URL as it may be shown: the password (see split_credentials) replaced by "***".
 std::string masked(std::string_view url) {
-  auto scheme_end = url.find("://");
-  if (scheme_end == std::string_view::npos) return std::string(url);
-  auto authority_start = scheme_end + 3;
-  auto at = url.find('@', authority_start);
-  if (at == std::string_view::npos) return std::string(url);
-  auto colon = url.find(':', authority_start);
-  if (colon == std::string_view::npos || colon > at) return std::string(url);
-  return std::string(url.substr(0, colon + 1)) + "***" + std::string(url.substr(at));
+  const UrlSplit split = split_credentials(url);
+  if (!split.credentials) return std::string(url);
+  const auto colon = split.credentials->find(':');
+  if (colon == std::string_view::npos) return std::string(url);  // a user, no password
+  return std::string(split.head) + std::string(split.credentials->substr(0, colon)) + ":***@" + std::string(split.rest);
 }
 
 [[noreturn]] void fail(std::string_view url, const std::string& reason) {
@@ -67,20 +90,20 @@ RedisEndpoint parse_unix(std::string_view url, std::string_view rest) {
   return endpoint;
 }
 
-RedisEndpoint parse_tcp(std::string_view url, std::string_view rest) {
+RedisEndpoint parse_tcp(std::string_view url) {
   RedisEndpoint endpoint;
+  const UrlSplit split = split_credentials(url);
+  if (split.credentials) {
+    const auto colon = split.credentials->find(':');
+    endpoint.user = percent_decode(url, split.credentials->substr(0, colon));
+    if (colon != std::string_view::npos) endpoint.password = percent_decode(url, split.credentials->substr(colon + 1));
+  }
+  const std::string_view rest = split.rest;
   auto slash = rest.find('/');
   std::string_view authority = rest.substr(0, slash);
   if (slash != std::string_view::npos) {
     std::string_view db = rest.substr(slash + 1);
     if (!db.empty()) endpoint.db = parse_int(url, db, 0, 1'000'000, "database number");
-  }
-  if (auto at = authority.rfind('@'); at != std::string_view::npos) {
-    std::string_view credentials = authority.substr(0, at);
-    authority = authority.substr(at + 1);
-    auto colon = credentials.find(':');
-    endpoint.user = percent_decode(url, credentials.substr(0, colon));
-    if (colon != std::string_view::npos) endpoint.password = percent_decode(url, credentials.substr(colon + 1));
   }
   std::string_view port;
   if (!authority.empty() && authority.front() == '[') {
@@ -112,7 +135,7 @@ std::string RedisEndpoint::display() const {
 }
 
 RedisEndpoint parse_redis_url(std::string_view url) {
-  if (url.starts_with("redis://")) return parse_tcp(url, url.substr(8));
+  if (url.starts_with("redis://")) return parse_tcp(url);
   if (url.starts_with("unix://")) return parse_unix(url, url.substr(7));
   fail(url, "unknown scheme");
 }

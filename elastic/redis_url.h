@@ -4,7 +4,9 @@
 //   redis://[user[:password]@]host[:port][/db]     (host may be [v6-address]; user and password
 //                                                    may be percent-encoded)
 //   unix:///path/to/socket[?db=N]
-// The password never appears in display() or in an error message.
+// The credentials end at the last '@' of the URL (the host, port and db never contain one), so a
+// password may hold '@', ':', '/', '?' or '#' unencoded; the user ends at their first ':'. The same
+// rule finds the password to mask in error messages: it never appears in display() or in an error.
 #pragma once
 
 #include <optional>

@@ -21,7 +21,10 @@
 //    and stream_tail().
 //
 // Every call may block (network I/O for RedisStore). Implementations are safe to call from many
-// threads at once. Tier-1 failures (unreachable store) throw StoreUnavailable.
+// threads at once. Tier-1 failures (unreachable store) throw StoreUnavailable. A key that holds
+// another kind of value than a call needs (a hash where a string is read, a string where a hash
+// is written) throws WrongType, naming the key (multi_get and a commit's reads read it as missing,
+// as Redis's MGET does); a commit that throws has written nothing.
 #pragma once
 
 #include <chrono>
@@ -33,9 +36,21 @@
 #include <utility>
 #include <vector>
 
+#include "common/error.h"
 #include "elastic/transaction.h"
 
 namespace hdp::elastic {
+
+// A key holds another kind of value than the operation needs. key() is the key as the store that
+// threw it names it (a PrefixStore gives its callers their own, unprefixed, key).
+class WrongType : public InvalidArgument {
+ public:
+  WrongType(std::string key, const std::string& message) : InvalidArgument(message), key_(std::move(key)) {}
+  const std::string& key() const { return key_; }
+
+ private:
+  std::string key_;
+};
 
 // What Store::refresh_ttl() returns: whether the key was live (and so refreshed), and the values
 // of the reads (missing keys are nullopt).

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/exit_codes.h"
 #include "elastic/job_keys.h"
 #include "tests/agents/agent_cluster.h"
 #include "tests/support/child_process.h"
@@ -20,6 +21,7 @@ namespace hdp::test {
 namespace {
 
 using namespace std::chrono_literals;
+using cli::kExitFailure;
 
 int line_count(const std::string& text) { return static_cast<int>(std::count(text.begin(), text.end(), '\n')); }
 
@@ -55,6 +57,27 @@ TEST(ControlPlaneCli, WrongPasswordIsARuntimeErrorThatHidesThePassword) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.err.find("Bad-Secret"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("refused the credentials"), std::string::npos) << r.err;
+}
+
+// Issue 13, defect 12: an agent refused because its node id is held by a live agent exited 2 (a
+// usage error, which systemd does not restart) while docs/errors.md says 1. The second agent waits
+// two of its leases (2 x 300 ms) for the holder's lease to lapse, then gives up.
+TEST(ControlPlaneCli, NodeIdHeldByALiveAgentIsAnAgentErrorExitOne) {
+  AgentCluster cluster({.nproc = 1});
+  cluster.start_agent("n1");
+  ASSERT_GE(cluster.wait_for_members({"n1"}, 15s), 0) << cluster.all_logs();
+  const auto start = std::chrono::steady_clock::now();
+  auto r = hdp(cluster, {"agent", "--job", cluster.job(), "--redis", cluster.redis().url(), "--node-id", "n1",
+                         "--nproc-per-node", "1", "--nnodes", cluster.options().nnodes, "--lease-ms", "300", "--",
+                         "true"});
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(r.exit_code, kExitFailure) << r.err;
+  EXPECT_NE(r.err.find("hdp: error: node id 'n1' is held by another live agent"), std::string::npos) << r.err;
+  EXPECT_EQ(line_count(r.err.substr(r.err.find("hdp: error:"))), 1) << r.err;
+  EXPECT_LT(took, 20s);
+  // The holder is untouched and still the node's only member.
+  EXPECT_TRUE(cluster.agent("n1").running());
+  EXPECT_GE(cluster.wait_for_members({"n1"}, 1s), 0) << cluster.all_logs();
 }
 
 TEST(ControlPlaneCli, StatusShowsTheJobAsATableAndAsJson) {
@@ -103,6 +126,38 @@ TEST(ControlPlaneCli, GarbageWrittenIntoRedisIsNamedNeverActedOn) {
   r = hdp(cluster, {"status", "--job", cluster.job(), "--redis", cluster.redis().url()});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("'step'"), std::string::npos) << r.err;
+}
+
+// Issue 13, defect 7: a field that is not UTF-8 made `hdp status --json` fail as "internal error
+// ... invalid UTF-8" with exit 1; a key of the wrong type named no key.
+TEST(ControlPlaneCli, StatusOnNonUtf8OrWrongTypeValuesExitsTwoNamingTheKeyAndField) {
+  AgentCluster cluster({.nproc = 1});
+  cluster.start_agent("n1");
+  ASSERT_GE(cluster.wait_for_members({"n1"}, 15s), 0) << cluster.all_logs();
+  auto store = cluster.store();
+  const std::vector<std::string> status = {"status", "--job", cluster.job(), "--redis", cluster.redis().url()};
+  auto json = status;
+  json.push_back("--json");
+
+  store->commit(elastic::Transaction{}.add(elastic::Write::hash_set(elastic::keys::kState, {{"note", std::string("caf\xe9\0!", 6)}})));
+  for (const auto& args : {json, status}) {
+    auto r = hdp(cluster, args);
+    EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+    EXPECT_EQ(line_count(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find("Redis key 'state': field 'note' is 'caf\\xe9\\0!', not UTF-8"), std::string::npos) << r.err;
+  }
+  store->erase(elastic::keys::kState);
+  store->commit(elastic::Transaction{}.add(elastic::Write::stream_append(elastic::keys::kEvents, {{"type", "\xc3("}}, 1000)));
+  auto r = hdp(cluster, json);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("Redis key 'events'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("field 'type'"), std::string::npos) << r.err;
+
+  store->erase(elastic::keys::kEvents);
+  store->set(elastic::keys::kState, "a string where a hash belongs");
+  r = hdp(cluster, json);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find(cluster.job() + ":state' failed: 'WRONGTYPE"), std::string::npos) << r.err;
 }
 
 TEST(ControlPlaneCli, RunStartsAPrivateRedisAndAgentsAndCleansUp) {

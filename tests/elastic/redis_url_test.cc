@@ -90,6 +90,52 @@ TEST(RedisUrl, ErrorsNeverShowThePassword) {
   EXPECT_EQ(parse_redis_url("redis://alice:TopSecret99@host:1").display().find("TopSecret99"), std::string::npos);
 }
 
+// Issue 13, defect 11: the parser and the masking of error messages must agree on which '@' ends
+// the credentials. Each password below holds a character that a naive split gets wrong; for each,
+// the parser must recover it exactly, and an error about the same URL (a bad port) must show the
+// user and the host but no part of the password.
+TEST(RedisUrl, PasswordsWithReservedCharactersParseAndAreMaskedByOneRule) {
+  const std::vector<std::string> passwords = {"se@cret", "a@b@c", "x:y@z", "pa/ss", "p@ss/w:rd", "q?x#y", "@lead",
+                                              "trail@"};
+  for (const auto& password : passwords) {
+    const std::string base = "redis://alice:" + password + "@host";
+    const RedisEndpoint e = parse_redis_url(base + ":7000/2");
+    EXPECT_EQ(e.user, "alice") << base;
+    EXPECT_EQ(e.password, password) << base;
+    EXPECT_EQ(e.host, "host") << base;
+    EXPECT_EQ(e.port, 7000) << base;
+    EXPECT_EQ(e.db, 2) << base;
+    try {
+      parse_redis_url(base + ":badport");
+      FAIL() << "accepted a bad port: " << base;
+    } catch (const InvalidArgument& error) {
+      const std::string message = error.what();
+      EXPECT_NE(message.find("redis://alice:***@host:badport"), std::string::npos) << message;
+      // No fragment of the password of 3 characters or more survives (a shorter one, like "y",
+      // could match other text of the message).
+      for (std::size_t begin = 0; begin + 3 <= password.size(); ++begin) {
+        EXPECT_EQ(message.find(password.substr(begin, 3)), std::string::npos) << password << ": " << message;
+      }
+    }
+  }
+}
+
+// The same rule covers a URL whose scheme is unknown or missing: the parser refuses it, and its
+// message still hides the password.
+TEST(RedisUrl, UnknownOrMissingSchemeStillMasksThePassword) {
+  for (const std::string url : {"rediss://bob:Hush@Secret1@host:6379", "bob:Hush@Secret1@host:6379"}) {
+    try {
+      parse_redis_url(url);
+      FAIL() << "accepted " << url;
+    } catch (const InvalidArgument& error) {
+      const std::string message = error.what();
+      EXPECT_EQ(message.find("Hush"), std::string::npos) << message;
+      EXPECT_EQ(message.find("Secret1"), std::string::npos) << message;
+      EXPECT_NE(message.find("bob:***@host:6379"), std::string::npos) << message;
+    }
+  }
+}
+
 TEST(RedisUrl, PasswordFileIsReadWithoutItsTrailingNewline) {
   test::TempDir dir;
   const std::string path = (dir.path() / "pw").string();

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <barrier>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -416,6 +417,41 @@ TEST_P(StoreConformance, CommitWithAWrongTypeWritesNothingAndSaysWhy) {
   EXPECT_THROW(store_->commit(bad), InvalidArgument);
   EXPECT_EQ(store_->get("a"), std::nullopt);
   EXPECT_THROW(store_->get("h"), InvalidArgument);
+}
+
+// Issue 13, defect 5: "GET failed: WRONGTYPE..." and "key holds a string, not a hash" named no key.
+TEST_P(StoreConformance, WrongTypeErrorsNameTheKey) {
+  Transaction make_hash;
+  make_hash.add(Write::hash_set("the-hash", {{"f", "v"}}));
+  ASSERT_TRUE(store_->commit(make_hash));
+  store_->set("the-string", "x");
+  store_->set("ok", "1");
+  auto expect_named = [](const std::string& what, const std::string& key, const std::function<void()>& call) {
+    try {
+      call();
+      ADD_FAILURE() << what << ": no error";
+    } catch (const elastic::WrongType& e) {
+      EXPECT_EQ(e.key(), key) << what;
+      // The message names the key as the store holds it (a PrefixStore's prefix included), quoted.
+      EXPECT_NE(std::string(e.what()).find(key + "'"), std::string::npos) << what << ": " << e.what();
+    }
+  };
+  expect_named("get", "the-hash", [&] { store_->get("the-hash"); });
+  expect_named("add", "the-hash", [&] { store_->add("the-hash", 1); });
+  expect_named("hash_get_all", "the-string", [&] { store_->hash_get_all("the-string"); });
+  expect_named("stream_tail", "the-hash", [&] { store_->stream_tail("the-hash", 1); });
+  expect_named("commit condition", "the-hash", [&] {
+    store_->commit(Transaction{}.require("ok", "1").require_absent("the-hash").add(Write::set("written", "1")));
+  });
+  expect_named("commit write", "the-string",
+               [&] { store_->commit(Transaction{}.add(Write::set("written", "1")).add(Write::hash_set("the-string", {{"a", "b"}}))); });
+  EXPECT_EQ(store_->get("written"), std::nullopt);  // a commit that throws wrote nothing
+  // Reads of another type, like multi_get, read as missing.
+  auto result = store_->commit(Transaction{}.read("the-hash").read("the-string"));
+  ASSERT_EQ(result.values.size(), 2u);
+  EXPECT_EQ(result.values[0], std::nullopt);
+  EXPECT_EQ(result.values[1], "x");
+  EXPECT_EQ(store_->refresh_ttl("the-string", 1s, std::nullopt, {"the-hash"}).values[0], std::nullopt);
 }
 
 TEST_P(StoreConformance, CommitRejectsMalformedWrites) {

@@ -1,0 +1,61 @@
+// File: elastic/worker_env.h
+//
+// The contract between `hdp agent` and its workers: the environment variables through which the
+// agent tells each worker who it is. Both sides include this one definition: the agent builds a
+// worker's environment with worker_environment() (agents/agent.cc) and the worker reads it back
+// with read_worker_environment() (ElasticContext::from_environment).
+//
+// The agent's own flags win over its environment: a variable of this contract that the agent
+// inherited (HDP_NODE_ID from a systemd EnvironmentFile, a Slurm submission, a shell) is removed
+// from the worker's environment and replaced by the agent's value, or dropped when the agent has
+// none (HDP_REDIS_PASSWORD_FILE without a password file). Every other inherited variable passes
+// through unchanged (HDP_LOG_LEVEL, PATH, CUDA_VISIBLE_DEVICES, ...).
+#pragma once
+
+#include <array>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace hdp::elastic {
+
+namespace worker_env {
+inline constexpr const char* kJobId = "HDP_JOB_ID";
+inline constexpr const char* kRedisUrl = "HDP_REDIS_URL";
+inline constexpr const char* kRedisPasswordFile = "HDP_REDIS_PASSWORD_FILE";  // set only with a password file
+inline constexpr const char* kNodeId = "HDP_NODE_ID";
+inline constexpr const char* kNodeIncarnation = "HDP_NODE_INCARNATION";
+inline constexpr const char* kLocalRank = "HDP_LOCAL_RANK";
+inline constexpr const char* kNprocPerNode = "HDP_NPROC_PER_NODE";
+inline constexpr const char* kAdvertiseAddr = "HDP_ADVERTISE_ADDR";
+inline constexpr const char* kAgentPid = "HDP_AGENT_PID";
+// Every variable of the contract: none of them is ever inherited by a worker.
+inline constexpr std::array<const char*, 9> kAll = {kJobId,    kRedisUrl,     kRedisPasswordFile,
+                                                    kNodeId,   kNodeIncarnation, kLocalRank,
+                                                    kNprocPerNode, kAdvertiseAddr, kAgentPid};
+}  // namespace worker_env
+
+// What an agent tells one worker.
+struct WorkerEnvironment {
+  std::string job;
+  std::string redis_url;
+  std::string redis_password_file;  // empty: none (the URL may carry the password)
+  std::string node_id;
+  std::string incarnation;
+  int local_rank = 0;
+  int nproc_per_node = 1;
+  std::string advertise_address = "127.0.0.1";
+  int agent_pid = 0;  // 0: not started by an agent (tests); the variable is then not written
+};
+
+// The worker's whole environment as "NAME=value" entries: `inherited` (a null-terminated array
+// such as `environ`; may be null) without any variable of the contract, then the contract's
+// variables with `values`. Entries of `inherited` without '=' are dropped.
+std::vector<std::string> worker_environment(const WorkerEnvironment& values, const char* const* inherited);
+
+// Reads the contract back with `lookup` (std::getenv in a worker). Required: HDP_JOB_ID,
+// HDP_REDIS_URL, HDP_NODE_ID, HDP_NODE_INCARNATION, HDP_LOCAL_RANK; optional, with the defaults of
+// WorkerEnvironment: the others. Throws InvalidArgument naming a missing or malformed variable.
+WorkerEnvironment read_worker_environment(const std::function<const char*(const char*)>& lookup);
+
+}  // namespace hdp::elastic

@@ -1,0 +1,99 @@
+// Values no agent wrote, put into a running job's keys by hand (issue 13, defects 3-5), with real
+// agents and smoke workers on a private redis-server (lease 2 s). Runs SERIAL: its bounds (a new
+// generation within lease + 1 s of a kill) are stated for a machine not running other tests.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <limits>
+#include <thread>
+
+#include "elastic/job_keys.h"
+#include "elastic/leader_lease.h"
+#include "elastic/membership.h"
+#include "tests/agents/agent_cluster.h"
+
+namespace hdp::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A smoke worker that exits (for any reason but a drain) is logged by its agent as "(pid N) failed"
+// or "ended".
+bool some_worker_exited(const AgentCluster& cluster) {
+  const std::string logs = cluster.all_logs();
+  return logs.find(") failed") != std::string::npos || logs.find(") ended") != std::string::npos;
+}
+
+// Kills a node that does not hold the leader lease; returns it.
+std::string kill_a_follower(AgentCluster& cluster, const std::vector<std::string>& nodes) {
+  const std::string leader = cluster.leader().value_or("");
+  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+    if (!leader.starts_with(*it + "/")) {
+      cluster.agent(*it).kill();
+      return *it;
+    }
+  }
+  return "";
+}
+
+// Defects 3 and 4: `gen` held garbage, then 2^63 - 1, for 1.5 s each, then its value again; then a
+// node is killed. Before: every worker exited 2 on the first bad read (3 restarts in 2 s, then the
+// agents gave up), and the agents remembered 2^63 - 1 so that the leader published generation
+// -2^63 when the node died.
+TEST(BadValues, GarbageAndInt64MaxInGenCostNoWorkerAndTheNextGenerationIsInRange) {
+  AgentCluster cluster({.nproc = 1});
+  const std::vector<std::string> nodes = {"n1", "n2", "n3"};
+  for (const auto& node : nodes) cluster.start_agent(node);
+  ASSERT_GE(cluster.wait_for_members(nodes, 15s), 0) << cluster.all_logs();
+  ASSERT_GE(cluster.wait_until([&] { return cluster.step() >= 10; }, 10s), 0) << cluster.all_logs();
+
+  auto store = cluster.store();
+  const std::string good = store->get(elastic::keys::kGeneration).value();
+  store->set(elastic::keys::kGeneration, "banana");
+  std::this_thread::sleep_for(1500ms);
+  store->set(elastic::keys::kGeneration, std::to_string(std::numeric_limits<std::int64_t>::max()));
+  std::this_thread::sleep_for(1500ms);
+  store->set(elastic::keys::kGeneration, good);
+
+  const std::string victim = kill_a_follower(cluster, nodes);
+  std::vector<std::string> survivors = nodes;
+  std::erase(survivors, victim);
+  const double left = cluster.wait_for_members(survivors, 10s);
+  ASSERT_GE(left, 0) << cluster.all_logs();
+  EXPECT_LE(left, (cluster.options().lease + 1s).count() / 1000.0);
+  const std::int64_t next = elastic::decode_generation_number(store->get(elastic::keys::kGeneration).value(), "gen");
+  EXPECT_GT(next, std::stoll(good));
+  EXPECT_LE(next, std::stoll(good) + 5) << "the numbering jumped";
+  for (const auto& node : survivors) EXPECT_TRUE(cluster.agent(node).running()) << node << "\n" << cluster.all_logs();
+  EXPECT_FALSE(some_worker_exited(cluster)) << cluster.all_logs();
+  const std::int64_t from = cluster.step();
+  EXPECT_GE(cluster.wait_until([&] { return cluster.step() >= from + 20; }, 5s), 0) << cluster.all_logs();
+  // Each bad value was reported, naming the key.
+  EXPECT_NE(cluster.all_logs().find("'gen': 'banana' is not an integer"), std::string::npos) << cluster.all_logs();
+}
+
+// Defect 5: garbage with no TTL in `leader`, then a node killed. Before: the leader lost its lease
+// to the garbage, no follower contended (a holder existed), nothing was logged, and membership kept
+// the dead node forever. Now the garbage is replaced after the leader TTL (lease/2) and the
+// generation without the dead node follows within lease + 1 s of the kill.
+TEST(BadValues, GarbageInTheLeaderKeyIsLoggedAndReplacedAndMembershipGoesOn) {
+  AgentCluster cluster({.nproc = 1});
+  const std::vector<std::string> nodes = {"n1", "n2", "n3"};
+  for (const auto& node : nodes) cluster.start_agent(node);
+  ASSERT_GE(cluster.wait_for_members(nodes, 15s), 0) << cluster.all_logs();
+
+  auto store = cluster.store();
+  const std::string victim = kill_a_follower(cluster, nodes);
+  store->set(elastic::keys::kLeader, "garbage-leader");
+  std::vector<std::string> survivors = nodes;
+  std::erase(survivors, victim);
+  const double left = cluster.wait_for_members(survivors, 10s);
+  ASSERT_GE(left, 0) << cluster.all_logs();
+  EXPECT_LE(left, (cluster.options().lease + 1s).count() / 1000.0);
+  EXPECT_TRUE(elastic::is_leader_id(cluster.leader().value_or("")));
+  EXPECT_NE(cluster.all_logs().find("'leader' holds 'garbage-leader'"), std::string::npos) << cluster.all_logs();
+  EXPECT_FALSE(some_worker_exited(cluster)) << cluster.all_logs();
+}
+
+}  // namespace
+}  // namespace hdp::test

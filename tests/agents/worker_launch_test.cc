@@ -1,0 +1,150 @@
+// What a worker gets from its agent, between real processes (a real `hdp agent`, `hdp train
+// --smoke` workers, a private redis-server; issue 13, defects 10 and 13):
+//   - its identity comes from the agent's flags, never from variables the agent inherited
+//     (elastic/worker_env.h);
+//   - it shares no open file or socket with its agent beyond stdin, stdout and stderr.
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "elastic/worker_env.h"
+#include "tests/agents/agent_cluster.h"
+
+namespace hdp::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+// The pids of the node's workers, from the agent's log ("worker <slot> started (pid <pid>)").
+std::map<int, pid_t> worker_pids(const std::string& log) {
+  std::map<int, pid_t> pids;
+  const std::string marker = "worker ";
+  for (std::size_t at = log.find(marker); at != std::string::npos; at = log.find(marker, at + 1)) {
+    int slot = -1, pid = -1;
+    if (std::sscanf(log.c_str() + at, "worker %d started (pid %d)", &slot, &pid) == 2) pids[slot] = pid;
+  }
+  return pids;
+}
+
+// A process's initial environment, entry by entry (/proc/<pid>/environ).
+std::vector<std::string> environment_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  std::vector<std::string> entries;
+  for (std::string entry; std::getline(in, entry, '\0');) entries.push_back(entry);
+  return entries;
+}
+
+std::vector<std::string> values_of(const std::vector<std::string>& env, const std::string& name) {
+  std::vector<std::string> values;
+  for (const auto& e : env) {
+    if (e.starts_with(name + "=")) values.push_back(e.substr(name.size() + 1));
+  }
+  return values;
+}
+
+// What each descriptor >= `from` of a process refers to ("socket:[123]", "pipe:[45]", a path),
+// leaving out anonymous inodes (every eventfd reads "anon_inode:[eventfd]", so two processes'
+// cannot be told apart by name).
+std::map<int, std::string> descriptors_of(pid_t pid, int from) {
+  std::map<int, std::string> result;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", error)) {
+    const int fd = std::stoi(entry.path().filename().string());
+    std::error_code ignored;
+    const std::string target = std::filesystem::read_symlink(entry.path(), ignored).string();
+    if (fd >= from && !target.empty() && !target.starts_with("anon_inode:")) result[fd] = target;
+  }
+  return result;
+}
+
+bool is_train_worker(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
+  const std::string cmdline((std::istreambuf_iterator<char>(in)), {});
+  return cmdline.find(std::string("train") + '\0' + "--smoke") != std::string::npos;
+}
+
+// Starts one agent with two workers and waits until they train; returns its workers' pids.
+std::map<int, pid_t> train_one_node(AgentCluster& cluster, const std::string& node, std::vector<std::string> extra,
+                                    std::vector<std::string> env) {
+  cluster.start_agent(node, std::move(extra), std::move(env));
+  EXPECT_GE(cluster.wait_for_members({node}, 15s), 0) << cluster.all_logs();
+  const std::int64_t from = cluster.step();
+  EXPECT_GE(cluster.wait_until([&] { return cluster.step() >= from + 10; }, 10s), 0)
+      << "the workers do not train\n" << cluster.all_logs();
+  auto pids = worker_pids(cluster.agent_log(node));
+  EXPECT_EQ(pids.size(), 2u) << cluster.agent_log(node);
+  for (const auto& [slot, pid] : pids) EXPECT_TRUE(is_train_worker(pid)) << "slot " << slot << " pid " << pid;
+  return pids;
+}
+
+// Issue 13, defect 10: with HDP_NODE_ID=x in the agent's environment and --node-id e1, workers ran
+// as x/0 and never trained (the agent appended its variables after the inherited ones, and getenv
+// returns the first). Every variable of the worker contract is planted in the agent's environment
+// with a wrong value; the agent's flags give the right ones.
+TEST(WorkerLaunch, AgentFlagsWinOverVariablesTheAgentInherited) {
+  AgentCluster cluster({.nproc = 2});
+  const std::vector<std::string> planted = {
+      "HDP_NODE_ID=x",         "HDP_JOB_ID=some-other-job", "HDP_REDIS_URL=redis://127.0.0.1:1",
+      "HDP_LOCAL_RANK=7",      "HDP_NODE_INCARNATION=dead", "HDP_NPROC_PER_NODE=9",
+      "HDP_ADVERTISE_ADDR=192.0.2.1", "HDP_AGENT_PID=1",    "HDP_WORKER_LAUNCH_TEST=passes-through"};
+  // --advertise-addr too: HDP_ADVERTISE_ADDR is also the agent's own fallback for that flag.
+  const auto pids = train_one_node(cluster, "e1", {"--advertise-addr", "127.0.0.1"}, planted);
+  ASSERT_FALSE(HasFailure());
+  const pid_t agent = cluster.agent("e1").pid();
+  for (const auto& [slot, pid] : pids) {
+    const auto env = environment_of(pid);
+    ASSERT_FALSE(env.empty()) << "cannot read the environment of worker " << pid;
+    for (const char* name : elastic::worker_env::kAll) {
+      EXPECT_LE(values_of(env, name).size(), 1u) << name << " is set more than once for worker " << slot;
+    }
+    EXPECT_EQ(values_of(env, "HDP_NODE_ID"), std::vector<std::string>{"e1"});
+    EXPECT_EQ(values_of(env, "HDP_JOB_ID"), std::vector<std::string>{cluster.job()});
+    EXPECT_EQ(values_of(env, "HDP_REDIS_URL"), std::vector<std::string>{cluster.redis().url()});
+    EXPECT_EQ(values_of(env, "HDP_LOCAL_RANK"), std::vector<std::string>{std::to_string(slot)});
+    EXPECT_EQ(values_of(env, "HDP_NPROC_PER_NODE"), std::vector<std::string>{"2"});
+    EXPECT_EQ(values_of(env, "HDP_ADVERTISE_ADDR"), std::vector<std::string>{"127.0.0.1"});
+    EXPECT_EQ(values_of(env, "HDP_AGENT_PID"), std::vector<std::string>{std::to_string(agent)});
+    EXPECT_EQ(values_of(env, "HDP_WORKER_LAUNCH_TEST"), std::vector<std::string>{"passes-through"});
+    const auto incarnation = values_of(env, "HDP_NODE_INCARNATION");
+    ASSERT_EQ(incarnation.size(), 1u);
+    EXPECT_NE(incarnation[0], "dead");
+  }
+  // And the generation holds the node under its flag's id, with both workers.
+  const auto g = cluster.current();
+  ASSERT_TRUE(g);
+  EXPECT_EQ(node_names(*g), std::vector<std::string>{"e1"});
+  EXPECT_EQ(g->world_size(), 2);
+}
+
+// Issue 13, defect 13: the agent's Redis socket was inherited by every worker. A worker must share
+// no open file, socket or pipe with its agent beyond stdin, stdout and stderr: none of the agent's
+// own (its Redis connection) and none the agent inherited from whatever started it.
+TEST(WorkerLaunch, WorkersInheritNoDescriptorOfTheirAgentButStdio) {
+  AgentCluster cluster({.nproc = 2});
+  const auto pids = train_one_node(cluster, "n1", {}, {});
+  ASSERT_FALSE(HasFailure());
+  const auto agent = descriptors_of(cluster.agent("n1").pid(), 0);
+  std::set<std::string> agent_objects;
+  int agent_sockets = 0;
+  for (const auto& [fd, target] : agent) {
+    agent_objects.insert(target);
+    if (target.starts_with("socket:")) ++agent_sockets;
+  }
+  // Not vacuous: the agent holds at least its Redis connection while it runs.
+  ASSERT_GE(agent_sockets, 1) << "the agent has no socket open";
+  for (const auto& [slot, pid] : pids) {
+    for (const auto& [fd, target] : descriptors_of(pid, 3)) {
+      EXPECT_EQ(agent_objects.count(target), 0u)
+          << "worker " << slot << " (pid " << pid << ") holds its agent's " << target << " as fd " << fd;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hdp::test

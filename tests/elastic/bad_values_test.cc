@@ -1,0 +1,346 @@
+// Values in Redis that hdp did not write (issue 13, defects 3-7), on a MemoryStore: numbers out of
+// range are refused and never wrap, a bad read is an error about its key that a worker rides out
+// up to a stated bound, a garbage `leader` is logged and replaced, values reach logs and errors
+// only quoted and truncated, and `hdp status` data is validated as UTF-8.
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <sstream>
+#include <thread>
+
+#include <spdlog/sinks/ostream_sink.h>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "elastic/elastic_context.h"
+#include "elastic/job_keys.h"
+#include "elastic/job_state.h"
+#include "elastic/leader_lease.h"
+#include "elastic/membership_controller.h"
+#include "elastic/memory_store.h"
+#include "elastic/node_registration.h"
+#include "elastic/prefix_store.h"
+
+namespace hdp::elastic {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
+
+// Everything hdp::log() writes while it lives.
+class LogCapture {
+ public:
+  LogCapture() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(text_)) { log()->sinks().push_back(sink_); }
+  ~LogCapture() { std::erase(log()->sinks(), sink_); }
+  std::string text() const { return text_.str(); }
+
+ private:
+  std::ostringstream text_;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
+};
+
+std::string message_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no InvalidArgument";
+  return "";
+}
+
+class BadValues : public ::testing::Test {
+ protected:
+  NodeRegistration& join(const std::string& node, int slots = 1) {
+    NodeLease lease{.node = node, .host = "127.0.0.1", .pid = 1, .version = "test", .slots = slots};
+    for (int s = 0; s < slots; ++s) lease.healthy.push_back(s);
+    auto& registration = nodes_.emplace(node, NodeRegistration(store_, lease, 60s)).first->second;
+    registration.register_new_incarnation(1s);
+    return registration;
+  }
+  void expire(const std::string& node) {
+    ASSERT_TRUE(store_->erase(keys::lease(node, nodes_.at(node).lease().incarnation)));
+  }
+  MembershipController controller() {
+    store_->set(keys::kLeader, "leader");
+    return MembershipController(store_, "leader", {1, 16}, 0ms);
+  }
+  std::shared_ptr<MemoryStore> store_ = std::make_shared<MemoryStore>();
+  std::map<std::string, NodeRegistration> nodes_;
+};
+
+// ---- defect 3: every number read from Redis is range-checked; the leader never wraps ----
+
+TEST(GenerationNumbers, AreBoundedBelowInt64Overflow) {
+  EXPECT_EQ(decode_generation_number(std::to_string(kMaxGeneration), "gen"), kMaxGeneration);
+  for (const std::string& bad : {std::to_string(kMaxGeneration + 1), std::to_string(kInt64Max), std::string("-1"),
+                                 std::string("99999999999999999999")}) {
+    const std::string message = message_of([&] { decode_generation_number(bad, "gen"); });
+    EXPECT_NE(message.find("'gen'"), std::string::npos) << message;
+    EXPECT_NE(message.find("[0, 9007199254740991]"), std::string::npos) << message;
+  }
+}
+
+TEST(GenerationNumbers, JsonIntegersAreCheckedBeforeTheyAreNarrowed) {
+  // get<int>() of 2^32 + 2 is 2, of 2^32 is 0: the values must be refused, not truncated.
+  const std::string lease = R"({"node":"x","incarnation":"1","host":"h","pid":1,"version":"v","slots":4294967298,
+                                "healthy":[0],"last_generation":0})";
+  EXPECT_NE(message_of([&] { decode_node_lease(lease, "lease:x/1"); }).find("'slots'"), std::string::npos);
+  const std::string healthy = R"({"node":"x","incarnation":"1","host":"h","pid":1,"version":"v","slots":2,
+                                  "healthy":[4294967296],"last_generation":0})";
+  EXPECT_NE(message_of([&] { decode_node_lease(healthy, "lease:x/1"); }).find("'healthy'"), std::string::npos);
+  const std::string pid = R"({"node":"x","incarnation":"1","host":"h","pid":18446744073709551615,"version":"v",
+                              "slots":1,"healthy":[0],"last_generation":0})";
+  EXPECT_NE(message_of([&] { decode_node_lease(pid, "lease:x/1"); }).find("'pid'"), std::string::npos);
+  const std::string last = R"({"node":"x","incarnation":"1","host":"h","pid":1,"version":"v","slots":1,
+                               "healthy":[0],"last_generation":9223372036854775807})";
+  EXPECT_NE(message_of([&] { decode_node_lease(last, "lease:x/1"); }).find("'last_generation'"), std::string::npos);
+  const std::string record = R"({"generation":9223372036854775807,"status":"running","world_size":0,"members":[],
+                                 "joins_seen":0,"created_ms":0})";
+  EXPECT_NE(message_of([&] { decode_generation(record, "gen:1"); }).find("'generation'"), std::string::npos);
+  const std::string zero = R"({"generation":0,"status":"running","world_size":0,"members":[],"joins_seen":0,
+                               "created_ms":0})";
+  EXPECT_NE(message_of([&] { decode_generation(zero, "gen:1"); }).find("'generation'"), std::string::npos);
+}
+
+TEST_F(BadValues, AGenAtInt64MaxIsRefusedAndNothingIsWritten) {
+  join("a");
+  auto leader = controller();
+  ASSERT_EQ(leader.tick(), 1);
+  store_->set(keys::kGeneration, std::to_string(kInt64Max));
+  const std::string message = message_of([&] { leader.tick(); });
+  EXPECT_NE(message.find("'gen'"), std::string::npos) << message;
+  EXPECT_NE(message.find("9223372036854775807' is not an integer in [0, 9007199254740991]"), std::string::npos)
+      << message;
+  EXPECT_EQ(store_->get(keys::kGeneration), std::to_string(kInt64Max));
+}
+
+TEST_F(BadValues, TheLeaderRefusesToPublishAboveTheLargestGenerationInsteadOfWrapping) {
+  auto& a = join("a");
+  join("b");
+  auto leader = controller();
+  ASSERT_EQ(leader.tick(), 1);
+  // An agent reports the largest generation there can be (it saw it in `gen`); then b dies.
+  ASSERT_TRUE(a.heartbeat({0}, kMaxGeneration).alive);
+  expire("b");
+  LogCapture log;
+  EXPECT_EQ(leader.tick(), std::nullopt);
+  EXPECT_EQ(store_->get(keys::kGeneration), "1");  // nothing published, nothing wrapped
+  EXPECT_NE(log.text().find("refusing to publish"), std::string::npos) << log.text();
+}
+
+TEST_F(BadValues, AJoinCounterFarAheadCostsBoundedWorkPerTick) {
+  join("a");
+  auto leader = controller();
+  ASSERT_EQ(leader.tick(), 1);
+  store_->set(keys::kJoinCount, "1000000000000");  // in range, but no announcement behind it
+  const auto start = Clock::now();
+  EXPECT_EQ(leader.tick(), std::nullopt);
+  // Reading 10^12 announcement keys would take hours; 1024 per tick take milliseconds. 2 s leaves
+  // room for 4 tests on 2 cores.
+  EXPECT_LT(Clock::now() - start, 2s);
+  store_->set(keys::kJoinCount, std::to_string(kInt64Max));
+  EXPECT_NE(message_of([&] { leader.tick(); }).find("'joins'"), std::string::npos);
+}
+
+TEST_F(BadValues, AGenerationRecordDescribingAnotherGenerationIsNamed) {
+  join("a");
+  auto leader = controller();
+  ASSERT_EQ(leader.tick(), 1);
+  store_->set(keys::generation(5), *store_->get(keys::generation(1)));  // says "generation": 1
+  store_->set(keys::kGeneration, "5");
+  const std::string message = message_of([&] { leader.tick(); });
+  EXPECT_NE(message.find("'gen:5'"), std::string::npos) << message;
+  EXPECT_NE(message.find("describes generation 1"), std::string::npos) << message;
+}
+
+// ---- defect 4: a bad read is an error about its key, retried, fatal only beyond a bound ----
+
+class WorkerBadReads : public ::testing::Test {
+ protected:
+  void publish(std::int64_t g) {
+    Generation generation{.number = g};
+    generation.members.push_back({"a", "inc-a", "127.0.0.1", {0}, 0});
+    generation.assign_ranks();
+    store_->set(keys::generation(g), encode(generation));
+    store_->set(keys::kGeneration, std::to_string(g));
+  }
+  std::shared_ptr<MemoryStore> store_ = std::make_shared<MemoryStore>();
+};
+
+TEST_F(WorkerBadReads, GarbageInGenDuringTrainingIsRiddenOut) {
+  publish(1);
+  ElasticContext ctx(store_, {"job", "a", "inc-a", 0});
+  const Membership m = ctx.wait_for_next(0, 1s);
+  for (const char* garbage : {"banana", "9223372036854775807", "-4", ""}) {
+    store_->set(keys::kGeneration, garbage);
+    std::this_thread::sleep_for(110ms);  // changed() reads at most every 100 ms
+    EXPECT_FALSE(ctx.changed(m)) << garbage;
+  }
+  // A key of another type (a hash where the number should be) is the same kind of error.
+  store_->erase(keys::kGeneration);
+  store_->commit(Transaction{}.add(Write::hash_set(keys::kGeneration, {{"f", "v"}})));
+  std::this_thread::sleep_for(110ms);
+  EXPECT_FALSE(ctx.changed(m));
+  EXPECT_EQ(ctx.bad_value_reads(), 5);
+  store_->erase(keys::kGeneration);
+  publish(2);
+  std::this_thread::sleep_for(110ms);
+  EXPECT_TRUE(ctx.changed(m));
+}
+
+TEST_F(WorkerBadReads, WaitingRidesOutBadValuesUntilAGoodGenerationAppears) {
+  store_->set(keys::kGeneration, "banana");
+  ElasticContext ctx(store_, {"job", "a", "inc-a", 0});
+  std::jthread repair([&] {  // joined on the way out, even when wait_for_next throws
+    std::this_thread::sleep_for(300ms);
+    store_->set(keys::generation(1), "{not json");  // a bad record: also ridden out
+    store_->set(keys::kGeneration, "1");
+    std::this_thread::sleep_for(300ms);
+    publish(1);
+  });
+  const Membership m = ctx.wait_for_next(0, 10s);
+  repair.join();
+  EXPECT_EQ(m.generation, 1);
+  EXPECT_GE(ctx.bad_value_reads(), 2);
+}
+
+TEST_F(WorkerBadReads, BadValuesThatPersistBeyondTheLimitAreFatalNamingTheKey) {
+  publish(1);
+  ElasticContext ctx(store_, {"job", "a", "inc-a", 0}, 300ms);
+  const Membership m = ctx.wait_for_next(0, 1s);
+  store_->set(keys::kGeneration, "banana");
+  const auto start = Clock::now();
+  std::string message;
+  try {
+    while (Clock::now() - start < 10s) {
+      ctx.changed(m);
+      std::this_thread::sleep_for(20ms);
+    }
+  } catch (const InvalidArgument& e) {
+    message = e.what();
+  }
+  const auto lasted = Clock::now() - start;
+  EXPECT_NE(message.find("'gen'"), std::string::npos) << message;
+  EXPECT_NE(message.find("beyond the limit of 300 ms"), std::string::npos) << message;
+  // Fatal after the limit, not before; within the limit plus 1 s of scheduling slack.
+  EXPECT_GE(lasted, 300ms);
+  EXPECT_LT(lasted, 1300ms);
+  // wait_for_next applies the same limit to a streak that continues.
+  EXPECT_THROW(ctx.wait_for_next(1, 5s), InvalidArgument);
+}
+
+// ---- defect 5: store errors name the key; a garbage `leader` is logged and replaced ----
+
+TEST(LeaderId, Form) {
+  EXPECT_TRUE(is_leader_id("n1/3a718a0c77865d82"));
+  EXPECT_TRUE(is_leader_id("rack/1/n1/3a718a0c77865d82"));
+  for (const char* bad : {"", "banana", "n1/", "/3a718a0c77865d82", "n1/3A718A0C77865D82", "n1/3a718a0c77865d8"}) {
+    EXPECT_FALSE(is_leader_id(bad)) << bad;
+  }
+}
+
+class LeaderGarbage : public ::testing::Test {
+ protected:
+  std::shared_ptr<MemoryStore> memory_ = std::make_shared<MemoryStore>();
+  std::shared_ptr<Store> store_ = std::make_shared<PrefixStore>(memory_, "hdp:j:");
+  const std::string id_ = "n1/0123456789abcdef";
+};
+
+TEST_F(LeaderGarbage, AStringNoAgentWritesIsLoggedAndReplacedAfterTheTtl) {
+  store_->set(keys::kLeader, std::string("ban\0ana", 7));  // no TTL: it would block leadership forever
+  LeaderLease lease(store_, id_, 200ms);
+  LogCapture log;
+  EXPECT_FALSE(lease.try_acquire_or_renew());
+  EXPECT_NE(log.text().find("'ban\\0ana'"), std::string::npos) << log.text();
+  std::this_thread::sleep_for(100ms);
+  EXPECT_FALSE(lease.try_acquire_or_renew());  // a value with a TTL would have had the chance to expire
+  std::this_thread::sleep_for(150ms);
+  EXPECT_TRUE(lease.try_acquire_or_renew());
+  EXPECT_EQ(store_->get(keys::kLeader), id_);
+  EXPECT_TRUE(lease.try_acquire_or_renew());  // and renews it as usual
+}
+
+TEST_F(LeaderGarbage, AKeyOfAnotherTypeIsNamedAndReplaced) {
+  store_->commit(Transaction{}.add(Write::hash_set(keys::kLeader, {{"x", "y"}})));
+  LeaderLease lease(store_, id_, 200ms);
+  LogCapture log;
+  // As the agent calls it: the holder comes from a multi_get, which reads a hash as missing.
+  EXPECT_FALSE(lease.try_acquire_or_renew(store_->multi_get({keys::kLeader})[0]));
+  EXPECT_NE(log.text().find("hdp:j:leader' holds a hash, not a string"), std::string::npos) << log.text();
+  std::this_thread::sleep_for(250ms);
+  EXPECT_TRUE(lease.try_acquire_or_renew(store_->multi_get({keys::kLeader})[0]));
+  EXPECT_EQ(store_->get(keys::kLeader), id_);
+}
+
+TEST_F(LeaderGarbage, ALeaderIdOfTheRightFormIsLeftToItsTtl) {
+  store_->set_with_ttl(keys::kLeader, "n2/fedcba9876543210", 400ms);
+  LeaderLease lease(store_, id_, 100ms);
+  EXPECT_FALSE(lease.try_acquire_or_renew());
+  std::this_thread::sleep_for(200ms);
+  EXPECT_FALSE(lease.try_acquire_or_renew());  // longer than our TTL, but a live leader's value
+  std::this_thread::sleep_for(250ms);
+  EXPECT_TRUE(lease.try_acquire_or_renew());  // expired
+}
+
+TEST_F(LeaderGarbage, AGarbageValueReplacedMeanwhileIsNotOverwritten) {
+  store_->set(keys::kLeader, "banana");
+  LeaderLease lease(store_, id_, 100ms);
+  EXPECT_FALSE(lease.try_acquire_or_renew());
+  std::this_thread::sleep_for(150ms);
+  store_->set_with_ttl(keys::kLeader, "n3/00000000000000ff", 1s);  // another candidate won
+  // Our caller read "banana" before that: the replacement requires it and changes nothing.
+  EXPECT_FALSE(lease.try_acquire_or_renew(std::optional<std::string>("banana")));
+  EXPECT_EQ(store_->get(keys::kLeader), "n3/00000000000000ff");
+}
+
+// ---- defect 6: stored values reach logs and errors quoted and truncated ----
+
+TEST_F(BadValues, ASixteenMebibyteBrokenReasonIsLoggedTruncated) {
+  join("a");
+  auto leader = controller();
+  ASSERT_EQ(leader.tick(), 1);
+  std::string reason(16u << 20, 'r');
+  reason[3] = '\0';
+  store_->set(keys::broken(1), reason);
+  LogCapture log;
+  ASSERT_EQ(leader.tick(), 2);
+  const std::string text = log.text();
+  EXPECT_LT(text.size(), 4096u) << "the value went whole into the log";
+  EXPECT_NE(text.find("'rrr\\0rrr"), std::string::npos) << text.substr(0, 1000);
+  EXPECT_NE(text.find("...' (16777216 bytes)"), std::string::npos) << text.substr(0, 1000);
+}
+
+TEST(QuotedErrors, ANulInAValueDoesNotCutTheMessage) {
+  const std::string message = message_of([] { decode_generation_number(std::string("12\0tail", 7), "gen"); });
+  EXPECT_NE(message.find("'12\\0tail' is not an integer"), std::string::npos) << message;
+  const std::string state = message_of([] { validate_state_field("status", std::string("run\0\n", 5)); });
+  EXPECT_NE(state.find("status 'run\\0\\n' is not one of"), std::string::npos) << state;
+}
+
+// ---- defect 7: what `hdp status --json` prints is validated as UTF-8, naming key and field ----
+
+TEST(StatusSnapshot, NonUtf8FieldsAreNamedNotPassedOn) {
+  auto store = std::make_shared<MemoryStore>();
+  JobState job(store);
+  store->commit(Transaction{}.add(Write::hash_set(keys::kState, {{"status", "running"}, {"last_ckpt_path", "/ck\xff"}})));
+  std::string message = message_of([&] { job.snapshot(10); });
+  EXPECT_NE(message.find("'state'"), std::string::npos) << message;
+  EXPECT_NE(message.find("field 'last_ckpt_path' is '/ck\\xff', not UTF-8"), std::string::npos) << message;
+
+  store->erase(keys::kState);
+  store->commit(Transaction{}.add(event_write("note", {{"te\xc3xt", "ok"}})));
+  message = message_of([&] { job.snapshot(10); });
+  EXPECT_NE(message.find("'events'"), std::string::npos) << message;
+  EXPECT_NE(message.find("field 'te\\xc3xt'"), std::string::npos) << message;
+
+  store->erase(keys::kEvents);
+  store->set(keys::kLeader, "\xff\xfe");
+  message = message_of([&] { job.snapshot(10); });
+  EXPECT_NE(message.find("'leader': '\\xff\\xfe' is not <node>/<incarnation>"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace hdp::elastic
