@@ -42,7 +42,8 @@ ChildProcess& AgentCluster::start_agent(const std::string& node, std::vector<std
                                    "--nnodes", options_.nnodes, "--drain-timeout", "5"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   argv.insert(argv.end(), {"--", hdp(), "train", "--smoke", "--steps", std::to_string(options_.steps), "--step-ms",
-                           std::to_string(options_.step_ms), "--timeout-ms", "3000"});
+                           std::to_string(options_.step_ms), "--timeout-ms",
+                           std::to_string(options_.worker_timeout.count())});
   agents_[node] = std::make_unique<ChildProcess>(argv, (dir_.path() / (node + ".log")).string(), std::move(env));
   return *agents_[node];
 }

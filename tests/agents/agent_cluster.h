@@ -28,6 +28,7 @@ struct ClusterOptions {
   int nproc = 2;
   int steps = 1000000;  // the smoke job runs until the test ends unless told otherwise
   int step_ms = 20;
+  std::chrono::milliseconds worker_timeout{3000};  // the smoke workers' rendezvous and collective timeout
 };
 
 class AgentCluster {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "elastic/job_keys.h"
 #include "tests/agents/agent_cluster.h"
@@ -148,6 +149,34 @@ TEST(Membership, AgentPausedPastItsLeaseIsEvictedAndRejoinsAsANewMember) {
       .add(elastic::Write::hash_set(elastic::keys::kState, {{"step", "0"}}));
   EXPECT_FALSE(store->commit(stale));
   expect_progress(cluster, 10, 10s);
+  expect_exact_sums(cluster);
+}
+
+// A whole node frozen (its agent and its workers SIGSTOPped, as a hung host or a cut link would
+// leave them): the survivors are blocked in an all-reduce with its workers, whose timeout is 10 s
+// here. The generation without it is published within lease + 1 s, which aborts the survivors'
+// communicator (trainer/elastic_loop.h): training must be reported again within lease + 1 s of
+// the freeze, plus 0.5 s for the new generation's bootstrap and the next step report (every 10
+// steps of 20 ms).
+TEST(Membership, AFrozenNodeCostsTheSurvivorsAboutALeaseNotTheCollectiveTimeout) {
+  AgentCluster cluster({.worker_timeout = 10s});
+  ASSERT_NO_FATAL_FAILURE(start_training(cluster, {"n1", "n2", "n3"}));
+  const std::string leader = cluster.leader().value_or("");
+  const std::string frozen = leader.starts_with("n3/") ? "n2" : "n3";
+  std::vector<pid_t> pids{cluster.agent(frozen).pid()};
+  const std::string log = cluster.agent_log(frozen);
+  for (const char* slot : {"worker 0 started (pid ", "worker 1 started (pid "}) {
+    const auto at = log.rfind(slot);
+    ASSERT_NE(at, std::string::npos) << log;
+    pids.push_back(std::stoi(log.substr(at + std::strlen(slot))));
+  }
+  for (pid_t pid : pids) ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  const std::int64_t frozen_at = cluster.step();
+  const double resumed = cluster.wait_until([&] { return cluster.step() > frozen_at + 10; }, 20s);
+  for (pid_t pid : pids) kill(pid, SIGCONT);
+  std::printf("training reported again %.2f s after the freeze\n", resumed);
+  ASSERT_GE(resumed, 0) << cluster.all_logs();
+  EXPECT_LE(resumed, (cluster.options().lease + 1500ms).count() / 1000.0) << cluster.all_logs();
   expect_exact_sums(cluster);
 }
 
