@@ -87,8 +87,13 @@ TEST_F(ElasticLoopTest, ANewerGenerationAbortsACollectiveBlockedOnAFrozenPeer) {
   for (const auto& [node, at] : entered_gen2) {
     const auto after = std::chrono::duration_cast<std::chrono::milliseconds>(at - published);
     EXPECT_LT(after, 1500ms) << node << " reached generation 2 " << after.count() << " ms after it was published";
-    EXPECT_NE(left_gen1[node].find("superseded"), std::string::npos) << left_gen1[node];
   }
+  // Whichever watcher fires first aborts its communicator and closes its connections, so a
+  // survivor may leave with PeerLost from that before its own watcher fires; one of them at least
+  // names the new generation.
+  EXPECT_TRUE(left_gen1["a"].find("superseded") != std::string::npos ||
+              left_gen1["b"].find("superseded") != std::string::npos)
+      << left_gen1["a"] << " | " << left_gen1["b"];
 }
 
 }  // namespace
