@@ -4,6 +4,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -40,8 +42,8 @@ class Agent {
         drain_timer_(io_),
         supervisor_(io_, {options.worker_command, options.slots, options.max_restarts},
                     [this](int slot, int status, bool exhausted) { on_final_exit(slot, status, exhausted); }),
-        registration_(store_, initial_lease(options), options.lease),
-        leader_(store_, "", options.lease / 2),
+        registration_(store_, initial_lease(options), options.timing.lease),
+        leader_(store_, "", options.timing.leader_lease),
         job_state_(store_) {}
 
   AgentOutcome run() {
@@ -75,9 +77,70 @@ class Agent {
   // leader candidacy under the new member id.
   void register_incarnation() {
     ensure_config();
-    registration_.register_new_incarnation(options_.lease * 2);
-    leader_ = LeaderLease(store_, registration_.member_id(), options_.lease / 2);
+    registration_.register_new_incarnation(options_.timing.registration_wait);
+    leader_ = LeaderLease(store_, registration_.member_id(), options_.timing.leader_lease);
     controller_.reset();
+    checked_generation_ = -1;
+    member_ = false;
+    announced_generation_.reset();
+    announced_at_ = std::chrono::steady_clock::now();
+  }
+
+  // Registers a new incarnation after an eviction, or completes one that failed part way (each
+  // retry resumes the same incarnation), and only then starts the workers.
+  void complete_registration() {
+    register_incarnation();
+    log()->info("node {}: re-registered as incarnation {}", options_.node_id, registration_.lease().incarnation);
+    notify_status("re-registered as " + registration_.member_id());
+    start_workers();
+  }
+
+  // Membership converges from any state: an agent with a live lease and a healthy worker that is
+  // not in the current generation (dropped while alive: a worker restarting on a one-slot node, a
+  // lease value overwritten, a leader that lost its announcement or its view of `gen`) announces
+  // its join again — at once when a generation without it is published after its last
+  // announcement, else at most once per lease. The leader treats a known identity as one
+  // candidate, so announcing again is idempotent. Costs one GET of `gen:<g>` per generation seen.
+  void check_membership(const std::optional<std::string>& value) {
+    std::int64_t number = 0;
+    if (value) {
+      try {
+        number = decode_generation_number(*value, keys::kGeneration);
+      } catch (const InvalidArgument&) {
+        return;  // observe_generation() logged it
+      }
+    }
+    if (number != checked_generation_) {
+      bool member = false;
+      if (number > 0) {
+        const std::string key = keys::generation(number);
+        auto record = store_->get(key);
+        if (!record) return;  // the leader reports this; look again at the next heartbeat
+        const Generation generation = decode_generation(*record, key);  // garbage: guarded() logs it
+        const auto& lease = registration_.lease();
+        member = std::any_of(generation.members.begin(), generation.members.end(), [&](const Member& m) {
+          return m.node == lease.node && m.incarnation == lease.incarnation;
+        });
+      }
+      checked_generation_ = number;
+      member_ = member;
+    }
+    if (member_ || supervisor_.healthy().empty()) return;
+    if (!announced_generation_) announced_generation_ = number;  // the generation our registration joined
+    const bool newer = *announced_generation_ != number;
+    const auto now = std::chrono::steady_clock::now();
+    if (!newer && now - announced_at_ < options_.timing.lease) return;
+    // The lease first (`SET … XX`: never reviving it), in case someone overwrote its value.
+    if (!registration_.heartbeat(supervisor_.healthy(), last_generation_, /*rewrite=*/true).alive) return;
+    registration_.announce();
+    announced_at_ = now;
+    announced_generation_ = number;
+    if (newer) {
+      log()->warn("node {}: generation {} is without this node (incarnation {}); announcing its join again",
+                  options_.node_id, number, registration_.lease().incarnation);
+    } else {
+      log()->debug("node {}: still not in generation {}; announced its join again", options_.node_id, number);
+    }
   }
 
   // The first agent writes the job's --nnodes; later agents must agree, so that no two leaders
@@ -168,7 +231,7 @@ class Agent {
       controller_.reset();
       return;
     }
-    poll_timer_.expires_after(std::min(milliseconds(200), options_.lease / 10));
+    poll_timer_.expires_after(options_.timing.leader_tick);
     poll_timer_.async_wait([this](const boost::system::error_code& error) {
       if (!error && controller_) lead();
     });
@@ -176,9 +239,13 @@ class Agent {
 
   void heartbeat() {
     guarded("heartbeat", [&] {
+      // A re-registration that failed part way (a store outage, garbage in `joins`) is completed
+      // first: until then this node has no workers and nothing to heartbeat for.
+      if (!registration_.registered()) return complete_registration();
       auto beat = registration_.heartbeat(supervisor_.healthy(), last_generation_);
       if (beat.alive) {
         observe_generation(beat.generation);
+        check_membership(beat.generation);
         return contend_for_leadership(beat.leader);
       }
       log()->warn("node {}: lease of incarnation {} was lost (evicted); restarting workers as a new member",
@@ -187,11 +254,9 @@ class Agent {
       leader_.release();
       poll_timer_.cancel();
       job_state_.event("evicted", {{"node", options_.node_id}, {"incarnation", registration_.lease().incarnation}});
-      register_incarnation();
-      notify_status("re-registered as " + registration_.member_id());
-      start_workers();
+      complete_registration();
     });
-    heartbeat_timer_.expires_after(options_.lease / 3);
+    heartbeat_timer_.expires_after(options_.timing.heartbeat);
     heartbeat_timer_.async_wait([this](const boost::system::error_code& error) {
       if (!error && !draining_) heartbeat();
     });
@@ -300,6 +365,12 @@ class Agent {
   JobState job_state_;
   std::int64_t last_generation_ = 0;
   std::optional<std::string> bad_generation_logged_;  // the last `gen` value observe_generation() refused
+  // check_membership(): the generation last read and whether this incarnation is in it; when and
+  // in which generation it last announced its join.
+  std::int64_t checked_generation_ = -1;
+  bool member_ = false;
+  std::optional<std::int64_t> announced_generation_;
+  std::chrono::steady_clock::time_point announced_at_{};
   bool draining_ = false;
   int exhausted_slots_ = 0;
   std::optional<AgentOutcome> stop_outcome_;  // what a stop in progress will return
@@ -312,7 +383,6 @@ class Agent {
 AgentOutcome run_agent(const AgentOptions& options, std::shared_ptr<Store> job_store) {
   if (options.slots < 1) throw InvalidArgument("--nproc-per-node must be >= 1");
   if (options.worker_command.empty()) throw InvalidArgument("the worker command is empty");
-  if (options.lease < milliseconds(300)) throw InvalidArgument("--lease-ms must be >= 300");
   Agent agent(options, std::move(job_store));
   return agent.run();
 }

@@ -7,7 +7,9 @@
 //   waits up to drain_timeout, deregisters and returns kDrained; a second signal ends at once.
 // An agent whose lease was lost (paused or partitioned past it) notices at its next heartbeat,
 // kills its workers (they belong to a dead incarnation), registers anew and starts them again.
-// A store outage is ridden out: ticks that fail are logged and retried on the next tick.
+// A store outage is ridden out: ticks that fail are logged and retried on the next tick. The
+// store the agent is given must give up on a call within options.timing.store_call_limit (under a
+// heartbeat interval): its calls block the one thread that also handles signals and workers.
 #pragma once
 
 #include <chrono>
@@ -15,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "elastic/lease_timing.h"
 #include "elastic/membership.h"
 #include "elastic/store.h"
 
@@ -28,7 +31,9 @@ struct AgentOptions {
   std::string redis_password_file;        // handed to workers (never the password itself)
   int slots = 1;
   elastic::JobConfig nnodes;
-  std::chrono::milliseconds lease{5000};
+  // The lease and everything derived from it (heartbeat, leader lease, tick, store timeouts):
+  // derived and checked in one place, elastic/lease_timing.h.
+  elastic::LeaseTiming timing = elastic::derive_lease_timing(std::chrono::milliseconds(5000), std::nullopt);
   std::chrono::milliseconds settle{1000};  // joins within this window become one generation
   int max_restarts = 3;
   std::chrono::milliseconds drain_timeout{30000};

@@ -17,6 +17,8 @@
 #include "cli/exit_codes.h"
 #include "cli/job_options.h"
 #include "common/error.h"
+#include "common/log.h"
+#include "elastic/lease_timing.h"
 #include "elastic/membership.h"
 
 namespace hdp::cli {
@@ -82,9 +84,10 @@ void add_agent_command(CLI::App& app) {
   command->add_option("--nnodes", flags->nnodes, "Nodes the job runs on: N or MIN:MAX")
       ->envname("HDP_NNODES")
       ->capture_default_str();
-  command->add_option("--lease-ms", flags->lease_ms, "Node lease; a silent node is dropped after this")
+  command->add_option("--lease-ms", flags->lease_ms,
+                      "Node lease in [300, 600000]; a silent node is dropped after this. Heartbeat, leader lease "
+                      "and the default --redis-timeout (lease/6) derive from it")
       ->envname("HDP_LEASE_MS")
-      ->check(CLI::Range(300, 600000))
       ->capture_default_str();
   command->add_option("--settle-ms", flags->settle_ms, "Joins within this window become one generation")
       ->check(CLI::Range(0, 600000))
@@ -106,13 +109,27 @@ void add_agent_command(CLI::App& app) {
     options.redis_url = flags->job.redis.url;
     options.redis_password_file = flags->job.redis.password_file;
     options.slots = flags->nproc > 0 ? flags->nproc : std::max(1, cuda_device_count());
-    options.lease = std::chrono::milliseconds(flags->lease_ms);
+    // Lease, heartbeat, leader lease, tick and the Redis timeouts: derived and checked here, once.
+    options.timing = elastic::derive_lease_timing(std::chrono::milliseconds(flags->lease_ms),
+                                                  flags->job.redis.timeout_given());
     options.settle = std::chrono::milliseconds(flags->settle_ms);
     options.max_restarts = flags->max_restarts;
     options.drain_timeout = std::chrono::seconds(flags->drain_timeout_s);
     options.worker_command = flags->worker.empty() ? std::vector<std::string>{self_executable(), "train", "--smoke"}
                                                    : flags->worker;
-    switch (agents::run_agent(options, flags->job.connect_job())) {
+    // The first connection: no lease exists yet, so it may wait longer than a store call may once
+    // the agent runs (agents started beside Redis, under Slurm or systemd, need not race it).
+    std::shared_ptr<elastic::Store> store;
+    for (const auto until = std::chrono::steady_clock::now() + options.timing.registration_wait;;) {
+      try {
+        store = flags->job.connect_job(options.timing.store);
+        break;
+      } catch (const StoreUnavailable& e) {
+        if (std::chrono::steady_clock::now() >= until) throw;
+        log()->warn("agent {}: Redis not reachable yet ({}); retrying", options.node_id, e.what());
+      }
+    }
+    switch (agents::run_agent(options, store)) {
       case agents::AgentOutcome::kCompleted: throw CLI::RuntimeError(kExitOk);
       case agents::AgentOutcome::kJobFailed: throw CLI::RuntimeError(kExitJobFailed);
       case agents::AgentOutcome::kDrained: throw CLI::RuntimeError(kExitDrained);

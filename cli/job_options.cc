@@ -24,9 +24,9 @@ std::string JobOptions::job_id() const {
   return id;
 }
 
-std::shared_ptr<elastic::Store> JobOptions::connect_job() const {
+std::shared_ptr<elastic::Store> JobOptions::connect_job(const elastic::RedisStoreOptions& options) const {
   const std::string id = job_id();
-  return std::make_shared<elastic::PrefixStore>(redis.connect(), elastic::keys::job_namespace(id));
+  return std::make_shared<elastic::PrefixStore>(redis.connect(options), elastic::keys::job_namespace(id));
 }
 
 }  // namespace hdp::cli

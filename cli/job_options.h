@@ -20,7 +20,8 @@ struct JobOptions {
   // The job id after fallbacks, validated.
   std::string job_id() const;
   // The store scoped to hdp:<job>:.
-  std::shared_ptr<elastic::Store> connect_job() const;
+  std::shared_ptr<elastic::Store> connect_job() const { return connect_job(redis.store_options()); }
+  std::shared_ptr<elastic::Store> connect_job(const elastic::RedisStoreOptions& options) const;
 };
 
 }  // namespace hdp::cli

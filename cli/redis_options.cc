@@ -10,23 +10,32 @@ void RedisOptions::add_to(CLI::App& command) {
       ->capture_default_str();
   command.add_option("--redis-password-file", password_file, "File holding the Redis password")
       ->envname("HDP_REDIS_PASSWORD_FILE");
-  command.add_option("--redis-timeout", timeout_ms, "Milliseconds to wait for Redis before giving up")
+  timeout_option_ = command.add_option("--redis-timeout", timeout_ms, "Milliseconds to wait for Redis before giving up")
       ->envname("HDP_REDIS_TIMEOUT_MS")
       ->check(CLI::Range(1, 3'600'000))
       ->capture_default_str();
 }
 
-std::shared_ptr<elastic::RedisStore> RedisOptions::connect() const {
-  elastic::RedisEndpoint endpoint = elastic::parse_redis_url(url);
-  if (!password_file.empty()) {
-    if (endpoint.password) throw InvalidArgument("give the Redis password in the URL or in a file, not both");
-    endpoint.password = elastic::read_password_file(password_file);
-  }
+std::optional<std::chrono::milliseconds> RedisOptions::timeout_given() const {
+  if (!timeout_option_ || timeout_option_->count() == 0) return std::nullopt;
+  return std::chrono::milliseconds(timeout_ms);
+}
+
+elastic::RedisStoreOptions RedisOptions::store_options() const {
   const std::chrono::milliseconds timeout(timeout_ms);
   elastic::RedisStoreOptions options;
   options.connect_timeout = std::min(timeout, options.connect_timeout);
   options.command_timeout = timeout;
   options.retry_timeout = timeout;
+  return options;
+}
+
+std::shared_ptr<elastic::RedisStore> RedisOptions::connect(const elastic::RedisStoreOptions& options) const {
+  elastic::RedisEndpoint endpoint = elastic::parse_redis_url(url);
+  if (!password_file.empty()) {
+    if (endpoint.password) throw InvalidArgument("give the Redis password in the URL or in a file, not both");
+    endpoint.password = elastic::read_password_file(password_file);
+  }
   return std::make_shared<elastic::RedisStore>(std::move(endpoint), options);
 }
 

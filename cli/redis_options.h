@@ -6,7 +6,9 @@
 //   --redis-timeout MS        (env HDP_REDIS_TIMEOUT_MS; connect, command and retry budget)
 #pragma once
 
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -21,8 +23,16 @@ struct RedisOptions {
   int timeout_ms = 5000;
 
   void add_to(CLI::App& command);
+  // --redis-timeout when given on the command line or in the environment.
+  std::optional<std::chrono::milliseconds> timeout_given() const;
+  // The store timeouts --redis-timeout stands for: connect (at most 2 s), command and retry.
+  elastic::RedisStoreOptions store_options() const;
   // Parses the URL (InvalidArgument on a bad one), reads the password file, connects.
-  std::shared_ptr<elastic::RedisStore> connect() const;
+  std::shared_ptr<elastic::RedisStore> connect() const { return connect(store_options()); }
+  std::shared_ptr<elastic::RedisStore> connect(const elastic::RedisStoreOptions& options) const;
+
+ private:
+  CLI::Option* timeout_option_ = nullptr;
 };
 
 }  // namespace hdp::cli

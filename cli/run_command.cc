@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "elastic/job_keys.h"
 #include "elastic/job_state.h"
+#include "elastic/lease_timing.h"
 #include "elastic/membership.h"
 #include "elastic/node_registration.h"
 #include "elastic/prefix_store.h"
@@ -76,6 +77,9 @@ bool job_completed(elastic::Store& job_store) {
 }
 
 int run_job(const RunFlags& flags) {
+  // The agents derive their timing from the lease (elastic/lease_timing.h); refuse a bad one here,
+  // before starting anything.
+  elastic::derive_lease_timing(std::chrono::milliseconds(flags.lease_ms), std::nullopt);
   std::unique_ptr<agents::EmbeddedRedis> redis;
   std::string url = flags.redis;
   if (url.empty()) {
@@ -158,7 +162,7 @@ void add_run_command(CLI::App& app) {
   command->add_option("--redis", flags->redis, "Use this Redis instead of a private one")->envname("HDP_REDIS_URL");
   command->add_option("--job", flags->job, "Job id (default: run-<random>)");
   command->add_option("--nnodes", flags->nnodes, "MIN:MAX for the agents (default: --nodes:--nodes)");
-  command->add_option("--lease-ms", flags->lease_ms, "Node lease of the agents")->check(CLI::Range(300, 600000))->capture_default_str();
+  command->add_option("--lease-ms", flags->lease_ms, "Node lease of the agents, in [300, 600000]")->capture_default_str();
   command->add_option("worker", flags->worker, "Worker command after -- (default: hdp train --smoke)");
   command->callback([flags] {
     const int code = run_job(*flags);

@@ -28,14 +28,24 @@ NodeRegistration::NodeRegistration(std::shared_ptr<Store> job_store, NodeLease l
 void NodeRegistration::register_new_incarnation(Store::Duration wait_for_previous) {
   const std::string claim_key = keys::node(lease_.node);
   const auto deadline = std::chrono::steady_clock::now() + wait_for_previous;
-  NodeLease fresh = lease_;
-  fresh.incarnation = new_incarnation();
+  if (!pending_) {
+    // A new incarnation, unless a previous call failed part way: that one is completed instead.
+    registered_ = false;
+    pending_ = lease_;
+    pending_->incarnation = new_incarnation();
+    pending_join_.reset();
+  }
+  const NodeLease& fresh = *pending_;
   bool warned = false;
   for (;;) {
-    // The node id is free when nobody claims it or the claiming incarnation's lease has expired.
+    // The node id is free when nobody claims it or the claiming incarnation's lease has expired;
+    // it is already ours when a previous attempt of this registration committed the claim (its
+    // reply may have been lost) — then taking it again only rewrites our own lease.
     const std::optional<std::string> holder = store_->get(claim_key);
     Transaction claim;
-    if (holder) {
+    if (holder && *holder == fresh.incarnation) {
+      claim.require(claim_key, *holder);
+    } else if (holder) {
       claim.require(claim_key, *holder).require_absent(keys::lease(lease_.node, *holder));
     } else {
       claim.require_absent(claim_key);
@@ -44,6 +54,8 @@ void NodeRegistration::register_new_incarnation(Store::Duration wait_for_previou
         .add(Write::set(keys::lease(fresh.node, fresh.incarnation), encode(fresh), ttl_));
     if (store_->commit(claim)) break;
     if (std::chrono::steady_clock::now() >= deadline) {
+      // Nothing of this incarnation is in the store: the next call starts a fresh one.
+      pending_.reset();
       throw NodeIdInUse("node id '" + lease_.node + "' is held by another live agent (incarnation " +
                         (holder ? quote_value(*holder, 64) : std::string("?")) + "); give each agent its own --node-id");
     }
@@ -53,13 +65,32 @@ void NodeRegistration::register_new_incarnation(Store::Duration wait_for_previou
     }
     std::this_thread::sleep_for(std::min<Store::Duration>(ttl_ / 10, Store::Duration(200)));
   }
-  lease_ = std::move(fresh);
+  lease_ = fresh;  // heartbeats now keep the claimed lease alive, even if the announcement fails
+  if (!pending_join_) {
+    const std::int64_t sequence = store_->add(keys::kJoinCount, 1);
+    // The leader reads announcements only up to kMaxJoinCount (membership.h).
+    if (sequence < 1 || sequence > kMaxJoinCount) {
+      throw InvalidArgument("invalid value in Redis key 'joins': the join counter reached " + std::to_string(sequence) +
+                            ", outside [1, " + std::to_string(kMaxJoinCount) + "]");
+    }
+    pending_join_ = sequence;
+  }
+  write_announcement(*pending_join_);
+  pending_.reset();
+  pending_join_.reset();
+  registered_ = true;
+}
+
+void NodeRegistration::announce() {
   const std::int64_t sequence = store_->add(keys::kJoinCount, 1);
-  // The leader reads announcements only up to kMaxJoinCount (membership.h).
   if (sequence < 1 || sequence > kMaxJoinCount) {
     throw InvalidArgument("invalid value in Redis key 'joins': the join counter reached " + std::to_string(sequence) +
                           ", outside [1, " + std::to_string(kMaxJoinCount) + "]");
   }
+  write_announcement(sequence);
+}
+
+void NodeRegistration::write_announcement(std::int64_t sequence) {
   const std::string announcement = R"({"node":")" + lease_.node + R"(","incarnation":")" + lease_.incarnation + "\"}";
   // Join announcements outlive any settle window by far; the leader reads them within a tick.
   store_->commit(Transaction{}
@@ -68,9 +99,10 @@ void NodeRegistration::register_new_incarnation(Store::Duration wait_for_previou
                                                {"host", lease_.host}, {"slots", std::to_string(lease_.slots)}})));
 }
 
-NodeRegistration::Heartbeat NodeRegistration::heartbeat(const std::vector<int>& healthy, std::int64_t last_generation) {
+NodeRegistration::Heartbeat NodeRegistration::heartbeat(const std::vector<int>& healthy, std::int64_t last_generation,
+                                                        bool rewrite) {
   std::optional<std::string> rewritten;
-  if (healthy != lease_.healthy || last_generation != lease_.last_generation) {
+  if (rewrite || healthy != lease_.healthy || last_generation != lease_.last_generation) {
     NodeLease updated = lease_;
     updated.healthy = healthy;
     updated.last_generation = last_generation;

@@ -35,7 +35,20 @@ class NodeRegistration {
   // another incarnation with a live lease holds the node id (a previous agent that died without
   // deregistering), waits up to `wait_for_previous` for that lease to expire; then throws
   // NodeIdInUse (two live agents with one node id).
+  // Resumable: when a call fails part way (a store outage, a `joins` that is not a counter), the
+  // next call completes the same incarnation instead of starting another: the claim is taken
+  // again (a no-op while it is still ours, and it renews the lease), and the announcement reuses
+  // the join number already drawn, so no hole is left for the leader to wait on. Only a call
+  // after a completed registration starts a new incarnation.
   void register_new_incarnation(Store::Duration wait_for_previous);
+  // Whether the last register_new_incarnation() completed (false before the first one).
+  bool registered() const { return registered_; }
+
+  // Announces this incarnation's join again, for an agent with a live lease that is not in the
+  // current generation (it was dropped while alive, or a leader lost its announcement): the leader
+  // takes it as a candidate again, and an identity it already knows is one candidate. Each call
+  // draws a new join number; a failure leaves nothing to resume (the next call draws another).
+  void announce();
 
   struct Heartbeat {
     bool alive = false;                     // false: the lease is gone or someone else's (evicted)
@@ -45,7 +58,9 @@ class NodeRegistration {
   // Refreshes the lease (rewriting it when the healthy slots or the last generation changed) and
   // reads the leader and generation keys, all in one round trip without a script: at 1,536 nodes
   // that is the whole steady-state cost of a follower.
-  Heartbeat heartbeat(const std::vector<int>& healthy, std::int64_t last_generation);
+  // `rewrite`: write the lease's value even if nothing changed (`SET … XX`, so it still never
+  // revives a lease that is gone), repairing a value someone else overwrote.
+  Heartbeat heartbeat(const std::vector<int>& healthy, std::int64_t last_generation, bool rewrite = false);
 
   // Removes the claim and the lease if the node id is still this incarnation's.
   void deregister();
@@ -55,8 +70,13 @@ class NodeRegistration {
 
  private:
   std::shared_ptr<Store> store_;
+  void write_announcement(std::int64_t sequence);
+
   NodeLease lease_;
   Store::Duration ttl_;
+  bool registered_ = false;
+  std::optional<NodeLease> pending_;        // the incarnation a registration in progress claims
+  std::optional<std::int64_t> pending_join_;  // its join number, once drawn
 };
 
 // A random 64-bit token in hex.

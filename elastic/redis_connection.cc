@@ -61,6 +61,13 @@ RedisConnection::RedisConnection(const RedisEndpoint& endpoint, Duration connect
   if (!endpoint.is_unix()) redisEnableKeepAlive(raw);
   login(endpoint);
   redisSetTimeout(raw, to_timeval(command_timeout));
+  command_timeout_ = command_timeout;
+}
+
+void RedisConnection::set_command_timeout(Duration timeout) {
+  if (timeout == command_timeout_) return;
+  redisSetTimeout(context_.get(), to_timeval(timeout));
+  command_timeout_ = timeout;
 }
 
 RedisConnection::~RedisConnection() = default;

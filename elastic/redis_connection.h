@@ -57,12 +57,15 @@ class RedisConnection {
   // Sends several commands in one write and reads their replies in order (one round trip).
   // Throws RedisIoError when the connection breaks (any of them may or may not have run).
   std::vector<RedisReply> pipeline(const std::vector<std::vector<std::string_view>>& commands);
+  // Sets how long a command may wait for its reply from now on (a syscall only when it changes).
+  void set_command_timeout(Duration timeout);
 
  private:
   void login(const RedisEndpoint& endpoint);
 
   std::string where_;  // endpoint.display(), for messages
   std::unique_ptr<redisContext, void (*)(redisContext*)> context_;
+  Duration command_timeout_{};
 };
 
 }  // namespace hdp::elastic

@@ -180,6 +180,10 @@ std::vector<RedisReply> RedisStore::pipeline(const std::vector<std::vector<std::
   for (;;) {
     if (!connection_ || !connection_->alive()) reconnect(deadline);
     try {
+      // No attempt waits past the retry deadline: a caller's budget (an agent's is under a
+      // heartbeat interval, elastic/lease_timing.h) bounds the whole call, not each attempt.
+      const auto remaining = std::chrono::duration_cast<Duration>(deadline - Clock::now());
+      connection_->set_command_timeout(std::clamp(remaining, Duration(1), options_.command_timeout));
       return connection_->pipeline(commands);
     } catch (const RedisIoError& e) {
       connection_.reset();

@@ -32,7 +32,8 @@ namespace hdp::elastic {
 struct RedisStoreOptions {
   std::chrono::milliseconds connect_timeout{2000};  // one connect + log-in attempt
   std::chrono::milliseconds command_timeout{5000};  // one command's round trip
-  std::chrono::milliseconds retry_timeout{10000};   // keep reconnecting this long before StoreUnavailable
+  std::chrono::milliseconds retry_timeout{10000};   // one call gives up after this (StoreUnavailable); no
+                                                    // attempt waits past it
   BackoffOptions backoff{};
 };
 

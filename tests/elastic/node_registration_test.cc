@@ -109,5 +109,119 @@ TEST_F(NodeRegistrationTest, EachRegistrationAnnouncesAJoin) {
   EXPECT_NE(store_->get(keys::join(2))->find(node.lease().incarnation), std::string::npos);
 }
 
+// Issue 13, defect 2: the claim and lease were committed, then the announcement failed (`joins` of
+// another type); the next call must complete that same incarnation — not start another one, which
+// found its own predecessor's live lease on the node id and waited, then failed as NodeIdInUse.
+TEST_F(NodeRegistrationTest, ARegistrationThatFailedAfterItsClaimIsCompletedByTheNextCall) {
+  ASSERT_TRUE(store_->commit(Transaction{}.add(Write::hash_set(keys::kJoinCount, {{"garbage", "1"}}))));
+  NodeRegistration node(store_, lease_of("a"), 60s);
+  EXPECT_THROW(node.register_new_incarnation(0ms), InvalidArgument);
+  EXPECT_FALSE(node.registered());
+  const std::string incarnation = node.lease().incarnation;
+  ASSERT_EQ(store_->get(keys::node("a")), incarnation);  // the claim and lease went through
+  ASSERT_TRUE(stored_lease(node).has_value());
+
+  store_->erase(keys::kJoinCount);  // the garbage is gone
+  ASSERT_NO_THROW(node.register_new_incarnation(0ms));
+  EXPECT_TRUE(node.registered());
+  EXPECT_EQ(node.lease().incarnation, incarnation);
+  EXPECT_EQ(store_->get(keys::node("a")), incarnation);
+  EXPECT_EQ(store_->get(keys::kJoinCount), "1");
+  ASSERT_TRUE(store_->get(keys::join(1)).has_value());
+  EXPECT_NE(store_->get(keys::join(1))->find(incarnation), std::string::npos);
+  EXPECT_TRUE(node.heartbeat({0, 1}, 0).alive);
+
+  // After a completed registration, the next one is a new incarnation again.
+  node.deregister();
+  node.register_new_incarnation(0ms);
+  EXPECT_NE(node.lease().incarnation, incarnation);
+}
+
+// A store that fails the first commit after an add() once, as a Redis outage between drawing a join
+// number and writing the announcement would.
+class FlakyStore final : public Store {
+ public:
+  explicit FlakyStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
+  bool fail_commit_after_add = false;
+
+  void set(std::string_view k, std::string_view v) override { inner_->set(k, v); }
+  void set_with_ttl(std::string_view k, std::string_view v, Duration t) override { inner_->set_with_ttl(k, v, t); }
+  Refresh refresh_ttl(std::string_view k, Duration t, std::optional<std::string_view> v,
+                      const std::vector<std::string>& r) override {
+    return inner_->refresh_ttl(k, t, v, r);
+  }
+  std::optional<std::string> get(std::string_view k) override { return inner_->get(k); }
+  std::int64_t add(std::string_view k, std::int64_t d) override {
+    added_ = true;
+    return inner_->add(k, d);
+  }
+  bool compare_and_set(std::string_view k, std::optional<std::string_view> e, std::string_view d) override {
+    return inner_->compare_and_set(k, e, d);
+  }
+  bool erase(std::string_view k) override { return inner_->erase(k); }
+  std::vector<std::string> keys(std::string_view p) override { return inner_->keys(p); }
+  void wait(const std::vector<std::string>& k, Duration t) override { inner_->wait(k, t); }
+  std::vector<std::optional<std::string>> multi_get(const std::vector<std::string>& k) override {
+    return inner_->multi_get(k);
+  }
+  std::map<std::string, std::string> hash_get_all(std::string_view k) override { return inner_->hash_get_all(k); }
+  std::vector<StreamEntry> stream_tail(std::string_view k, std::size_t c) override { return inner_->stream_tail(k, c); }
+  CommitResult commit(const Transaction& t) override {
+    if (fail_commit_after_add && added_) {
+      fail_commit_after_add = false;
+      throw StoreUnavailable("injected outage");
+    }
+    return inner_->commit(t);
+  }
+
+ private:
+  std::shared_ptr<Store> inner_;
+  bool added_ = false;
+};
+
+// The outage hit between drawing join number 1 and writing its announcement: the retry writes
+// announcement 1 (no hole for the leader to wait 10 s on) for the same incarnation.
+TEST_F(NodeRegistrationTest, AnAnnouncementLostToAnOutageIsWrittenUnderTheSameJoinNumber) {
+  auto flaky = std::make_shared<FlakyStore>(store_);
+  flaky->fail_commit_after_add = true;
+  NodeRegistration node(flaky, lease_of("a"), 60s);
+  EXPECT_THROW(node.register_new_incarnation(0ms), StoreUnavailable);
+  EXPECT_FALSE(node.registered());
+  const std::string incarnation = node.lease().incarnation;
+  EXPECT_EQ(store_->get(keys::join(1)), std::nullopt);
+
+  ASSERT_NO_THROW(node.register_new_incarnation(0ms));
+  EXPECT_TRUE(node.registered());
+  EXPECT_EQ(node.lease().incarnation, incarnation);
+  EXPECT_EQ(store_->get(keys::kJoinCount), "1");
+  ASSERT_TRUE(store_->get(keys::join(1)).has_value());
+  EXPECT_NE(store_->get(keys::join(1))->find(incarnation), std::string::npos);
+}
+
+// Issue 13, defect 1: announce() lets a live incarnation that is not a member join again.
+TEST_F(NodeRegistrationTest, AnnounceAddsAnotherAnnouncementOfTheSameIncarnation) {
+  NodeRegistration node(store_, lease_of("a"), 60s);
+  node.register_new_incarnation(0ms);
+  node.announce();
+  EXPECT_EQ(store_->get(keys::kJoinCount), "2");
+  EXPECT_EQ(store_->get(keys::join(1)), store_->get(keys::join(2)));
+}
+
+// A lease value someone overwrote is repaired by a rewriting heartbeat, which still never revives a
+// lease that is gone.
+TEST_F(NodeRegistrationTest, ARewritingHeartbeatRepairsTheLeaseButNeverRevivesIt) {
+  NodeRegistration node(store_, lease_of("a"), 60s);
+  node.register_new_incarnation(0ms);
+  const std::string key = keys::lease("a", node.lease().incarnation);
+  store_->set_with_ttl(key, "garbage", 60s);
+  ASSERT_TRUE(node.heartbeat({0, 1}, 0).alive);
+  EXPECT_EQ(store_->get(key), "garbage");  // a plain heartbeat only extends the TTL
+  ASSERT_TRUE(node.heartbeat({0, 1}, 0, /*rewrite=*/true).alive);
+  ASSERT_TRUE(stored_lease(node).has_value());
+  store_->erase(key);
+  EXPECT_FALSE(node.heartbeat({0, 1}, 0, /*rewrite=*/true).alive);
+  EXPECT_EQ(store_->get(key), std::nullopt);
+}
+
 }  // namespace
 }  // namespace hdp::elastic

@@ -1,0 +1,49 @@
+// File: elastic/lease_timing.h
+//
+// Every timing value of an agent, derived from its node lease in this one place and checked
+// once (docs/architecture.md, "Timing"):
+//   heartbeat     = lease / 3        the lease is refreshed this often
+//   leader lease  = lease / 2        followers contend each heartbeat: a dead leader is replaced
+//                                    within 5/6 of a lease
+//   leader tick   = min(200 ms, lease / 10)
+//   registration  = 2 × lease        how long a new incarnation waits for a previous one's lease
+//   store         = the agent's Redis timeouts. The agent makes blocking store calls on its one
+//                   Asio thread (signals and child exits wait meanwhile), so one call must give up
+//                   within a heartbeat interval: connect, command and retry budget are each
+//                   --redis-timeout, by default heartbeat / 2, and a call returns within
+//                   2 × --redis-timeout (a reconnect's log-in may overrun the budget by one
+//                   connect timeout), so 2 × --redis-timeout must be at most the heartbeat.
+//                   A tick whose call gave up is logged and retried at the next tick.
+//
+// Example:
+//   LeaseTiming timing = derive_lease_timing(std::chrono::milliseconds(5000), std::nullopt);
+//   // timing.heartbeat == 1666 ms, timing.store.retry_timeout == 833 ms
+#pragma once
+
+#include <chrono>
+#include <optional>
+
+#include "elastic/redis_store.h"
+
+namespace hdp::elastic {
+
+struct LeaseTiming {
+  using Duration = std::chrono::milliseconds;
+  Duration lease{};
+  Duration heartbeat{};
+  Duration leader_lease{};
+  Duration leader_tick{};
+  Duration registration_wait{};
+  RedisStoreOptions store{};    // the agent's Redis connection
+  Duration store_call_limit{};  // the longest one store call can block: 2 × store.retry_timeout
+};
+
+inline constexpr std::chrono::milliseconds kMinLease{300};
+inline constexpr std::chrono::milliseconds kMaxLease{600000};
+
+// Derives and checks. `redis_timeout` is --redis-timeout when given (else derived from the
+// heartbeat). Throws InvalidArgument naming the flags and values for a lease outside
+// [300, 600000] ms or a --redis-timeout that does not fit in a heartbeat interval.
+LeaseTiming derive_lease_timing(std::chrono::milliseconds lease, std::optional<std::chrono::milliseconds> redis_timeout);
+
+}  // namespace hdp::elastic
