@@ -1,5 +1,7 @@
 #include "tests/agents/agent_cluster.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
@@ -117,6 +119,18 @@ double AgentCluster::wait_for_members(std::vector<std::string> nodes, std::chron
         return names == nodes;
       },
       timeout);
+}
+
+void expect_progress(AgentCluster& cluster, std::int64_t steps, std::chrono::milliseconds within) {
+  const std::int64_t from = cluster.step();
+  EXPECT_GE(cluster.wait_until([&] { return cluster.step() >= from + steps; }, within), 0)
+      << "no progress from step " << from << "\n" << cluster.all_logs();
+}
+
+void start_training(AgentCluster& cluster, const std::vector<std::string>& nodes) {
+  for (const auto& node : nodes) cluster.start_agent(node);
+  ASSERT_GE(cluster.wait_for_members(nodes, std::chrono::seconds(15)), 0) << cluster.all_logs();
+  expect_progress(cluster, 10, std::chrono::seconds(10));
 }
 
 }  // namespace hdp::test

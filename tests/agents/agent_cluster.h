@@ -73,4 +73,9 @@ class AgentCluster {
 
 std::vector<std::string> node_names(const elastic::Generation& generation);
 
+// Waits for the job to make `steps` more steps of progress (the smoke workers are training).
+void expect_progress(AgentCluster& cluster, std::int64_t steps, std::chrono::milliseconds within);
+// Starts one agent per node and waits until they train together.
+void start_training(AgentCluster& cluster, const std::vector<std::string>& nodes);
+
 }  // namespace hdp::test

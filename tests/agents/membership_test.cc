@@ -23,19 +23,7 @@ void expect_exact_sums(const AgentCluster& cluster) {
   EXPECT_EQ(logs.find("reports the job failed"), std::string::npos) << logs;
 }
 
-// Waits for the job to make `steps` more steps of progress (the smoke workers are training).
-void expect_progress(AgentCluster& cluster, std::int64_t steps, std::chrono::milliseconds within) {
-  const std::int64_t from = cluster.step();
-  EXPECT_GE(cluster.wait_until([&] { return cluster.step() >= from + steps; }, within), 0)
-      << "no progress from step " << from << "\n" << cluster.all_logs();
-}
 
-// Starts one agent per node and waits until they train together.
-void start_training(AgentCluster& cluster, const std::vector<std::string>& nodes) {
-  for (const auto& node : nodes) cluster.start_agent(node);
-  ASSERT_GE(cluster.wait_for_members(nodes, 15s), 0) << cluster.all_logs();
-  expect_progress(cluster, 10, 10s);
-}
 
 TEST(Membership, KilledAgentLeavesWithinLeasePlusOneSecondThenAFifthJoinsAndALeaderDiesCleanly) {
   AgentCluster cluster;

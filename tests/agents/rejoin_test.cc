@@ -23,17 +23,7 @@ double bound_s(const AgentCluster& cluster) {
   return (cluster.options().lease + cluster.options().settle + 1s).count() / 1000.0;
 }
 
-void expect_progress(AgentCluster& cluster, std::int64_t steps, std::chrono::milliseconds within) {
-  const std::int64_t from = cluster.step();
-  EXPECT_GE(cluster.wait_until([&] { return cluster.step() >= from + steps; }, within), 0)
-      << "no progress from step " << from << "\n" << cluster.all_logs();
-}
 
-void start_training(AgentCluster& cluster, const std::vector<std::string>& nodes) {
-  for (const auto& node : nodes) cluster.start_agent(node);
-  ASSERT_GE(cluster.wait_for_members(nodes, 15s), 0) << cluster.all_logs();
-  expect_progress(cluster, 10, 10s);
-}
 
 std::string non_leader(AgentCluster& cluster, const std::vector<std::string>& nodes) {
   const std::string leader = cluster.leader().value_or("");
