@@ -9,9 +9,8 @@ namespace hdp {
 
 using SteadyClock = std::chrono::steady_clock;
 
-inline double ms_between(SteadyClock::time_point start, SteadyClock::time_point end) {
-  return std::chrono::duration<double, std::milli>(end - start).count();
+inline double ms_since(SteadyClock::time_point start) {
+  return std::chrono::duration<double, std::milli>(SteadyClock::now() - start).count();
 }
-inline double ms_since(SteadyClock::time_point start) { return ms_between(start, SteadyClock::now()); }
 
 }  // namespace hdp

@@ -20,6 +20,7 @@
 #include "elastic/memory_store.h"
 #include "elastic/node_registration.h"
 #include "elastic/prefix_store.h"
+#include "tests/elastic/controller_fixture.h"
 
 namespace hdp::elastic {
 namespace {
@@ -51,25 +52,8 @@ std::string message_of(const std::function<void()>& call) {
   return "";
 }
 
-class BadValues : public ::testing::Test {
- protected:
-  NodeRegistration& join(const std::string& node, int slots = 1) {
-    NodeLease lease{.node = node, .host = "127.0.0.1", .pid = 1, .version = "test", .slots = slots};
-    for (int s = 0; s < slots; ++s) lease.healthy.push_back(s);
-    auto& registration = nodes_.emplace(node, NodeRegistration(store_, lease, 60s)).first->second;
-    registration.register_new_incarnation(1s);
-    return registration;
-  }
-  void expire(const std::string& node) {
-    ASSERT_TRUE(store_->erase(keys::lease(node, nodes_.at(node).lease().incarnation)));
-  }
-  MembershipController controller() {
-    store_->set(keys::kLeader, "leader");
-    return MembershipController(store_, "leader", {1, 16}, 0ms);
-  }
-  std::shared_ptr<MemoryStore> store_ = std::make_shared<MemoryStore>();
-  std::map<std::string, NodeRegistration> nodes_;
-};
+// The bad-value tests give their nodes one slot each.
+class BadValues : public test::ControllerFixture {};
 
 // ---- defect 3: every number read from Redis is range-checked; the leader never wraps ----
 
@@ -106,7 +90,7 @@ TEST(GenerationNumbers, JsonIntegersAreCheckedBeforeTheyAreNarrowed) {
 }
 
 TEST_F(BadValues, AGenAtInt64MaxIsRefusedAndNothingIsWritten) {
-  join("a");
+  join("a", 1);
   auto leader = controller();
   ASSERT_EQ(leader.tick(), 1);
   store_->set(keys::kGeneration, std::to_string(kInt64Max));
@@ -118,8 +102,8 @@ TEST_F(BadValues, AGenAtInt64MaxIsRefusedAndNothingIsWritten) {
 }
 
 TEST_F(BadValues, TheLeaderRefusesToPublishAboveTheLargestGenerationInsteadOfWrapping) {
-  auto& a = join("a");
-  join("b");
+  auto& a = join("a", 1);
+  join("b", 1);
   auto leader = controller();
   ASSERT_EQ(leader.tick(), 1);
   // An agent reports the largest generation there can be (it saw it in `gen`); then b dies.
@@ -132,7 +116,7 @@ TEST_F(BadValues, TheLeaderRefusesToPublishAboveTheLargestGenerationInsteadOfWra
 }
 
 TEST_F(BadValues, AJoinCounterFarAheadCostsBoundedWorkPerTick) {
-  join("a");
+  join("a", 1);
   auto leader = controller();
   ASSERT_EQ(leader.tick(), 1);
   store_->set(keys::kJoinCount, "1000000000000");  // in range, but no announcement behind it
@@ -146,7 +130,7 @@ TEST_F(BadValues, AJoinCounterFarAheadCostsBoundedWorkPerTick) {
 }
 
 TEST_F(BadValues, AGenerationRecordDescribingAnotherGenerationIsNamed) {
-  join("a");
+  join("a", 1);
   auto leader = controller();
   ASSERT_EQ(leader.tick(), 1);
   store_->set(keys::generation(5), *store_->get(keys::generation(1)));  // says "generation": 1
@@ -299,7 +283,7 @@ TEST_F(LeaderGarbage, AGarbageValueReplacedMeanwhileIsNotOverwritten) {
 // ---- defect 6: stored values reach logs and errors quoted and truncated ----
 
 TEST_F(BadValues, ASixteenMebibyteBrokenReasonIsLoggedTruncated) {
-  join("a");
+  join("a", 1);
   auto leader = controller();
   ASSERT_EQ(leader.tick(), 1);
   std::string reason(16u << 20, 'r');

@@ -10,30 +10,15 @@
 #include "elastic/job_state.h"
 #include "elastic/memory_store.h"
 #include "elastic/node_registration.h"
+#include "tests/elastic/controller_fixture.h"
 
 namespace hdp::elastic {
 namespace {
 
 using namespace std::chrono_literals;
 
-class ControllerTest : public ::testing::Test {
+class ControllerTest : public test::ControllerFixture {
  protected:
-  // Registers a node the way an agent does (lease + join announcement).
-  NodeRegistration& join(const std::string& node, int slots = 2) {
-    NodeLease lease{.node = node, .host = "127.0.0.1", .pid = 1, .version = "test", .slots = slots};
-    for (int s = 0; s < slots; ++s) lease.healthy.push_back(s);
-    auto& registration = nodes_.emplace(node, NodeRegistration(store_, lease, 60s)).first->second;
-    registration.register_new_incarnation(1s);
-    return registration;
-  }
-  // The node's lease expires (its agent stopped heartbeating).
-  void expire(const std::string& node) {
-    ASSERT_TRUE(store_->erase(keys::lease(node, nodes_.at(node).lease().incarnation)));
-  }
-  MembershipController controller(JobConfig config = {1, 16}, Store::Duration settle = 0ms) {
-    store_->set(keys::kLeader, "leader");
-    return MembershipController(store_, "leader", config, settle);
-  }
   Generation current() {
     auto number = store_->get(keys::kGeneration).value();
     return decode_generation(*store_->get(keys::generation(std::stoll(number))), "gen");
@@ -43,9 +28,6 @@ class ControllerTest : public ::testing::Test {
     for (const auto& m : current().members) names.push_back(m.node);
     return names;
   }
-
-  std::shared_ptr<MemoryStore> store_ = std::make_shared<MemoryStore>();
-  std::map<std::string, NodeRegistration> nodes_;
 };
 
 TEST_F(ControllerTest, FirstGenerationHasEveryNodeInJoinOrderWithContiguousRanks) {

@@ -30,6 +30,7 @@
 #include "ops/model/llama_params.h"
 #include "tests/mesh/forked_ranks.h"
 #include "tests/mesh/plan_test_support.h"
+#include "tests/ops/tiny_llama.h"
 #include "tests/support/redis_server.h"
 #include "tests/support/temp_dir.h"
 
@@ -45,16 +46,7 @@ using ops::model::LlamaModel;
 constexpr std::uint64_t kSeed = 2024;
 const std::vector<std::int64_t> kLengths{300, 140, 64, 40, 17, 9, 5, 3, 1, 2, 90, 33};
 
-LlamaConfig tiny_config() {
-  LlamaConfig c;
-  c.vocab_size = 256;
-  c.d_model = 32;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.ffn_dim = 64;
-  return c;
-}
+LlamaConfig tiny_config() { return ops::testing::tiny_llama(); }
 
 StepOptions step_options() {
   StepOptions o;

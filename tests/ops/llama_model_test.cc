@@ -10,6 +10,7 @@
 #include "ops/adamw.h"
 #include "ops/model/llama_model.h"
 #include "tests/ops/grad_check.h"
+#include "tests/ops/tiny_llama.h"
 
 namespace hdp::ops::model {
 namespace {
@@ -17,16 +18,7 @@ namespace {
 using testing::cast;
 using testing::rel_error;
 
-// The tiny config: 2 layers, d_model 32; GQA (4 query heads on 2 kv heads).
-LlamaConfig tiny() {
-  LlamaConfig c;
-  c.d_model = 32;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.ffn_dim = 64;
-  return c;
-}
+LlamaConfig tiny() { return testing::tiny_llama(); }
 
 std::vector<int32_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
 
