@@ -13,6 +13,7 @@
 #include "elastic/job_keys.h"
 #include "elastic/memory_store.h"
 #include "mesh/communicator_factory.h"
+#include "tests/elastic/worker_fixture.h"
 
 namespace hdp::elastic {
 namespace {
@@ -20,20 +21,7 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-class ElasticContextTest : public ::testing::Test {
- protected:
-  // Publishes generation g with one slot on each of `nodes`, as the leader would.
-  void publish(std::int64_t g, const std::vector<std::string>& nodes) {
-    Generation generation{.number = g};
-    for (const auto& node : nodes) generation.members.push_back({node, "inc-" + node, "127.0.0.1", {0}, 0});
-    generation.assign_ranks();
-    store_->set(keys::generation(g), encode(generation));
-    store_->set(keys::kGeneration, std::to_string(g));
-  }
-  ElasticContext worker(const std::string& node) { return ElasticContext(store_, {"job", node, "inc-" + node, 0}); }
-
-  std::shared_ptr<MemoryStore> store_ = std::make_shared<MemoryStore>();
-};
+class ElasticContextTest : public test::WorkerFixture {};
 
 TEST_F(ElasticContextTest, EveryMemberConnectsToTwoIndependentCommunicators) {
   publish(1, {"a", "b"});

@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "elastic/job_keys.h"
 #include "elastic/memory_store.h"
+#include "tests/elastic/worker_fixture.h"
 
 namespace hdp::trainer {
 namespace {
@@ -24,18 +25,7 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-class ElasticLoopTest : public ::testing::Test {
- protected:
-  void publish(std::int64_t g, const std::vector<std::string>& nodes) {
-    elastic::Generation generation{.number = g};
-    for (const auto& node : nodes) generation.members.push_back({node, "inc-" + node, "127.0.0.1", {0}, 0});
-    generation.assign_ranks();
-    store_->set(elastic::keys::generation(g), elastic::encode(generation));
-    store_->set(elastic::keys::kGeneration, std::to_string(g));
-  }
-
-  std::shared_ptr<elastic::MemoryStore> store_ = std::make_shared<elastic::MemoryStore>();
-};
+class ElasticLoopTest : public elastic::test::WorkerFixture {};
 
 TEST_F(ElasticLoopTest, ANewerGenerationAbortsACollectiveBlockedOnAFrozenPeer) {
   publish(1, {"a", "b", "c"});
@@ -45,8 +35,8 @@ TEST_F(ElasticLoopTest, ANewerGenerationAbortsACollectiveBlockedOnAFrozenPeer) {
   std::map<std::string, std::string> left_gen1;  // what ended each survivor's generation-1 body
   Clock::time_point published;
 
-  auto worker = [&](const std::string& node) {
-    elastic::ElasticContext ctx(store_, {"job", node, "inc-" + node, 0});
+  auto run_worker = [&](const std::string& node) {
+    elastic::ElasticContext ctx = worker(node);
     LoopOptions options;
     options.connect_timeout = 20s;  // the collective's timeout: what the survivors would wait
     options.wait_slice = 100ms;
@@ -72,9 +62,9 @@ TEST_F(ElasticLoopTest, ANewerGenerationAbortsACollectiveBlockedOnAFrozenPeer) {
       return BodyResult::kFinished;
     });
   };
-  std::thread c([&] { worker("c"); });
-  std::thread a([&] { worker("a"); });
-  std::thread b([&] { worker("b"); });
+  std::thread c([&] { run_worker("c"); });
+  std::thread a([&] { run_worker("a"); });
+  std::thread b([&] { run_worker("b"); });
   std::this_thread::sleep_for(1500ms);  // all three connected; a and b wait on c in the allreduce
   published = Clock::now();
   publish(2, {"a", "b"});
