@@ -5,9 +5,12 @@
 // handles signals:
 //   SIGTERM / SIGINT / SIGUSR1: drain — workers get SIGTERM (they checkpoint and exit), the agent
 //   waits up to drain_timeout, deregisters and returns kDrained; a second signal ends at once.
+// The control plane (registration, lease, leader candidacy, membership) is elastic::MembershipAgent
+// (elastic/membership_agent.h); this file adds the processes, signals and the event loop.
 // An agent whose lease was lost (paused or partitioned past it) notices at its next heartbeat,
-// kills its workers (they belong to a dead incarnation), registers anew and starts them again.
-// A store outage is ridden out: ticks that fail are logged and retried on the next tick. The
+// kills its workers (they belong to a dead incarnation), registers anew and starts them again; one
+// whose lease and node claim were both lost with the store's data keeps its workers and its
+// incarnation. A store outage is ridden out: ticks that fail are logged and retried on the next tick. The
 // store the agent is given must give up on a call within options.timing.store_call_limit (under a
 // heartbeat interval): its calls block the one thread that also handles signals and workers.
 #pragma once

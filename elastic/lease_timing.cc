@@ -19,6 +19,7 @@ LeaseTiming derive_lease_timing(std::chrono::milliseconds lease, std::optional<s
   timing.leader_lease = lease / 2;
   timing.leader_tick = std::min(milliseconds(200), lease / 10);
   timing.registration_wait = lease * 2;
+  timing.rejoin_window = timing.heartbeat + timing.leader_tick;
 
   const milliseconds budget = redis_timeout.value_or(timing.heartbeat / 2);
   if (budget < milliseconds(1)) throw InvalidArgument("--redis-timeout " + ms(budget) + " must be at least 1 ms");

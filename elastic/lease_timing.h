@@ -7,6 +7,11 @@
 //                                    within 5/6 of a lease
 //   leader tick   = min(200 ms, lease / 10)
 //   registration  = 2 × lease        how long a new incarnation waits for a previous one's lease
+//   rejoin window = heartbeat + tick  after the store lost the job's data, every live agent notices
+//                                    at its next heartbeat and announces at once; the leader
+//                                    waits this long (or the settle window, if longer) from the
+//                                    first announcement, so that all of them return in one
+//                                    generation
 //   store         = the agent's Redis timeouts. The agent makes blocking store calls on its one
 //                   Asio thread (signals and child exits wait meanwhile), so one call must give up
 //                   within a heartbeat interval: connect, command and retry budget are each
@@ -34,6 +39,7 @@ struct LeaseTiming {
   Duration leader_lease{};
   Duration leader_tick{};
   Duration registration_wait{};
+  Duration rejoin_window{};
   RedisStoreOptions store{};    // the agent's Redis connection
   Duration store_call_limit{};  // the longest one store call can block: 2 × store.retry_timeout
 };

@@ -29,8 +29,12 @@ std::string node_list(const std::vector<Member>& members) {
 }  // namespace
 
 MembershipController::MembershipController(std::shared_ptr<Store> job_store, std::string leader_id, JobConfig config,
-                                           Store::Duration settle)
-    : store_(std::move(job_store)), leader_id_(std::move(leader_id)), config_(config), settle_(settle) {}
+                                           Store::Duration settle, Store::Duration rejoin_window)
+    : store_(std::move(job_store)),
+      leader_id_(std::move(leader_id)),
+      config_(config),
+      settle_(settle),
+      rejoin_window_(rejoin_window) {}
 
 void MembershipController::load_generation(std::int64_t number) {
   if (number == current_.number) return;
@@ -58,6 +62,14 @@ void MembershipController::load_generation(std::int64_t number) {
 }
 
 void MembershipController::read_new_joins(std::int64_t join_count) {
+  if (join_count < joins_read_) {
+    // Counters only go up: the store lost its data (restarted empty, flushed) or someone removed
+    // `joins`. Announcements are numbered from its new start; one read again is a known identity.
+    log()->warn("the join counter went back from {} to {}: the store lost data; reading announcements from 1",
+                joins_read_, join_count);
+    joins_read_ = 0;
+    hole_since_.reset();
+  }
   if (join_count <= joins_read_) return;
   std::vector<std::string> announcement_keys;
   // At most kJoinsPerTick announcements per tick: the counter comes from Redis, and a value far
@@ -147,9 +159,11 @@ std::optional<std::int64_t> MembershipController::tick() {
   // Candidates whose lease is gone or was replaced are dead; the others join in announcement order.
   std::erase_if(candidates_, [&](const Candidate& c) { return !leases.contains(keys::lease(c.node, c.incarnation)); });
   std::vector<Candidate> standby;
+  bool returning = false;  // a candidate that was in the job before the store lost its generations
   for (const auto& candidate : candidates_) {
     const NodeLease* lease = live(candidate.node, candidate.incarnation);
     if (!lease) continue;  // alive but no healthy slot yet
+    returning = returning || (current_.number == 0 && lease->last_generation > 0);
     if (static_cast<int>(desired.size()) >= config_.max_nodes) {
       standby.push_back(candidate);
       continue;
@@ -172,7 +186,7 @@ std::optional<std::int64_t> MembershipController::tick() {
     // Joins only: wait for the settle window so that a wave of joins becomes one generation.
     const auto now = Clock::now();
     if (!pending_since_) pending_since_ = now;
-    if (now - *pending_since_ < settle_) return std::nullopt;
+    if (now - *pending_since_ < (returning ? std::max(settle_, rejoin_window_) : settle_)) return std::nullopt;
   }
   return publish(std::move(desired), newest_seen, standby);
 }

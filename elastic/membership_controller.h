@@ -12,6 +12,11 @@
 // Numbers read from the store are range-checked (membership.h): garbage in `gen`, `joins` or the
 // current `gen:<g>` makes tick() throw InvalidArgument naming the key, having written nothing; a
 // lease that does not decode counts as a dead node. It never publishes above kMaxGeneration.
+// When the store lost its data (restarted empty, flushed, or `gen` deleted), the members come back
+// as candidates whose leases remember the job's generations (last_generation > 0): with no
+// generation in the store, such joins wait max(settle, rejoin_window) so that every live agent is
+// back in the first generation published, and the join counter, which then starts again from 0,
+// is read from its new start.
 // Not thread-safe; tick() blocks on the store.
 #pragma once
 
@@ -33,7 +38,7 @@ class MembershipController {
   static constexpr std::int64_t kJoinsPerTick = 1024;
 
   MembershipController(std::shared_ptr<Store> job_store, std::string leader_id, JobConfig config,
-                       Store::Duration settle);
+                       Store::Duration settle, Store::Duration rejoin_window = Store::Duration::zero());
 
   // Returns the number of the generation it published, if any.
   std::optional<std::int64_t> tick();
@@ -55,6 +60,7 @@ class MembershipController {
   std::string leader_id_;
   JobConfig config_;
   Store::Duration settle_;
+  Store::Duration rejoin_window_;
   Generation current_;                        // number 0 = none published yet
   std::int64_t joins_read_ = -1;              // announcements read up to here; -1 until the first tick
   // An agent takes its join number (add) before it writes the announcement: a number whose

@@ -125,6 +125,11 @@ bool MemoryStore::erase(std::string_view key) {
   return true;
 }
 
+void MemoryStore::clear() {
+  std::lock_guard lock(mutex_);
+  entries_.clear();
+}
+
 std::vector<std::string> MemoryStore::keys(std::string_view prefix) {
   std::lock_guard lock(mutex_);
   std::vector<std::string> result;

@@ -33,6 +33,9 @@ class MemoryStore final : public Store {
   std::vector<StreamEntry> stream_tail(std::string_view key, std::size_t count) override;
   CommitResult commit(const Transaction& transaction) override;
 
+  // Forgets every key, as a Redis server restarted without persistence (or FLUSHALL) does.
+  void clear();
+
  private:
   using Clock = std::chrono::steady_clock;
   // One key's value: a string, a hash or a stream, as in Redis; the kind is fixed at creation.

@@ -1,5 +1,6 @@
 #include "elastic/node_registration.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <random>
 #include <thread>
@@ -97,6 +98,22 @@ void NodeRegistration::write_announcement(std::int64_t sequence) {
                      .add(Write::set(keys::join(sequence), announcement, std::chrono::hours(1)))
                      .add(event_write("join", {{"node", lease_.node}, {"incarnation", lease_.incarnation},
                                                {"host", lease_.host}, {"slots", std::to_string(lease_.slots)}})));
+}
+
+bool NodeRegistration::reestablish(std::int64_t last_generation) {
+  NodeLease restored = lease_;
+  restored.last_generation = std::max(restored.last_generation, last_generation);
+  const std::string claim_key = keys::node(lease_.node);
+  const std::string lease_key = keys::lease(lease_.node, lease_.incarnation);
+  const bool done = store_->commit(Transaction{}
+                                       .require_absent(claim_key)
+                                       .require_absent(lease_key)
+                                       .add(Write::set(claim_key, lease_.incarnation))
+                                       .add(Write::set(lease_key, encode(restored), ttl_))
+                                       .add(event_write("restored", {{"node", lease_.node},
+                                                                     {"incarnation", lease_.incarnation}})));
+  if (done) lease_ = restored;
+  return done;
 }
 
 NodeRegistration::Heartbeat NodeRegistration::heartbeat(const std::vector<int>& healthy, std::int64_t last_generation,

@@ -50,6 +50,15 @@ class NodeRegistration {
   // draws a new join number; a failure leaves nothing to resume (the next call draws another).
   void announce();
 
+  // For a lease found gone: whether the store lost the job's data (restarted without persistence,
+  // flushed) rather than the lease expiring. Then the node claim is gone too, and this takes claim
+  // and lease back for the same incarnation, in one commit that requires both absent, writing
+  // `last_generation` into the lease so that the leader numbers the next generation above it.
+  // Returns false, changing nothing, when the claim is still there: the lease expired while the
+  // store kept its data (the agent was paused or cut off past it) — an eviction — or another agent
+  // holds the node id. The caller announces the join (announce()).
+  bool reestablish(std::int64_t last_generation);
+
   struct Heartbeat {
     bool alive = false;                     // false: the lease is gone or someone else's (evicted)
     std::optional<std::string> leader;      // the leader key, read in the same round trip

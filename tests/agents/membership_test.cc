@@ -168,18 +168,29 @@ TEST(Membership, AFrozenNodeCostsTheSurvivorsAboutALeaseNotTheCollectiveTimeout)
   expect_exact_sums(cluster);
 }
 
-TEST(Membership, RedisRestartMidRunIsRiddenOut) {
+// Issue 13, defect 14: a Redis restart without persistence loses every key, but the agents keep
+// their incarnations and their workers (which move to the next generation without a restart); the
+// first generation afterwards is numbered above every earlier one (the leases remember them).
+TEST(Membership, RedisRestartMidRunIsRiddenOutWithoutRestartingWorkers) {
   AgentCluster cluster;
   ASSERT_NO_FATAL_FAILURE(start_training(cluster, {"n1", "n2"}));
   const std::int64_t before = cluster.generation();
+  const elastic::Generation members_before = cluster.current().value();
   cluster.redis().restart();  // SIGKILL; a fresh, empty server on the same port
-  // The agents find their leases gone, register again, elect a leader and publish a generation
-  // numbered after the ones they saw (fencing tokens never go back); the job trains on.
+  ASSERT_GE(cluster.wait_until([&] { return cluster.generation() > before; }, 20s), 0) << cluster.all_logs();
   ASSERT_GE(cluster.wait_for_members({"n1", "n2"}, 20s), 0) << cluster.all_logs();
-  EXPECT_GT(cluster.generation(), before);
+  const elastic::Generation members_after = cluster.current().value();
+  EXPECT_GT(members_after.number, before);
+  for (const auto& member : members_before.members) {
+    const auto same = std::find_if(members_after.members.begin(), members_after.members.end(),
+                                   [&](const elastic::Member& m) { return m.same_identity(member); });
+    EXPECT_NE(same, members_after.members.end()) << member.node << " came back as another incarnation\n"
+                                                 << cluster.all_logs();
+  }
   expect_progress(cluster, 10, 15s);
   EXPECT_TRUE(cluster.agent("n1").running());
   EXPECT_TRUE(cluster.agent("n2").running());
+  EXPECT_EQ(cluster.all_logs().find("restarting workers"), std::string::npos) << cluster.all_logs();
   expect_exact_sums(cluster);
 }
 

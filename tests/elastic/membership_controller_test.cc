@@ -172,6 +172,54 @@ TEST_F(ControllerTest, GenerationNumbersNeverGoBackAfterTheStoreLosesThem) {
   ASSERT_EQ(leader.tick(), 42);
 }
 
+// Issue 13, defect 14: a leader that read announcements up to 3 before the store lost its data
+// reads the counter's new start, and waits the rejoin window (not only the settle window) for the
+// returning members, so that they come back in one generation above every earlier one.
+TEST_F(ControllerTest, AfterTheStoreLostItsDataTheReturningMembersComeBackInOneGeneration) {
+  join("a");
+  join("b");
+  join("c");
+  store_->set(keys::kLeader, "leader");
+  MembershipController leader(store_, "leader", {1, 16}, Store::Duration::zero(), 300ms);
+  ASSERT_EQ(leader.tick(), 1);
+
+  store_->clear();
+  store_->set(keys::kLeader, "leader");
+  for (const std::string node : {"a", "b"}) {
+    ASSERT_TRUE(nodes_.at(node).reestablish(1));
+    nodes_.at(node).announce();  // joins 1 and 2, below the 3 already read
+  }
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(leader.tick(), std::nullopt);  // waiting for the others to return
+  ASSERT_TRUE(nodes_.at("c").reestablish(1));
+  nodes_.at("c").announce();
+  std::optional<std::int64_t> published;
+  while (!published && std::chrono::steady_clock::now() - start < 5s) {
+    published = leader.tick();
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 300ms);
+  ASSERT_EQ(published, 2);
+  const Generation generation = decode_generation(*store_->get(keys::generation(2)), "gen:2");
+  ASSERT_EQ(generation.members.size(), 3u);
+  for (const auto& member : generation.members) {
+    EXPECT_EQ(member.incarnation, nodes_.at(member.node).lease().incarnation);
+  }
+}
+
+// The same when only `joins` was removed (by hand): announcements numbered from its new start
+// are read, not ignored until the counter passes the old position.
+TEST_F(ControllerTest, AJoinCounterThatWentBackIsReadFromItsNewStart) {
+  join("a");
+  join("b");
+  auto leader = controller();
+  ASSERT_EQ(leader.tick(), 1);
+  ASSERT_TRUE(store_->erase(keys::kJoinCount));
+  join("c");  // join number 1 again
+  ASSERT_EQ(leader.tick(), 2);
+  EXPECT_EQ(decode_generation(*store_->get(keys::generation(2)), "gen:2").members.size(), 3u);
+}
+
 TEST_F(ControllerTest, GarbageInTheStoreIsAClearErrorNotAnAction) {
   join("a");
   auto leader = controller();

@@ -223,5 +223,41 @@ TEST_F(NodeRegistrationTest, ARewritingHeartbeatRepairsTheLeaseButNeverRevivesIt
   EXPECT_EQ(store_->get(key), std::nullopt);
 }
 
+// Issue 13, defect 14: after the store lost its data (claim and lease gone) the same incarnation is
+// re-established, its lease remembering the generations seen; while the claim is still there (the
+// lease expired while the store kept its data) it is an eviction and nothing changes.
+TEST_F(NodeRegistrationTest, AfterTheStoreLostItsDataTheSameIncarnationIsReestablished) {
+  NodeRegistration node(store_, lease_of("a"), 60s);
+  node.register_new_incarnation(0ms);
+  const std::string incarnation = node.lease().incarnation;
+  store_->clear();
+  EXPECT_FALSE(node.heartbeat({0, 1}, 7).alive);
+  ASSERT_TRUE(node.reestablish(7));
+  EXPECT_EQ(node.lease().incarnation, incarnation);
+  EXPECT_EQ(store_->get(keys::node("a")), incarnation);
+  ASSERT_TRUE(stored_lease(node).has_value());
+  EXPECT_EQ(stored_lease(node)->last_generation, 7);
+  EXPECT_TRUE(node.heartbeat({0, 1}, 7).alive);
+  const auto events = store_->stream_tail(keys::kEvents, 1);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].fields.at(0), (std::pair<std::string, std::string>("type", "restored")));
+}
+
+TEST_F(NodeRegistrationTest, ALeaseThatExpiredWhileTheStoreKeptItsDataIsNotReestablished) {
+  NodeRegistration node(store_, lease_of("a"), 60s);
+  node.register_new_incarnation(0ms);
+  const std::string incarnation = node.lease().incarnation;
+  ASSERT_TRUE(store_->erase(keys::lease("a", incarnation)));  // expired: the claim is still there
+  EXPECT_FALSE(node.reestablish(3));
+  EXPECT_EQ(stored_lease(node), std::nullopt);
+  EXPECT_EQ(store_->get(keys::node("a")), incarnation);
+
+  // Nor when another agent has taken the node id meanwhile.
+  store_->set(keys::node("a"), "0123456789abcdef");
+  EXPECT_FALSE(node.reestablish(3));
+  EXPECT_EQ(store_->get(keys::node("a")), "0123456789abcdef");
+  EXPECT_EQ(stored_lease(node), std::nullopt);
+}
+
 }  // namespace
 }  // namespace hdp::elastic

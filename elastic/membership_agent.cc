@@ -1,0 +1,211 @@
+#include "elastic/membership_agent.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "elastic/job_keys.h"
+
+namespace hdp::elastic {
+
+MembershipAgent::MembershipAgent(MembershipAgentOptions options, std::shared_ptr<Store> job_store, NodeWorkers& workers)
+    : options_(std::move(options)),
+      store_(std::move(job_store)),
+      workers_(workers),
+      registration_(store_, options_.node, options_.timing.lease),
+      leader_(store_, "", options_.timing.leader_lease),
+      job_state_(store_) {}
+
+template <typename Body>
+void MembershipAgent::guarded(const char* what, Body&& body) {
+  try {
+    body();
+  } catch (const StoreUnavailable& e) {
+    log()->warn("node {}: {} skipped, store unavailable: {}", options_.node.node, what, e.what());
+  } catch (const InvalidArgument& e) {
+    log()->error("node {}: {} skipped: {}", options_.node.node, what, e.what());
+  }
+}
+
+void MembershipAgent::register_node() {
+  register_incarnation();
+  log()->info("node {} registered (incarnation {}, {} slot(s)) in job {}", options_.node.node, lease().incarnation,
+              options_.node.slots, options_.job);
+  workers_.start_all(lease());
+}
+
+// A new incarnation: the job's config (again, in case the store lost it), a fresh lease, and a
+// leader candidacy under the new member id.
+void MembershipAgent::register_incarnation() {
+  ensure_config();
+  registration_.register_new_incarnation(options_.timing.registration_wait);
+  leader_ = LeaderLease(store_, registration_.member_id(), options_.timing.leader_lease);
+  controller_.reset();
+  forget_membership();
+  announced_at_ = std::chrono::steady_clock::now();  // the registration announced its join
+}
+
+// Registers a new incarnation after an eviction, or completes one that failed part way (each
+// retry resumes the same incarnation), and only then starts the workers.
+void MembershipAgent::complete_registration() {
+  register_incarnation();
+  log()->info("node {}: re-registered as incarnation {}", options_.node.node, lease().incarnation);
+  workers_.start_all(lease());
+}
+
+// What check_membership() knows is about the store as it was: start again, due to announce.
+void MembershipAgent::forget_membership() {
+  checked_generation_ = -1;
+  member_ = false;
+  announced_generation_.reset();
+  announced_at_ = {};
+}
+
+// The first agent writes the job's --nnodes; later agents must agree, so that no two leaders
+// ever apply different limits.
+void MembershipAgent::ensure_config() {
+  const std::string wanted = encode(options_.nnodes);
+  if (store_->compare_and_set(keys::kConfig, std::nullopt, wanted)) return;
+  auto stored = store_->get(keys::kConfig);
+  if (!stored) return ensure_config();  // erased between our two calls
+  JobConfig existing = decode_job_config(*stored, keys::kConfig);
+  if (existing.min_nodes != options_.nnodes.min_nodes || existing.max_nodes != options_.nnodes.max_nodes) {
+    throw InvalidArgument("job '" + options_.job + "' runs with --nnodes " + std::to_string(existing.min_nodes) + ":" +
+                          std::to_string(existing.max_nodes) + ", this agent was given " +
+                          std::to_string(options_.nnodes.min_nodes) + ":" + std::to_string(options_.nnodes.max_nodes));
+  }
+}
+
+void MembershipAgent::heartbeat() {
+  guarded("heartbeat", [&] {
+    // A re-registration that failed part way (a store outage, garbage in `joins`) is completed
+    // first: until then this node has no workers and nothing to heartbeat for.
+    if (!registration_.registered()) return complete_registration();
+    auto beat = registration_.heartbeat(workers_.healthy(), last_generation_);
+    if (beat.alive) {
+      observe_generation(beat.generation);
+      check_membership(beat.generation);
+      return contend_for_leadership(beat.leader);
+    }
+    if (registration_.reestablish(last_generation_)) return restore_after_data_loss();
+    evicted();
+  });
+}
+
+void MembershipAgent::evicted() {
+  log()->warn("node {}: lease of incarnation {} was lost (evicted); restarting workers as a new member",
+              options_.node.node, lease().incarnation);
+  workers_.kill_all();
+  leader_.release();
+  controller_.reset();
+  job_state_.event("evicted", {{"node", options_.node.node}, {"incarnation", lease().incarnation}});
+  complete_registration();
+}
+
+// The store lost the job's data: the workers keep running; the agent announces its join now and
+// the leader (whose own cached view is stale too) republishes the members.
+void MembershipAgent::restore_after_data_loss() {
+  log()->warn("node {}: the store lost this node's lease and claim (restarted empty or flushed); re-established "
+              "incarnation {} and kept its workers",
+              options_.node.node, lease().incarnation);
+  controller_.reset();
+  forget_membership();
+  check_membership(std::nullopt);  // announces now
+  ensure_config();
+}
+
+// Remembers the highest generation seen (the lease reports it, so that numbering survives a Redis
+// wipe). A value that does not decode, or is out of range, is logged (once per distinct value)
+// and ignored, never remembered: it must not stop this agent from renewing or contending for the
+// leader lease, and the leader's tick refuses to act on it anyway.
+void MembershipAgent::observe_generation(const std::optional<std::string>& number) {
+  if (!number) return;
+  try {
+    last_generation_ = std::max(last_generation_, decode_generation_number(*number, keys::kGeneration));
+  } catch (const InvalidArgument& e) {
+    if (bad_generation_logged_ != *number) log()->error("node {}: ignoring it: {}", options_.node.node, e.what());
+    bad_generation_logged_ = *number;
+  }
+}
+
+// Membership converges from any state: an agent with a live lease and a healthy worker that is
+// not in the current generation (dropped while alive: a worker restarting on a one-slot node, a
+// lease value overwritten, a leader that lost its announcement or its view of `gen`) announces
+// its join again — at once when a generation without it is published after its last
+// announcement, else at most once per lease. The leader treats a known identity as one
+// candidate, so announcing again is idempotent. Costs one GET of `gen:<g>` per generation seen.
+void MembershipAgent::check_membership(const std::optional<std::string>& value) {
+  std::int64_t number = 0;
+  if (value) {
+    try {
+      number = decode_generation_number(*value, keys::kGeneration);
+    } catch (const InvalidArgument&) {
+      return;  // observe_generation() logged it
+    }
+  }
+  if (number != checked_generation_) {
+    bool member = false;
+    if (number > 0) {
+      const std::string key = keys::generation(number);
+      auto record = store_->get(key);
+      if (!record) return;  // the leader reports this; look again at the next heartbeat
+      const Generation generation = decode_generation(*record, key);  // garbage: guarded() logs it
+      const auto& mine = lease();
+      member = std::any_of(generation.members.begin(), generation.members.end(), [&](const Member& m) {
+        return m.node == mine.node && m.incarnation == mine.incarnation;
+      });
+    }
+    checked_generation_ = number;
+    member_ = member;
+  }
+  const std::vector<int> healthy = workers_.healthy();
+  if (member_ || healthy.empty()) return;
+  if (!announced_generation_) announced_generation_ = number;  // the generation our registration joined
+  const bool newer = *announced_generation_ != number;
+  const auto now = std::chrono::steady_clock::now();
+  if (!newer && now - announced_at_ < options_.timing.lease) return;
+  // The lease first (`SET … XX`: never reviving it), in case someone overwrote its value.
+  if (!registration_.heartbeat(healthy, last_generation_, /*rewrite=*/true).alive) return;
+  registration_.announce();
+  announced_at_ = now;
+  announced_generation_ = number;
+  if (newer) {
+    log()->warn("node {}: generation {} is without this node (incarnation {}); announcing its join again",
+                options_.node.node, number, lease().incarnation);
+  } else {
+    log()->debug("node {}: not in generation {}; announced its join again", options_.node.node, number);
+  }
+}
+
+// Takes part in leader election with the leader key just read. Followers try at the heartbeat's
+// pace (lease/3), so a dead leader's lease (lease/2) is taken over within 5/6 of a lease.
+void MembershipAgent::contend_for_leadership(const std::optional<std::string>& holder) {
+  if (draining_ || leader_.held()) return;
+  leader_.try_acquire_or_renew(holder);
+}
+
+void MembershipAgent::lead() {
+  if (!leading()) return;
+  guarded("leader tick", [&] {
+    auto head = store_->multi_get({keys::kLeader, keys::kGeneration});
+    observe_generation(head[1]);
+    if (!leader_.try_acquire_or_renew(head[0])) return;
+    if (!controller_) {
+      controller_ = std::make_unique<MembershipController>(store_, member_id(), options_.nnodes, options_.settle,
+                                                           options_.timing.rejoin_window);
+    }
+    if (auto published = controller_->tick()) last_generation_ = std::max(last_generation_, *published);
+  });
+  if (!leader_.held()) controller_.reset();
+}
+
+void MembershipAgent::leave() {
+  try {
+    leader_.release();
+    registration_.deregister();
+  } catch (const Error& e) {
+    log()->warn("node {}: could not deregister: {}", options_.node.node, e.what());
+  }
+}
+
+}  // namespace hdp::elastic

@@ -1,0 +1,123 @@
+// File: elastic/membership_agent.h
+//
+// The control-plane half of `hdp agent`, apart from processes, signals and the event loop (which
+// agents/agent.cc keeps): the node's registration and lease, its leader candidacy and, while it
+// leads, the MembershipController. Many instances can run in one process against one Store, which
+// is how the membership convergence property is tested (tests/elastic/membership_convergence_test.cc).
+//
+// The caller runs heartbeat() every timing.heartbeat and, while leading() is true, lead() every
+// timing.leader_tick, on one thread; it owns the node's workers and lets this class start and kill
+// them through NodeWorkers. A heartbeat:
+//  - renews the lease and remembers the highest generation seen (the lease carries it, so that
+//    generation numbers keep rising when the store loses its data);
+//  - re-announces the node's join while it has a live lease and a healthy worker but is not in the
+//    current generation, whatever dropped it (membership converges from any state);
+//  - contends for the leader lease;
+//  - finds the lease gone while the node's claim (`node:<id>`) still names this incarnation: the
+//    lease expired while the store kept its data (the agent was paused or cut off past it), so the
+//    node was evicted: its workers are killed and it registers as a new incarnation;
+//  - finds the lease and the claim both gone: the store lost the job's data (restarted without
+//    persistence, flushed). It re-establishes the same incarnation, claim and lease in one commit
+//    that requires both absent, keeps its workers, and announces its join at once; the leader
+//    republishes the live members under a generation above every earlier one, and the workers
+//    move to it without a restart;
+//  - completes a registration that failed part way (a store outage, `joins` of another type).
+// Store outages and values that do not decode are logged and retried at the next call (the store
+// must give up on a call within timing.store_call_limit); any other error propagates.
+// Not thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "elastic/job_state.h"
+#include "elastic/leader_lease.h"
+#include "elastic/lease_timing.h"
+#include "elastic/membership.h"
+#include "elastic/membership_controller.h"
+#include "elastic/node_registration.h"
+#include "elastic/store.h"
+
+namespace hdp::elastic {
+
+// The node's worker processes, as the agent's control plane sees them.
+class NodeWorkers {
+ public:
+  virtual ~NodeWorkers() = default;
+  // Slots whose worker is running.
+  virtual std::vector<int> healthy() const = 0;
+  // Starts every slot's worker for the incarnation `lease` describes.
+  virtual void start_all(const NodeLease& lease) = 0;
+  // Kills every worker and waits until they are gone (they belong to an evicted incarnation).
+  virtual void kill_all() = 0;
+};
+
+struct MembershipAgentOptions {
+  std::string job;
+  NodeLease node;  // node, host, pid, version and slots; the incarnation is chosen at registration
+  JobConfig nnodes;
+  LeaseTiming timing;
+  Store::Duration settle{1000};  // joins within this window become one generation
+};
+
+class MembershipAgent {
+ public:
+  // `workers` must outlive this object.
+  MembershipAgent(MembershipAgentOptions options, std::shared_ptr<Store> job_store, NodeWorkers& workers);
+
+  // The first registration (the job's config, the node claim, the lease, the join announcement),
+  // then the workers are started. Throws NodeIdInUse for a node id held by another live agent,
+  // InvalidArgument for a --nnodes that conflicts with the job's or a `config` that does not
+  // decode, StoreUnavailable when the store cannot be reached.
+  void register_node();
+  void heartbeat();
+  // One leader tick: renews the leader lease and runs the membership controller. A no-op unless
+  // leading().
+  void lead();
+  bool leading() const { return leader_.held() && !draining_; }
+  // Stops contending for and renewing the leader lease (the agent is draining).
+  void drain() { draining_ = true; }
+  // Gives up the leader lease and deregisters; errors are logged, not thrown.
+  void leave();
+
+  const NodeLease& lease() const { return registration_.lease(); }
+  std::string member_id() const { return registration_.member_id(); }
+  std::int64_t last_generation() const { return last_generation_; }
+
+ private:
+  void register_incarnation();
+  void complete_registration();
+  void ensure_config();
+  void evicted();
+  void restore_after_data_loss();
+  void observe_generation(const std::optional<std::string>& number);
+  void check_membership(const std::optional<std::string>& value);
+  void contend_for_leadership(const std::optional<std::string>& holder);
+  void forget_membership();
+  // Runs `body`, logging store outages and values that do not decode ("<what> skipped").
+  template <typename Body>
+  void guarded(const char* what, Body&& body);
+
+  MembershipAgentOptions options_;
+  std::shared_ptr<Store> store_;
+  NodeWorkers& workers_;
+  NodeRegistration registration_;
+  LeaderLease leader_;
+  std::unique_ptr<MembershipController> controller_;  // while leader
+  JobState job_state_;
+  bool draining_ = false;
+  std::int64_t last_generation_ = 0;
+  std::optional<std::string> bad_generation_logged_;  // the last `gen` value observe_generation() refused
+  // check_membership(): the generation last read and whether this incarnation is in it; when and
+  // in which generation it last announced its join.
+  std::int64_t checked_generation_ = -1;
+  bool member_ = false;
+  std::optional<std::int64_t> announced_generation_;
+  std::chrono::steady_clock::time_point announced_at_{};
+};
+
+}  // namespace hdp::elastic
