@@ -8,10 +8,10 @@
 //   leader tick   = min(200 ms, lease / 10)
 //   registration  = 2 × lease        how long a new incarnation waits for a previous one's lease
 //   rejoin window = heartbeat + tick  after the store lost the job's data, every live agent notices
-//                                    at its next heartbeat and announces at once; the leader
-//                                    waits this long (or the settle window, if longer) from the
-//                                    first announcement, so that all of them return in one
-//                                    generation
+//                                    at its next heartbeat and announces at once; with no
+//                                    generation in the store the leader waits this long (or the
+//                                    settle window, if longer) from the first announcement, so
+//                                    that all of them return in one generation
 //   store         = the agent's Redis timeouts. The agent makes blocking store calls on its one
 //                   Asio thread (signals and child exits wait meanwhile), so one call must give up
 //                   within a heartbeat interval: connect, command and retry budget are each

@@ -189,12 +189,17 @@ void MembershipAgent::lead() {
   guarded("leader tick", [&] {
     auto head = store_->multi_get({keys::kLeader, keys::kGeneration});
     observe_generation(head[1]);
+    // The leader key vanished while we held it (renewed every tick, it cannot have expired unless
+    // this agent stalled): the store lost its data, or someone removed it. What the controller
+    // cached (the generation, the announcements read, a settle window under way) may be gone
+    // too, so a fresh one reads the store from scratch.
+    if (!head[0]) controller_.reset();
     if (!leader_.try_acquire_or_renew(head[0])) return;
     if (!controller_) {
       controller_ = std::make_unique<MembershipController>(store_, member_id(), options_.nnodes, options_.settle,
                                                            options_.timing.rejoin_window);
     }
-    if (auto published = controller_->tick()) last_generation_ = std::max(last_generation_, *published);
+    if (auto published = controller_->tick(last_generation_)) last_generation_ = std::max(last_generation_, *published);
   });
   if (!leader_.held()) controller_.reset();
 }

@@ -53,6 +53,7 @@ void MembershipController::load_generation(std::int64_t number) {
     }
     current_ = std::move(loaded);
   }
+  pending_since_.reset();  // a join-only change under way was relative to the previous generation
   // A generation published by another leader may have admitted some of our candidates.
   std::erase_if(candidates_, [&](const Candidate& c) {
     return std::any_of(current_.members.begin(), current_.members.end(),
@@ -111,7 +112,7 @@ void MembershipController::read_new_joins(std::int64_t join_count) {
   }
 }
 
-std::optional<std::int64_t> MembershipController::tick() {
+std::optional<std::int64_t> MembershipController::tick(std::int64_t seen_by_leader) {
   auto head = store_->multi_get({keys::kGeneration, keys::kJoinCount, keys::broken(current_.number)});
   const std::int64_t number = head[0] ? decode_generation_number(*head[0], keys::kGeneration) : 0;
   // The broken flag read belongs to the generation we had cached; it counts only if still current.
@@ -143,7 +144,7 @@ std::optional<std::int64_t> MembershipController::tick() {
                : nullptr;
   };
 
-  std::int64_t newest_seen = current_.number;
+  std::int64_t newest_seen = std::max(current_.number, std::min(seen_by_leader, kMaxGeneration));
   std::vector<Member> desired;
   bool lost = false;
   for (const auto& member : current_.members) {
@@ -159,11 +160,9 @@ std::optional<std::int64_t> MembershipController::tick() {
   // Candidates whose lease is gone or was replaced are dead; the others join in announcement order.
   std::erase_if(candidates_, [&](const Candidate& c) { return !leases.contains(keys::lease(c.node, c.incarnation)); });
   std::vector<Candidate> standby;
-  bool returning = false;  // a candidate that was in the job before the store lost its generations
   for (const auto& candidate : candidates_) {
     const NodeLease* lease = live(candidate.node, candidate.incarnation);
     if (!lease) continue;  // alive but no healthy slot yet
-    returning = returning || (current_.number == 0 && lease->last_generation > 0);
     if (static_cast<int>(desired.size()) >= config_.max_nodes) {
       standby.push_back(candidate);
       continue;
@@ -186,7 +185,10 @@ std::optional<std::int64_t> MembershipController::tick() {
     // Joins only: wait for the settle window so that a wave of joins becomes one generation.
     const auto now = Clock::now();
     if (!pending_since_) pending_since_ = now;
-    if (now - *pending_since_ < (returning ? std::max(settle_, rejoin_window_) : settle_)) return std::nullopt;
+    // With no generation in the store (the job's first, or the store lost its data), wait for
+    // every live agent: the returning ones' leases carry the numbers to publish above.
+    const auto window = current_.number == 0 ? std::max(settle_, rejoin_window_) : settle_;
+    if (now - *pending_since_ < window) return std::nullopt;
   }
   return publish(std::move(desired), newest_seen, standby);
 }

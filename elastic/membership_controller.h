@@ -13,10 +13,11 @@
 // current `gen:<g>` makes tick() throw InvalidArgument naming the key, having written nothing; a
 // lease that does not decode counts as a dead node. It never publishes above kMaxGeneration.
 // When the store lost its data (restarted empty, flushed, or `gen` deleted), the members come back
-// as candidates whose leases remember the job's generations (last_generation > 0): with no
-// generation in the store, such joins wait max(settle, rejoin_window) so that every live agent is
-// back in the first generation published, and the join counter, which then starts again from 0,
-// is read from its new start.
+// as candidates whose leases remember the job's generations (last_generation): with no generation
+// in the store, joins wait max(settle, rejoin_window) from the first one seen, so that every live
+// agent is in the first generation published and it is numbered above all they saw (a job's first
+// generation waits the same: the leader cannot tell the two apart). The join counter, which then
+// starts again from 0, is read from its new start.
 // Not thread-safe; tick() blocks on the store.
 #pragma once
 
@@ -40,8 +41,9 @@ class MembershipController {
   MembershipController(std::shared_ptr<Store> job_store, std::string leader_id, JobConfig config,
                        Store::Duration settle, Store::Duration rejoin_window = Store::Duration::zero());
 
-  // Returns the number of the generation it published, if any.
-  std::optional<std::int64_t> tick();
+  // Returns the number of the generation it published, if any. `seen_by_leader`: the newest
+  // generation the leading agent has seen; the next one is numbered above it too.
+  std::optional<std::int64_t> tick(std::int64_t seen_by_leader = 0);
 
  private:
   using Clock = std::chrono::steady_clock;

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "elastic/job_keys.h"
 #include "elastic/memory_store.h"
+#include "tests/elastic/forwarding_store.h"
 
 namespace hdp::elastic {
 namespace {
@@ -139,43 +140,24 @@ TEST_F(NodeRegistrationTest, ARegistrationThatFailedAfterItsClaimIsCompletedByTh
 
 // A store that fails the first commit after an add() once, as a Redis outage between drawing a join
 // number and writing the announcement would.
-class FlakyStore final : public Store {
+class FlakyStore final : public test::ForwardingStore {
  public:
-  explicit FlakyStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
+  using ForwardingStore::ForwardingStore;
   bool fail_commit_after_add = false;
 
-  void set(std::string_view k, std::string_view v) override { inner_->set(k, v); }
-  void set_with_ttl(std::string_view k, std::string_view v, Duration t) override { inner_->set_with_ttl(k, v, t); }
-  Refresh refresh_ttl(std::string_view k, Duration t, std::optional<std::string_view> v,
-                      const std::vector<std::string>& r) override {
-    return inner_->refresh_ttl(k, t, v, r);
-  }
-  std::optional<std::string> get(std::string_view k) override { return inner_->get(k); }
   std::int64_t add(std::string_view k, std::int64_t d) override {
     added_ = true;
-    return inner_->add(k, d);
+    return ForwardingStore::add(k, d);
   }
-  bool compare_and_set(std::string_view k, std::optional<std::string_view> e, std::string_view d) override {
-    return inner_->compare_and_set(k, e, d);
-  }
-  bool erase(std::string_view k) override { return inner_->erase(k); }
-  std::vector<std::string> keys(std::string_view p) override { return inner_->keys(p); }
-  void wait(const std::vector<std::string>& k, Duration t) override { inner_->wait(k, t); }
-  std::vector<std::optional<std::string>> multi_get(const std::vector<std::string>& k) override {
-    return inner_->multi_get(k);
-  }
-  std::map<std::string, std::string> hash_get_all(std::string_view k) override { return inner_->hash_get_all(k); }
-  std::vector<StreamEntry> stream_tail(std::string_view k, std::size_t c) override { return inner_->stream_tail(k, c); }
   CommitResult commit(const Transaction& t) override {
     if (fail_commit_after_add && added_) {
       fail_commit_after_add = false;
       throw StoreUnavailable("injected outage");
     }
-    return inner_->commit(t);
+    return ForwardingStore::commit(t);
   }
 
  private:
-  std::shared_ptr<Store> inner_;
   bool added_ = false;
 };
 
