@@ -181,7 +181,18 @@ TEST_F(ControllerTest, AfterTheStoreLostItsDataTheReturningMembersComeBackInOneG
   join("c");
   store_->set(keys::kLeader, "leader");
   MembershipController leader(store_, "leader", {1, 16}, Store::Duration::zero(), 300ms);
-  ASSERT_EQ(leader.tick(), 1);
+  // The job's first generation waits the rejoin window too (nothing tells it from a store that lost
+  // its generations).
+  auto tick_until_published = [&](std::chrono::steady_clock::time_point since) {
+    std::optional<std::int64_t> published;
+    while (!published && std::chrono::steady_clock::now() - since < 5s) {
+      published = leader.tick();
+      if (!published) std::this_thread::sleep_for(10ms);
+    }
+    EXPECT_GE(std::chrono::steady_clock::now() - since, 300ms);
+    return published;
+  };
+  ASSERT_EQ(tick_until_published(std::chrono::steady_clock::now()), 1);
 
   store_->clear();
   store_->set(keys::kLeader, "leader");
@@ -193,13 +204,7 @@ TEST_F(ControllerTest, AfterTheStoreLostItsDataTheReturningMembersComeBackInOneG
   EXPECT_EQ(leader.tick(), std::nullopt);  // waiting for the others to return
   ASSERT_TRUE(nodes_.at("c").reestablish(1));
   nodes_.at("c").announce();
-  std::optional<std::int64_t> published;
-  while (!published && std::chrono::steady_clock::now() - start < 5s) {
-    published = leader.tick();
-    std::this_thread::sleep_for(10ms);
-  }
-  EXPECT_GE(std::chrono::steady_clock::now() - start, 300ms);
-  ASSERT_EQ(published, 2);
+  ASSERT_EQ(tick_until_published(start), 2);
   const Generation generation = decode_generation(*store_->get(keys::generation(2)), "gen:2");
   ASSERT_EQ(generation.members.size(), 3u);
   for (const auto& member : generation.members) {
