@@ -9,6 +9,7 @@ packages=(
   libspdlog-dev libfmt-dev googletest libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev nlohmann-json3-dev libcli11-dev libxxhash-dev
   libsystemd-dev systemd redis-server redis-tools procps
+  iproute2 util-linux
 )
 # The local Slurm cluster of the system tests; optional (those tests skip without it).
 optional_packages=(slurm-wlm munge)
