@@ -1,0 +1,288 @@
+#include "trainer/data/corpus.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <string_view>
+#include <system_error>
+#include <utility>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "common/text.h"
+
+namespace hdp::trainer::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Entries named in a warning each; the rest are only counted (summary line at the end).
+constexpr std::uint64_t kNamedSkips = 5;
+
+std::string errno_text(int error) { return std::error_code(error, std::generic_category()).message(); }
+
+// The walk of Corpus's constructor: each directory's entries sorted by key (a directory's key is
+// "name/"), so the documents come out in bytewise order of their relative paths.
+class Walk {
+ public:
+  Walk(const fs::path& root, const CorpusOptions& options, CorpusStats& stats, std::vector<std::string>& paths,
+       std::vector<std::int64_t>& sizes)
+      : root_(root), options_(options), stats_(stats), paths_(paths), sizes_(sizes) {}
+
+  // `prefix`: the directory's path relative to the root with a trailing '/', "" for the root.
+  void directory(const fs::path& dir, const std::string& prefix) {
+    std::vector<Child> children;
+    std::error_code ec;
+    fs::directory_iterator it(dir, ec);
+    if (ec) {
+      if (prefix.empty()) {
+        throw InvalidArgument("cannot list data root " + quote_value(root_.string()) + ": " + ec.message());
+      }
+      unreadable(prefix, "cannot list directory: " + ec.message());
+      return;
+    }
+    while (it != fs::directory_iterator()) {
+      const fs::directory_entry& entry = *it;
+      std::string name = entry.path().filename().string();
+      const fs::file_status status = entry.symlink_status(ec);
+      if (ec) {
+        unreadable(prefix + name, ec.message());
+      } else {
+        const bool is_dir = status.type() == fs::file_type::directory;
+        children.push_back({is_dir ? name + "/" : name, std::move(name), status.type()});
+      }
+      it.increment(ec);
+      if (ec) {
+        unreadable(prefix, "listing stopped: " + ec.message());
+        break;
+      }
+    }
+    std::sort(children.begin(), children.end(), [](const Child& a, const Child& b) { return a.key < b.key; });
+    for (const Child& child : children) {
+      if (stop_) return;
+      const fs::path path = dir / child.name;
+      const std::string relative = prefix + child.name;
+      switch (child.type) {
+        case fs::file_type::directory:
+          directory(path, prefix + child.key);
+          break;
+        case fs::file_type::symlink:
+          ++stats_.symlinks;
+          log()->debug("data: not following symbolic link {}", quote_value(relative));
+          break;
+        case fs::file_type::regular:
+          file(path, relative);
+          break;
+        default:
+          ++stats_.special_files;
+          log()->debug("data: skipping {}: not a regular file", quote_value(relative));
+          break;
+      }
+    }
+  }
+
+  std::uint64_t unnamed_skips() const { return named_ < stats_.unreadable ? stats_.unreadable - named_ : 0; }
+
+ private:
+  struct Child {
+    std::string key;  // sort key: the name, "name/" for a directory
+    std::string name;
+    fs::file_type type;
+  };
+
+  void file(const fs::path& path, const std::string& relative) {
+    std::error_code ec;
+    const std::uintmax_t size = fs::file_size(path, ec);
+    if (ec) {
+      unreadable(relative, ec.message());
+      return;
+    }
+    if (size == 0) {
+      ++stats_.empty_files;
+      return;
+    }
+    // Permission only; read() handles whatever else stops the bytes later.
+    if (::faccessat(AT_FDCWD, path.c_str(), R_OK, AT_EACCESS) != 0) {
+      unreadable(relative, errno_text(errno));
+      return;
+    }
+    const auto bytes = static_cast<std::int64_t>(size);
+    if (stats_.documents >= options_.max_documents || bytes > options_.max_bytes - stats_.bytes) {
+      stats_.truncated = true;
+      stop_ = true;
+      log()->warn("data: stopped indexing {} before {}: limit of {} documents / {} bytes reached",
+                  quote_value(root_.string()), quote_value(relative), options_.max_documents, options_.max_bytes);
+      return;
+    }
+    paths_.push_back(relative);
+    sizes_.push_back(bytes);
+    ++stats_.documents;
+    stats_.bytes += bytes;
+  }
+
+  void unreadable(const std::string& relative, const std::string& why) {
+    ++stats_.unreadable;
+    if (named_ < kNamedSkips) {
+      ++named_;
+      log()->warn("data: skipping {} under {}: {}", quote_value(relative.empty() ? "." : relative),
+                  quote_value(root_.string()), why);
+    }
+  }
+
+  const fs::path& root_;
+  const CorpusOptions& options_;
+  CorpusStats& stats_;
+  std::vector<std::string>& paths_;
+  std::vector<std::int64_t>& sizes_;
+  std::uint64_t named_ = 0;
+  bool stop_ = false;
+};
+
+std::string skipped_summary(const CorpusStats& s) {
+  std::string text;
+  auto add = [&](std::uint64_t count, std::string_view what) {
+    if (count == 0) return;
+    text += text.empty() ? "" : ", ";
+    text += std::to_string(count) + " " + std::string(what);
+  };
+  add(s.empty_files, "empty files");
+  add(s.symlinks, "symbolic links (not followed)");
+  add(s.special_files, "special files");
+  add(s.unreadable, "unreadable entries");
+  return text.empty() ? "nothing skipped" : "skipped " + text;
+}
+
+// Reads exactly `size` bytes at `offset`; false (errno set, or 0 at end of file) when it cannot.
+bool read_at(int fd, char* out, std::int64_t size, std::int64_t offset) {
+  while (size > 0) {
+    const ssize_t n = ::pread(fd, out, static_cast<std::size_t>(size), static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = 0;
+      return false;
+    }
+    out += n;
+    size -= n;
+    offset += n;
+  }
+  return true;
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+Corpus::Corpus(std::filesystem::path root, const CorpusOptions& options) : root_(std::move(root)) {
+  if (options.context < 1) {
+    throw InvalidArgument("context length must be >= 1, got " + std::to_string(options.context));
+  }
+  if (options.max_documents < 1) throw InvalidArgument("max_documents must be >= 1, got 0");
+  if (options.max_bytes < 1) {
+    throw InvalidArgument("max_bytes must be >= 1, got " + std::to_string(options.max_bytes));
+  }
+  context_ = options.context;
+  const std::string shown = quote_value(root_.string());  // as the caller named it
+  std::error_code ec;
+  const fs::file_status status = fs::status(root_, ec);  // follows a link: the root may be one
+  if (status.type() == fs::file_type::not_found) throw InvalidArgument("data root " + shown + " does not exist");
+  if (ec) throw InvalidArgument("cannot examine data root " + shown + ": " + ec.message());
+  if (status.type() != fs::file_type::directory) throw InvalidArgument("data root " + shown + " is not a directory");
+  // Reads open root_ / path: absolute, so that a later change of working directory cannot move them.
+  root_ = fs::absolute(root_, ec);
+  if (ec) throw InvalidArgument("cannot resolve data root " + shown + ": " + ec.message());
+
+  const auto start = std::chrono::steady_clock::now();
+  Walk walk(root_, options, stats_, paths_, sizes_);
+  walk.directory(root_, "");
+  first_piece_.reserve(sizes_.size());
+  for (std::int64_t size : sizes_) {
+    first_piece_.push_back(stats_.pieces);
+    stats_.pieces += static_cast<std::uint64_t>((size + context_ - 1) / context_);
+  }
+  stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  std::string skipped = skipped_summary(stats_);
+  if (walk.unnamed_skips() > 0) skipped += " (" + std::to_string(walk.unnamed_skips()) + " unreadable not named above)";
+  if (stats_.documents == 0) {
+    throw InvalidArgument("data root " + shown + " holds no usable document (a non-empty regular file): " + skipped);
+  }
+  const auto level = stats_.unreadable > 0 || stats_.truncated ? spdlog::level::warn : spdlog::level::info;
+  log()->log(level, "data: indexed {} documents ({} bytes, {} pieces of <= {} tokens) under {} in {:.3f} s; {}",
+             stats_.documents, stats_.bytes, stats_.pieces, context_, shown, stats_.seconds, skipped);
+}
+
+PieceLocation Corpus::locate(std::uint64_t piece) const {
+  HDP_CHECK(piece < stats_.pieces, "piece " + std::to_string(piece) + " of " + std::to_string(stats_.pieces));
+  const auto after = std::upper_bound(first_piece_.begin(), first_piece_.end(), piece);
+  const auto document = static_cast<std::uint64_t>(after - first_piece_.begin()) - 1;
+  const auto offset = static_cast<std::int64_t>(piece - first_piece_[document]) * context_;
+  return {document, offset, std::min(context_, sizes_[document] - offset)};
+}
+
+bool Corpus::read(std::uint64_t piece, std::int64_t length, std::vector<std::int32_t>& tokens,
+                  std::string& why) const {
+  const PieceLocation at = locate(piece);
+  HDP_CHECK(length >= 1 && length <= at.length,
+            "length " + std::to_string(length) + " of a piece of " + std::to_string(at.length));
+  const std::int64_t size = sizes_[at.document];
+  auto refuse = [&](const std::string& reason) {
+    why = "piece " + std::to_string(piece) + " (bytes " + std::to_string(at.offset) + ".." +
+          std::to_string(at.offset + at.length) + " of " + quote_value(paths_[at.document]) + " under " +
+          quote_value(root_.string()) + "): " + reason;
+    return false;
+  };
+  // O_NOFOLLOW: a link put in a document's place after indexing is not followed either;
+  // O_NONBLOCK: nor does a FIFO put there block the open.
+  const fs::path path = root_ / paths_[at.document];
+  const Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (fd.get() < 0) return refuse("cannot open: " + errno_text(errno));
+  struct stat st{};
+  if (::fstat(fd.get(), &st) != 0) return refuse("cannot examine: " + errno_text(errno));
+  if (!S_ISREG(st.st_mode)) return refuse("no longer a regular file");
+  if (st.st_size != size) {
+    return refuse("size changed since indexing (" + std::to_string(size) + " -> " + std::to_string(st.st_size) +
+                  " bytes)");
+  }
+  auto read_failed = [&] {
+    return refuse(errno == 0 ? std::string("shorter than its size") : "cannot read: " + errno_text(errno));
+  };
+
+  std::string bytes(static_cast<std::size_t>(length), '\0');
+  if (!read_at(fd.get(), bytes.data(), length, at.offset)) return read_failed();
+  const std::int64_t probe = std::min(size, kBinaryProbeBytes);
+  std::string_view head;
+  std::string head_bytes;
+  if (at.offset == 0 && length >= probe) {
+    head = std::string_view(bytes).substr(0, static_cast<std::size_t>(probe));
+  } else {
+    head_bytes.resize(static_cast<std::size_t>(probe));
+    if (!read_at(fd.get(), head_bytes.data(), probe, 0)) return read_failed();
+    head = head_bytes;
+  }
+  if (const auto nul = head.find('\0'); nul != std::string_view::npos) {
+    return refuse("binary (NUL byte at offset " + std::to_string(nul) + ")");
+  }
+  tokens.resize(bytes.size());
+  std::transform(bytes.begin(), bytes.end(), tokens.begin(),
+                 [](char c) { return static_cast<std::int32_t>(static_cast<unsigned char>(c)); });
+  return true;
+}
+
+}  // namespace hdp::trainer::data
