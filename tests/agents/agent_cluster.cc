@@ -36,9 +36,9 @@ std::string AgentCluster::hdp() const {
 }
 
 ChildProcess& AgentCluster::start_agent(const std::string& node, std::vector<std::string> extra,
-                                       std::vector<std::string> env) {
+                                       std::vector<std::string> env, std::optional<int> nproc) {
   std::vector<std::string> argv = {hdp(), "agent", "--job", job_, "--redis", redis_->url(), "--node-id", node,
-                                   "--nproc-per-node", std::to_string(options_.nproc),
+                                   "--nproc-per-node", std::to_string(nproc.value_or(options_.nproc)),
                                    "--lease-ms", std::to_string(options_.lease.count()),
                                    "--settle-ms", std::to_string(options_.settle.count()),
                                    "--nnodes", options_.nnodes, "--drain-timeout", "5"};
@@ -48,6 +48,22 @@ ChildProcess& AgentCluster::start_agent(const std::string& node, std::vector<std
                            std::to_string(options_.worker_timeout.count())});
   agents_[node] = std::make_unique<ChildProcess>(argv, (dir_.path() / (node + ".log")).string(), std::move(env));
   return *agents_[node];
+}
+
+std::vector<pid_t> AgentCluster::worker_pids(const std::string& node) {
+  const pid_t agent = agents_.at(node)->pid();
+  std::ifstream children("/proc/" + std::to_string(agent) + "/task/" + std::to_string(agent) + "/children");
+  std::vector<pid_t> pids;
+  for (pid_t pid = 0; children >> pid;) {
+    // A child that exited but is not reaped yet (its agent is stopped, or has not run) is no worker.
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const auto state = line.rfind(") ");
+    if (state != std::string::npos && state + 2 < line.size() && line[state + 2] != 'Z') pids.push_back(pid);
+  }
+  std::sort(pids.begin(), pids.end());
+  return pids;
 }
 
 std::string AgentCluster::agent_log(const std::string& node) const {

@@ -42,10 +42,12 @@ class AgentCluster {
   const ClusterOptions& options() const { return options_; }
 
   // Starts `hdp agent --node-id <node>`; extra flags go before the worker command, `env`
-  // ("NAME=value") is added to its environment.
+  // ("NAME=value") is added to its environment. `nproc` overrides options().nproc for this agent.
   ChildProcess& start_agent(const std::string& node, std::vector<std::string> extra = {},
-                            std::vector<std::string> env = {});
+                            std::vector<std::string> env = {}, std::optional<int> nproc = std::nullopt);
   ChildProcess& agent(const std::string& node) { return *agents_.at(node); }
+  // The agent's worker processes: its children that have not exited (read from /proc), ascending.
+  std::vector<pid_t> worker_pids(const std::string& node);
   std::string agent_log(const std::string& node) const;
   std::string all_logs() const;
 
