@@ -6,6 +6,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "common/log.h"
 #include "common/text.h"
 #include "elastic/job_keys.h"
 #include "elastic/leader_lease.h"
@@ -23,8 +24,20 @@ Write event_write(const std::string& type, Fields details) {
   return Write::stream_append(keys::kEvents, std::move(fields), kEventsKept);
 }
 
+CommitResult commit_with_job_state(Store& store, const Transaction& txn) {
+  try {
+    return store.commit(txn);
+  } catch (const WrongType& e) {
+    if (e.key() != keys::kState && e.key() != keys::kEvents) throw;
+    log()->warn("erasing Redis key {}: it holds a value of another type than the job's {} ({})", quote_value(e.key()),
+                e.key() == keys::kState ? "state hash" : "event stream", e.what());
+    store.erase(e.key());
+    return store.commit(txn);
+  }
+}
+
 void JobState::event(const std::string& type, Fields details) {
-  store_->commit(Transaction{}.add(event_write(type, std::move(details))));
+  commit_with_job_state(*store_, Transaction{}.add(event_write(type, std::move(details))));
 }
 
 bool JobState::fenced_update(std::int64_t generation, Fields fields, std::optional<Write> event) {
@@ -32,7 +45,7 @@ bool JobState::fenced_update(std::int64_t generation, Fields fields, std::option
   Transaction txn;
   txn.require(keys::kGeneration, std::to_string(generation)).add(Write::hash_set(keys::kState, std::move(fields)));
   if (event) txn.add(std::move(*event));
-  return store_->commit(txn);
+  return commit_with_job_state(*store_, txn);
 }
 
 bool JobState::complete(std::int64_t generation, std::int64_t step) {
@@ -43,7 +56,7 @@ bool JobState::complete(std::int64_t generation, std::int64_t step) {
                                           {"updated_at_ms", std::to_string(now_ms())}}))
       .add(Write::set(keys::kOutcome, "completed"))
       .add(event_write("completed", {{"step", step_text}, {"generation", generation_text}}));
-  return store_->commit(txn);
+  return commit_with_job_state(*store_, txn);
 }
 
 void validate_state_field(const std::string& field, const std::string& value) {

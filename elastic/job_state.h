@@ -28,6 +28,12 @@ std::int64_t now_ms();  // wall clock, milliseconds since the epoch
 // A write that appends one event {type, time_ms, ...details} to the capped stream.
 Write event_write(const std::string& type, Fields details);
 
+// store.commit(txn) for a transaction that writes the `state` hash or appends to `events`. No hdp
+// process decides anything from those two keys (they are for people and tools), so one that holds
+// a value of another type (a string written by hand) must not stop a registration, a publication
+// or a worker's report: it is erased (logged, naming the key) and the commit tried once more.
+CommitResult commit_with_job_state(Store& store, const Transaction& txn);
+
 struct JobSnapshot {
   std::int64_t generation = 0;              // 0: none published yet
   std::optional<Generation> members;        // the record of `generation`

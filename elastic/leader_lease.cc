@@ -36,7 +36,7 @@ bool LeaderLease::try_acquire_or_renew() {
 }
 
 bool LeaderLease::acquire() {
-  return store_->commit(Transaction{}
+  return commit_with_job_state(*store_, Transaction{}
                             .require_absent(keys::kLeader)
                             .add(Write::set(keys::kLeader, id_, ttl_))
                             .add(event_write("leader", {{"leader", id_}})));
@@ -86,7 +86,7 @@ bool LeaderLease::replace_garbage(const std::optional<std::string>& value, const
   if (now - garbage_since_ <= ttl_) return false;
   bool acquired = false;
   if (value) {
-    acquired = store_->commit(Transaction{}
+    acquired = commit_with_job_state(*store_, Transaction{}
                                   .require(keys::kLeader, *value)
                                   .add(Write::set(keys::kLeader, id_, ttl_))
                                   .add(event_write("leader", {{"leader", id_}})));

@@ -239,7 +239,7 @@ std::optional<std::int64_t> MembershipController::publish(std::vector<Member> me
                                  {"status", encode(next.status)},
                                  {"members", node_list(next.members)},
                                  {"standby", std::to_string(standby.size())}}));
-  if (!store_->commit(txn)) return std::nullopt;  // another leader or a newer generation: re-read next tick
+  if (!commit_with_job_state(*store_, txn)) return std::nullopt;  // another leader or a newer generation: re-read next tick
   log()->info("published generation {}: {} node(s), world size {}, {} [{}]", next.number, next.members.size(), world,
               encode(next.status), node_list(next.members));
   std::erase_if(candidates_, [&](const Candidate& c) {

@@ -94,7 +94,7 @@ void NodeRegistration::announce() {
 void NodeRegistration::write_announcement(std::int64_t sequence) {
   const std::string announcement = R"({"node":")" + lease_.node + R"(","incarnation":")" + lease_.incarnation + "\"}";
   // Join announcements outlive any settle window by far; the leader reads them within a tick.
-  store_->commit(Transaction{}
+  commit_with_job_state(*store_, Transaction{}
                      .add(Write::set(keys::join(sequence), announcement, std::chrono::hours(1)))
                      .add(event_write("join", {{"node", lease_.node}, {"incarnation", lease_.incarnation},
                                                {"host", lease_.host}, {"slots", std::to_string(lease_.slots)}})));
@@ -105,7 +105,7 @@ bool NodeRegistration::reestablish(std::int64_t last_generation) {
   restored.last_generation = std::max(restored.last_generation, last_generation);
   const std::string claim_key = keys::node(lease_.node);
   const std::string lease_key = keys::lease(lease_.node, lease_.incarnation);
-  const bool done = store_->commit(Transaction{}
+  const bool done = commit_with_job_state(*store_, Transaction{}
                                        .require_absent(claim_key)
                                        .require_absent(lease_key)
                                        .add(Write::set(claim_key, lease_.incarnation))
@@ -137,7 +137,7 @@ NodeRegistration::Heartbeat NodeRegistration::heartbeat(const std::vector<int>& 
 void NodeRegistration::deregister() {
   const std::string claim_key = keys::node(lease_.node);
   // Only while the node id is still ours: after an eviction another incarnation may hold it.
-  store_->commit(Transaction{}
+  commit_with_job_state(*store_, Transaction{}
                      .require(claim_key, lease_.incarnation)
                      .add(Write::erase(claim_key))
                      .add(Write::erase(keys::lease(lease_.node, lease_.incarnation)))

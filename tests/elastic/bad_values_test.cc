@@ -328,3 +328,27 @@ TEST(StatusSnapshot, NonUtf8FieldsAreNamedNotPassedOn) {
 
 }  // namespace
 }  // namespace hdp::elastic
+
+namespace hdp::elastic {
+namespace {
+
+// `state` and `events` are for people and tools: a string written into either (a value of another
+// type) must not stop a registration, a publication or a worker's fenced report. Each writer erases
+// it and writes (before, an agent starting then exited 2 and rank 0's report killed its worker).
+TEST_F(BadValues, AStringInTheStateHashOrTheEventStreamStopsNoWriter) {
+  store_->set(keys::kEvents, "garbage");
+  store_->set(keys::kState, "garbage");
+  join("a");  // its announcement commit appends a `join` event
+  auto leader = controller();
+  ASSERT_EQ(leader.tick(), 1);  // writes `state` and a `resize` event
+  store_->set(keys::kState, "garbage");
+  JobState job(store_);
+  EXPECT_TRUE(job.fenced_update(1, {{"step", "7"}}));
+  EXPECT_EQ(store_->hash_get_all(keys::kState).at("step"), "7");
+  store_->set(keys::kEvents, "garbage");
+  job.event("note", {});
+  EXPECT_EQ(store_->stream_tail(keys::kEvents, 5).size(), 1u);
+}
+
+}  // namespace
+}  // namespace hdp::elastic
