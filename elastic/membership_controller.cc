@@ -69,30 +69,35 @@ void MembershipController::read_new_joins(std::int64_t join_count) {
     log()->warn("the join counter went back from {} to {}: the store lost data; reading announcements from 1",
                 joins_read_, join_count);
     joins_read_ = 0;
-    hole_since_.reset();
+    holes_.clear();
   }
-  if (join_count <= joins_read_) return;
+  // The pending holes again, then new numbers: at most kJoinsPerTick keys a tick in all, so a
+  // counter far ahead of its announcements (garbage, or a wave of joins) costs bounded memory and
+  // time. An announcement missing when read (its agent is between drawing the number and writing
+  // it, died in between, or the key was removed or expired) is looked for again each tick, for up
+  // to kJoinHoleWait, without holding back the announcements after it.
+  std::vector<std::int64_t> numbers;
+  for (const auto& [sequence, since] : holes_) numbers.push_back(sequence);
+  const std::int64_t room = kJoinsPerTick - static_cast<std::int64_t>(holes_.size());
+  const std::int64_t last = std::min(join_count, joins_read_ + std::max<std::int64_t>(room, 0));
+  for (std::int64_t sequence = joins_read_ + 1; sequence <= last; ++sequence) numbers.push_back(sequence);
+  joins_read_ = std::max(joins_read_, last);
+  if (numbers.empty()) return;
   std::vector<std::string> announcement_keys;
-  // At most kJoinsPerTick announcements per tick: the counter comes from Redis, and a value far
-  // ahead of the announcements (garbage, or a wave of joins) must cost bounded memory and time.
-  const std::int64_t last = std::min(join_count, joins_read_ + kJoinsPerTick);
-  for (std::int64_t sequence = joins_read_ + 1; sequence <= last; ++sequence) {
-    announcement_keys.push_back(keys::join(sequence));
-  }
+  for (std::int64_t sequence : numbers) announcement_keys.push_back(keys::join(sequence));
   auto values = store_->multi_get(announcement_keys);
+  const auto now = Clock::now();
   for (std::size_t i = 0; i < values.size(); ++i) {
+    const std::int64_t sequence = numbers[i];
     if (!values[i]) {
-      // Not written yet (its agent is between add and set), or its agent died in between.
-      const auto now = Clock::now();
-      if (!hole_since_) hole_since_ = now;
-      if (now - *hole_since_ < kJoinHoleWait) return;  // read again from here next tick
-      log()->warn("join announcement {} never appeared; skipping it", quote_value(announcement_keys[i]));
-      hole_since_.reset();
-      ++joins_read_;
+      auto [hole, added] = holes_.emplace(sequence, now);
+      if (!added && now - hole->second >= kJoinHoleWait) {
+        log()->warn("join announcement {} never appeared; skipping it", quote_value(announcement_keys[i]));
+        holes_.erase(hole);
+      }
       continue;
     }
-    hole_since_.reset();
-    ++joins_read_;
+    holes_.erase(sequence);
     auto value = nlohmann::json::parse(*values[i], nullptr, false);
     if (!value.is_object() || !value.contains("node") || !value["node"].is_string() ||
         !value.contains("incarnation") || !value["incarnation"].is_string()) {
@@ -100,7 +105,7 @@ void MembershipController::read_new_joins(std::int64_t join_count) {
                   quote_value(*values[i]));
       continue;
     }
-    Candidate candidate{joins_read_, value["node"], value["incarnation"]};
+    Candidate candidate{sequence, value["node"], value["incarnation"]};
     // An identity announced twice (or already a member) is one candidate.
     const bool known =
         std::any_of(candidates_.begin(), candidates_.end(),
@@ -110,6 +115,9 @@ void MembershipController::read_new_joins(std::int64_t join_count) {
         });
     if (!known) candidates_.push_back(std::move(candidate));
   }
+  // Newcomers join in announcement order, also when a hole was filled after later numbers.
+  std::stable_sort(candidates_.begin(), candidates_.end(),
+                   [](const Candidate& x, const Candidate& y) { return x.sequence < y.sequence; });
 }
 
 std::optional<std::int64_t> MembershipController::tick(std::int64_t seen_by_leader) {
@@ -214,7 +222,9 @@ std::optional<std::int64_t> MembershipController::publish(std::vector<Member> me
   next.assign_ranks();
   next.status = static_cast<int>(next.members.size()) >= config_.min_nodes ? GenerationStatus::kRunning
                                                                            : GenerationStatus::kWaiting;
+  // A new leader resumes reading after joins_seen: not past a standby candidate or a pending hole.
   next.joins_seen = standby.empty() ? joins_read_ : standby.front().sequence - 1;
+  if (!holes_.empty()) next.joins_seen = std::min(next.joins_seen, holes_.begin()->first - 1);
   next.created_ms = now_ms();
 
   Transaction txn;

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -66,8 +67,9 @@ class MembershipController {
   Generation current_;                        // number 0 = none published yet
   std::int64_t joins_read_ = -1;              // announcements read up to here; -1 until the first tick
   // An agent takes its join number (add) before it writes the announcement: a number whose
-  // announcement is missing is waited for, up to kJoinHoleWait, before it is skipped as dead.
-  std::optional<Clock::time_point> hole_since_;
+  // announcement is missing is looked for again each tick, up to kJoinHoleWait after it was first
+  // found missing, before it is skipped as dead; later numbers are read meanwhile.
+  std::map<std::int64_t, Clock::time_point> holes_;
   std::vector<Candidate> candidates_;         // announced, not yet members, not known dead
   std::optional<Clock::time_point> pending_since_;  // when a join-only change was first seen
   std::optional<Clock::time_point> exhausted_logged_;  // last "generation numbers exhausted" error
