@@ -120,6 +120,8 @@ TEST(ControlPlaneCli, GarbageWrittenIntoRedisIsNamedNeverActedOn) {
   EXPECT_EQ(cluster.get(elastic::keys::kGeneration), "banana");  // and writes nothing over it
   store->set(elastic::keys::kGeneration, good);
 
+  // Rank 0 reports `step` every few steps: stop the job's processes so that the garbage stays.
+  cluster.agent("n1").kill();
   elastic::Transaction bad_state;
   bad_state.add(elastic::Write::hash_set(elastic::keys::kState, {{"step", "-12"}}));
   store->commit(bad_state);
