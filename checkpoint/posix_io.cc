@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/fd.h"
 
 namespace hdp::checkpoint {
 namespace {
@@ -16,21 +17,6 @@ namespace {
 [[noreturn]] void fail(const std::string& what, const std::filesystem::path& path) {
   throw FatalError(what + " " + path.string() + ": " + std::strerror(errno));
 }
-
-// Closes the descriptor on every path out of a function.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 }  // namespace
 

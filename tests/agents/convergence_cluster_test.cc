@@ -89,6 +89,7 @@
 #include "elastic/membership.h"
 #include "elastic/worker_env.h"
 #include "tests/agents/agent_cluster.h"
+#include "tests/support/seeded_faults.h"
 
 namespace hdp::test {
 namespace {
@@ -238,17 +239,7 @@ double wait_settled(AgentCluster& cluster, const std::map<std::string, int>& slo
   return -1;
 }
 
-std::vector<int> seeds() {
-  std::vector<int> list;
-  if (const char* chosen = std::getenv("HDP_CONVERGENCE_SEEDS")) {
-    std::stringstream text(chosen);
-    for (std::string item; std::getline(text, item, ',');) {
-      if (!item.empty()) list.push_back(std::stoi(item));
-    }
-    return list;
-  }
-  return {1, 2, 3, 8, 9, 24};
-}
+std::vector<int> seeds() { return convergence_seeds({1, 2, 3, 8, 9, 24}); }
 
 // One seed: the cluster, the fault sequence, then the checks (a)-(d) of the header.
 class Scenario {
@@ -318,11 +309,7 @@ class Scenario {
   }
   template <typename T>
   T uniform(T low, T high) {
-    if constexpr (std::is_integral_v<T>) {
-      return std::uniform_int_distribution<T>(low, high)(rng_);
-    } else {
-      return T(std::uniform_int_distribution<std::int64_t>(low.count(), high.count())(rng_));
-    }
+    return draw_uniform(rng_, low, high);
   }
   template <typename T>
   static const T& element(const std::vector<T>& items, std::uint32_t pick) {

@@ -45,6 +45,7 @@
 #include "elastic/memory_store.h"
 #include "elastic/node_registration.h"
 #include "tests/elastic/forwarding_store.h"
+#include "tests/support/seeded_faults.h"
 
 namespace hdp::elastic::test {
 namespace {
@@ -273,11 +274,7 @@ class Scenario {
   }
   template <typename T>
   T uniform(T low, T high) {
-    if constexpr (std::is_integral_v<T>) {
-      return std::uniform_int_distribution<T>(low, high)(rng_);
-    } else {
-      return T(std::uniform_int_distribution<std::int64_t>(low.count(), high.count())(rng_));
-    }
+    return hdp::test::draw_uniform(rng_, low, high);
   }
   std::string pick_node() { return "n" + std::to_string(uniform(1, 4)); }
   void log_event(const std::string& what) {
@@ -518,14 +515,9 @@ class Scenario {
 };
 
 std::vector<int> seeds() {
-  std::vector<int> list;
-  if (const char* chosen = std::getenv("HDP_CONVERGENCE_SEEDS")) {
-    std::stringstream text(chosen);
-    for (std::string item; std::getline(text, item, ',');) list.push_back(std::stoi(item));
-    return list;
-  }
-  for (int seed = 1; seed <= kSeeds; ++seed) list.push_back(seed);
-  return list;
+  std::vector<int> all;
+  for (int seed = 1; seed <= kSeeds; ++seed) all.push_back(seed);
+  return hdp::test::convergence_seeds(all);
 }
 
 TEST(MembershipConvergence, EveryLiveAgentIsAMemberAfterAnyFaultSequence) {

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/fd.h"
 #include "common/log.h"
 #include "common/text.h"
 
@@ -172,20 +173,6 @@ bool read_at(int fd, char* out, std::int64_t size, std::int64_t offset) {
   }
   return true;
 }
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 }  // namespace
 
