@@ -13,6 +13,7 @@
 #include "agents/systemd_notify.h"
 #include "agents/worker_supervisor.h"
 #include "common/error.h"
+#include "common/exit_codes.h"
 #include "common/log.h"
 #include "elastic/membership_agent.h"
 #include "elastic/worker_env.h"
@@ -203,10 +204,13 @@ class Agent {
       return;
     }
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    if (code == 3) return begin_stop(AgentOutcome::kJobFailed, SIGTERM);
+    // The job failed for good (3), or its configuration cannot run (2, a usage error of the
+    // worker): restarting the worker would fail the same way.
+    if (code == kExitJobFailed || code == kExitUsage) return begin_stop(AgentOutcome::kJobFailed, SIGTERM);
     if (code == 0) {
-      // A worker that finished cleanly: the job is complete once every worker has.
-      if (supervisor_.all_exited()) finish(AgentOutcome::kCompleted);
+      // A worker that exited cleanly: the job completed, or its ranks agreed to stop (a signal
+      // reached a worker but not this agent); the job's outcome tells which.
+      if (supervisor_.all_exited()) finish(control_.job_completed() ? AgentOutcome::kCompleted : AgentOutcome::kDrained);
       return;
     }
     if (exhausted_slots_ == options_.slots) {

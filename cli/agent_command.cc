@@ -98,7 +98,7 @@ void add_agent_command(CLI::App& app) {
   command->add_option("--drain-timeout", flags->drain_timeout_s, "Seconds workers get to checkpoint and exit on a drain")
       ->check(CLI::Range(0, 86400))
       ->capture_default_str();
-  command->add_option("worker", flags->worker, "Worker command after -- (default: hdp train --smoke)");
+  command->add_option("worker", flags->worker, "Worker command after -- (default: hdp train, configured by HDP_* variables)");
   command->callback([flags] {
     agents::AgentOptions options;
     options.job = flags->job.job_id();
@@ -115,7 +115,7 @@ void add_agent_command(CLI::App& app) {
     options.settle = std::chrono::milliseconds(flags->settle_ms);
     options.max_restarts = flags->max_restarts;
     options.drain_timeout = std::chrono::seconds(flags->drain_timeout_s);
-    options.worker_command = flags->worker.empty() ? std::vector<std::string>{self_executable(), "train", "--smoke"}
+    options.worker_command = flags->worker.empty() ? std::vector<std::string>{self_executable(), "train"}
                                                    : flags->worker;
     // The first connection: no lease exists yet, so it may wait longer than a store call may once
     // the agent runs (agents started beside Redis, under Slurm or systemd, need not race it).

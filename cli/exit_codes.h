@@ -1,19 +1,17 @@
 // File: cli/exit_codes.h
 //
-// The exit codes of the `hdp` command: the one definition. docs/errors.md (and the systemd/Slurm
-// table of docs/deploy.md) list the same codes; tests/cli/exit_codes_test.cc checks that they agree.
-// cli/main.cc maps exceptions onto them: InvalidArgument and CLI parse errors -> kExitUsage, every
-// other hdp::Error (StoreUnavailable past its retries, AuthError, elastic::NodeIdInUse, ...) and
-// anything unexpected -> kExitFailure; subcommands choose kExitJobFailed and kExitDrained.
+// The exit codes of the `hdp` command, defined in common/exit_codes.h (the agent reads its workers'
+// codes from the same definition), under the names the subcommands use.
 #pragma once
+
+#include "common/exit_codes.h"
 
 namespace hdp::cli {
 
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailure = 1;  // a runtime error (store unreachable, I/O, a failed check,
-                                        // a node id held by another live agent)
-inline constexpr int kExitUsage = 2;    // bad command line, bad configuration or bad input
-inline constexpr int kExitJobFailed = 3;  // agent/worker: the job failed permanently; do not requeue
-inline constexpr int kExitDrained = 4;    // agent: stopped by a signal after draining; requeue is fine
+using hdp::kExitDrained;
+using hdp::kExitFailure;
+using hdp::kExitJobFailed;
+using hdp::kExitOk;
+using hdp::kExitUsage;
 
 }  // namespace hdp::cli

@@ -10,6 +10,10 @@
 #include <climits>
 #include <iostream>
 #include <memory>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
 #include <thread>
 
 #include "agents/embedded_redis.h"
@@ -33,6 +37,37 @@ namespace {
 std::atomic<int> signals_received{0};
 void count_signal(int) { ++signals_received; }
 
+// --kill-node NODE@STEP[+SECONDS]: SIGKILL the agent of NODE (its workers die with it) once the
+// job reported STEP, and start it again SECONDS later (never, without +SECONDS).
+struct NodeKill {
+  std::string node;
+  std::int64_t step = 0;
+  std::optional<int> restart_after_s;
+  bool killed = false, restarted = false;
+  std::chrono::steady_clock::time_point killed_at{};
+};
+
+NodeKill parse_node_kill(const std::string& spec) {
+  const auto at = spec.find('@');
+  NodeKill kill;
+  try {
+    if (at == std::string::npos || at == 0) throw std::invalid_argument("no @");
+    kill.node = spec.substr(0, at);
+    const std::string rest = spec.substr(at + 1);
+    const auto plus = rest.find('+');
+    std::size_t used = 0;
+    kill.step = std::stoll(rest.substr(0, plus), &used);
+    if (used != rest.substr(0, plus).size() || kill.step < 1) throw std::invalid_argument("step");
+    if (plus != std::string::npos) {
+      kill.restart_after_s = std::stoi(rest.substr(plus + 1), &used);
+      if (used != rest.size() - plus - 1 || *kill.restart_after_s < 0) throw std::invalid_argument("seconds");
+    }
+  } catch (const std::exception&) {
+    throw InvalidArgument("--kill-node '" + spec + "' is not NODE@STEP or NODE@STEP+SECONDS (e.g. node2@40+10)");
+  }
+  return kill;
+}
+
 struct RunFlags {
   int nodes = 2;
   int nproc = 1;
@@ -40,31 +75,99 @@ struct RunFlags {
   std::string job;
   std::string nnodes;
   int lease_ms = 5000;
+  std::string kill_node;
+  std::string run_dir = "hdp-runs";
   std::vector<std::string> worker;
 };
 
-// One line whenever the job's generation, status or step changes.
+// The job `hdp run` trains when no worker command is given: the demo model on this machine's C/C++
+// headers, about a minute and a half on two cores, checkpoints under <run dir>/<job>/.
+std::vector<std::string> default_worker(const std::string& self, const std::filesystem::path& checkpoints) {
+  return {self,           "train",          "--model",      "demo", "--steps",     "100",
+          "--context",    "512",            "--capacity",   "512",  "--batch-tokens", "4096",
+          "--lr",         "1e-3",           "--warmup-steps", "10", "--checkpoint-dir", checkpoints.string(),
+          "--checkpoint-every", "20",       "--log-every",  "5"};
+}
+
+// One line whenever the job's generation or status changes (the workers print the steps).
 class ProgressLine {
  public:
   explicit ProgressLine(std::shared_ptr<elastic::Store> store) : state_(std::move(store)) {}
-  void update() {
+  // The job's reported step (0 before the first report); -1 when the store cannot be read.
+  std::int64_t update() {
     try {
       auto s = state_.snapshot(0);
       auto get = [&](const char* k) { return s.state.count(k) ? s.state.at(k) : std::string("-"); };
       std::string line = "generation " + std::to_string(s.generation) + ", world size " +
-                         std::to_string(s.members ? s.members->world_size() : 0) + ", status " + get("status") +
-                         ", step " + get("step");
-      if (line != last_) std::cout << "hdp run: " << line << std::endl;
+                         std::to_string(s.members ? s.members->world_size() : 0) + ", status " + get("status");
+      if (line != last_) std::cout << "hdp run: " << line << ", step " << get("step") << std::endl;
       last_ = line;
+      const std::int64_t step = s.state.count("step") ? std::stoll(s.state.at("step")) : 0;
+      if (step > 0 && !first_step_) first_step_ = std::chrono::steady_clock::now();
+      if (s.state.count("loss") && !first_loss_) first_loss_ = s.state.at("loss");
+      return step;
     } catch (const Error& e) {
       log()->debug("hdp run: progress unavailable: {}", e.what());
+      return -1;
     }
   }
+  std::optional<std::chrono::steady_clock::time_point> first_step() const { return first_step_; }
+  const std::optional<std::string>& first_loss() const { return first_loss_; }
 
  private:
   elastic::JobState state_;
   std::string last_;
+  std::optional<std::chrono::steady_clock::time_point> first_step_;
+  std::optional<std::string> first_loss_;
 };
+
+// The end of a run: what the job did, from its state and events.
+void print_summary(elastic::Store& job_store, const ProgressLine& progress) {
+  try {
+    elastic::JobState state(std::shared_ptr<elastic::Store>(&job_store, [](elastic::Store*) {}));
+    const auto s = state.snapshot(elastic::kEventsKept);
+    auto get = [&](const char* k) { return s.state.count(k) ? s.state.at(k) : std::string("-"); };
+    std::cout << "hdp run: summary: " << get("status") << " at step " << get("step") << ", " << get("tokens")
+              << " tokens";
+    if (progress.first_step() && s.state.count("tokens")) {
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - *progress.first_step()).count();
+      std::cout << " (" << static_cast<long long>(std::stod(s.state.at("tokens")) / std::max(seconds, 1e-3))
+                << " tokens/s over " << static_cast<long long>(seconds) << " s of training)";
+    }
+    std::cout << "; loss " << progress.first_loss().value_or("-") << " -> " << get("loss") << std::endl;
+    std::string sizes, last_size;
+    int resizes = -1, generations = 0;
+    for (const auto& e : s.events) {
+      auto field = [&](const char* k) {
+        for (const auto& [name, value] : e.fields) {
+          if (name == k) return value;
+        }
+        return std::string("-");
+      };
+      const std::string type = field("type");
+      if (type == "resize" && field("status") == "running") {
+        ++generations;
+        if (field("world_size") != last_size) {
+          sizes += (sizes.empty() ? "" : " -> ") + field("world_size");
+          last_size = field("world_size");
+          ++resizes;
+        }
+      } else if (type == "recovered") {
+        std::cout << "hdp run:   generation " << field("generation") << ": recovered in " << field("seconds")
+                  << " s, " << field("lost_steps") << " step(s) lost, world size " << field("world_size") << std::endl;
+      } else if (type == "continue") {
+        std::cout << "hdp run:   generation " << field("generation") << ": continued from memory at step "
+                  << field("step") << std::endl;
+      }
+    }
+    std::cout << "hdp run:   world size " << (sizes.empty() ? "-" : sizes) << " (" << std::max(resizes, 0)
+              << " resize(s) in " << generations << " generation(s)); last checkpoint: step " << get("last_ckpt_step") << " at " << get("last_ckpt_path")
+              << std::endl;
+  } catch (const Error& e) {
+    std::cout << "hdp run: no summary: " << e.what() << std::endl;
+  }
+}
 
 // Whether the job's `outcome` says completed; a store that cannot be read counts as not completed.
 bool job_completed(elastic::Store& job_store) {
@@ -80,32 +183,49 @@ int run_job(const RunFlags& flags) {
   // The agents derive their timing from the lease (elastic/lease_timing.h); refuse a bad one here,
   // before starting anything.
   elastic::derive_lease_timing(std::chrono::milliseconds(flags.lease_ms), std::nullopt);
+  std::optional<NodeKill> node_kill;
+  if (!flags.kill_node.empty()) node_kill = parse_node_kill(flags.kill_node);
+  const std::string job = flags.job.empty() ? "run-" + elastic::new_incarnation().substr(0, 8) : flags.job;
+  elastic::validate_job_id(job);
+  const std::string nnodes = flags.nnodes.empty() ? std::to_string(flags.nodes) + ":" + std::to_string(flags.nodes)
+                                                  : flags.nnodes;
+  elastic::parse_nnodes(nnodes);
   std::unique_ptr<agents::EmbeddedRedis> redis;
   std::string url = flags.redis;
   if (url.empty()) {
     redis = std::make_unique<agents::EmbeddedRedis>();
     url = redis->url();
   }
-  const std::string job = flags.job.empty() ? "run-" + elastic::new_incarnation().substr(0, 8) : flags.job;
-  elastic::validate_job_id(job);
-  const std::string nnodes = flags.nnodes.empty() ? std::to_string(flags.nodes) + ":" + std::to_string(flags.nodes)
-                                                  : flags.nnodes;
-  elastic::parse_nnodes(nnodes);
   std::cout << "hdp run: job " << job << " on " << url << " with " << flags.nodes << " agent(s) x " << flags.nproc
             << " worker(s)\nhdp run: watch it with: hdp status --job " << job << " --redis " << url << " --watch"
             << std::endl;
 
+  // The workers of every agent share this machine's cores: one OpenMP team each, sized so that
+  // they do not oversubscribe it (hdp train's --threads; a value already set wins).
+  const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  setenv("HDP_THREADS", std::to_string(std::max(1L, cores / (flags.nodes * flags.nproc))).c_str(), 0);
+
   const std::string self = self_executable();
-  std::vector<pid_t> agents_running;
+  std::vector<std::string> worker = flags.worker;
+  if (worker.empty()) {
+    const auto checkpoints = std::filesystem::absolute(flags.run_dir) / job / "checkpoints";
+    worker = default_worker(self, checkpoints);
+    std::cout << "hdp run: training the demo model; checkpoints in " << checkpoints.string() << std::endl;
+  }
+  std::map<std::string, std::vector<std::string>> argv_of;  // by node id
+  std::map<pid_t, std::string> agents_running;              // pid -> node id
   for (int i = 0; i < flags.nodes; ++i) {
-    std::vector<std::string> argv = {self, "agent", "--job", job, "--redis", url, "--node-id",
-                                     "node" + std::to_string(i), "--nproc-per-node", std::to_string(flags.nproc),
-                                     "--nnodes", nnodes, "--lease-ms", std::to_string(flags.lease_ms)};
-    if (!flags.worker.empty()) {
-      argv.push_back("--");
-      argv.insert(argv.end(), flags.worker.begin(), flags.worker.end());
-    }
-    agents_running.push_back(agents::spawn({argv, {}}));
+    const std::string node = "node" + std::to_string(i);
+    std::vector<std::string> argv = {self,      "agent", "--job",           job,    "--redis",         url,
+                                     "--node-id", node,  "--nproc-per-node", std::to_string(flags.nproc),
+                                     "--nnodes", nnodes, "--lease-ms",      std::to_string(flags.lease_ms), "--"};
+    argv.insert(argv.end(), worker.begin(), worker.end());
+    argv_of[node] = argv;
+    agents_running[agents::spawn({argv, {}})] = node;
+  }
+  if (node_kill && !argv_of.count(node_kill->node)) {
+    throw InvalidArgument("--kill-node: no agent named '" + node_kill->node + "' (node0 .. node" +
+                          std::to_string(flags.nodes - 1) + ")");
   }
 
   struct sigaction action {};
@@ -116,30 +236,56 @@ int run_job(const RunFlags& flags) {
   auto job_store = std::make_shared<elastic::PrefixStore>(
       std::make_shared<elastic::RedisStore>(elastic::parse_redis_url(url)), elastic::keys::job_namespace(job));
   ProgressLine progress(job_store);
+  std::set<pid_t> killed_on_purpose;
   int exit_code = kExitOk, forwarded = 0, agents_failed = 0;
   while (!agents_running.empty()) {
     if (signals_received > forwarded) {
       forwarded = signals_received;
       const int signo = forwarded == 1 ? SIGTERM : SIGKILL;
       std::cout << "hdp run: " << (forwarded == 1 ? "draining the agents" : "killing the agents") << std::endl;
-      for (pid_t pid : agents_running) kill(pid, signo);
+      for (const auto& [pid, node] : agents_running) kill(pid, signo);
     }
     int status = 0;
     pid_t done = waitpid(-1, &status, WNOHANG);
     if (done > 0) {
-      std::erase(agents_running, done);
+      const std::string node = agents_running.count(done) ? agents_running.at(done) : "?";
+      agents_running.erase(done);
       const int code = WIFEXITED(status) ? WEXITSTATUS(status) : kExitFailure;
-      std::cout << "hdp run: agent pid " << done << " ended (" << agents::describe_status(status) << ")" << std::endl;
+      std::cout << "hdp run: agent " << node << " (pid " << done << ") ended (" << agents::describe_status(status)
+                << ")" << std::endl;
+      if (killed_on_purpose.count(done)) continue;
       if (code != kExitOk) {
         ++agents_failed;
         if (exit_code == kExitOk) exit_code = code;
       }
       continue;
     }
-    progress.update();
+    const std::int64_t step = progress.update();
+    if (node_kill && forwarded == 0) {
+      NodeKill& k = *node_kill;
+      if (!k.killed && step >= k.step) {
+        for (const auto& [pid, node] : agents_running) {
+          if (node != k.node) continue;
+          std::cout << "hdp run: --kill-node: SIGKILL the agent of " << node << " (pid " << pid
+                    << ") and with it its workers, at step " << step << std::endl;
+          kill(pid, SIGKILL);
+          killed_on_purpose.insert(pid);
+        }
+        k.killed = true;
+        k.killed_at = std::chrono::steady_clock::now();
+      } else if (k.killed && !k.restarted && k.restart_after_s &&
+                 std::chrono::steady_clock::now() - k.killed_at >= std::chrono::seconds(*k.restart_after_s) &&
+                 !job_completed(*job_store)) {
+        const pid_t pid = agents::spawn({argv_of.at(k.node), {}});
+        agents_running[pid] = k.node;
+        k.restarted = true;
+        std::cout << "hdp run: --kill-node: started " << k.node << " again (pid " << pid << ")" << std::endl;
+      }
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   progress.update();
+  print_summary(*job_store, progress);
   // The job's outcome decides: losing an agent on the way is what elasticity is for.
   if (job_completed(*job_store)) {
     std::cout << "hdp run: job " << job << " completed";
@@ -163,7 +309,12 @@ void add_run_command(CLI::App& app) {
   command->add_option("--job", flags->job, "Job id (default: run-<random>)");
   command->add_option("--nnodes", flags->nnodes, "MIN:MAX for the agents (default: --nodes:--nodes)");
   command->add_option("--lease-ms", flags->lease_ms, "Node lease of the agents, in [300, 600000]")->capture_default_str();
-  command->add_option("worker", flags->worker, "Worker command after -- (default: hdp train --smoke)");
+  command->add_option("--kill-node", flags->kill_node,
+                      "Fault demo: SIGKILL NODE's agent and workers at STEP, start it again SECONDS later "
+                      "(NODE@STEP[+SECONDS], e.g. node2@40+10)");
+  command->add_option("--run-dir", flags->run_dir, "Where the default job keeps <job>/checkpoints")->capture_default_str();
+  command->add_option("worker", flags->worker,
+                      "Worker command after -- (default: hdp train of the demo model for 100 steps)");
   command->callback([flags] {
     const int code = run_job(*flags);
     if (code != kExitOk) throw CLI::RuntimeError(code);

@@ -1,14 +1,23 @@
-// `hdp train --smoke`: the elastic smoke worker (trainer/smoke_worker.h), started by an agent.
-// SIGTERM/SIGINT/SIGUSR1 stop it at the next step boundary (exit 0); a wrong all-reduce sum exits 3.
+// `hdp train`: one worker of a job, started by an agent (which sets its environment,
+// elastic/worker_env.h). Without --smoke it is the elastic HDP trainer (trainer/trainer.h); with
+// --smoke the stand-in that checks exact all-reduce sums (trainer/smoke_worker.h), for tests.
+// Every trainer flag can also come from the environment (HDP_<FLAG>, e.g. HDP_BATCH_TOKENS) or
+// the --config file's [train] section.
+// SIGTERM/SIGINT/SIGUSR1 stop every rank at the next step boundary: a final checkpoint, exit 0.
+// An impossible configuration exits 2 with one line naming the value; a wrong smoke sum exits 3.
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <memory>
 
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
 #include "common/error.h"
+#include "elastic/worker_env.h"
 #include "trainer/smoke_worker.h"
+#include "trainer/trainer.h"
 
 namespace hdp::cli {
 namespace {
@@ -21,38 +30,132 @@ struct TrainFlags {
   bool smoke = false;
   long steps = 200;
   int step_ms = 50;
-  int timeout_ms = 10000;
+  int timeout_ms = 30000;
+  // The trainer's; model shape overrides apply on top of the preset.
+  std::string model = "demo";
+  int d_model = 0, layers = 0, heads = 0, kv_heads = 0, ffn_dim = 0;
+  long warmup = -1, decay_steps = 0;
+  long max_rank_memory_mb = -1;
+  int threads = 0;
+  std::string checkpoint_dir, metrics_file;
+  std::vector<std::string> faults;
+  trainer::TrainerConfig config;
 };
+
+// Half the physical memory over the node's workers: the default per-rank memory limit.
+long default_rank_memory_mb(int nproc_per_node) {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return 0;
+  return static_cast<long>((static_cast<double>(pages) * page / 2) / (1 << 20) / std::max(1, nproc_per_node));
+}
+
+trainer::TrainerConfig make_config(TrainFlags& f, int nproc_per_node) {
+  trainer::TrainerConfig c = f.config;
+  c.model = trainer::model_preset(f.model);
+  if (f.d_model > 0) c.model.d_model = f.d_model;
+  if (f.layers > 0) c.model.n_layers = f.layers;
+  if (f.heads > 0) c.model.n_heads = f.heads;
+  if (f.kv_heads > 0) c.model.n_kv_heads = f.kv_heads;
+  if (f.ffn_dim > 0) c.model.ffn_dim = f.ffn_dim;
+  c.steps = f.steps;
+  c.lr.total = f.decay_steps > 0 ? f.decay_steps : f.steps;
+  c.lr.warmup = f.warmup >= 0 ? f.warmup : std::min<long>(100, f.steps / 10);
+  c.checkpoint_dir = f.checkpoint_dir;
+  c.metrics_file = f.metrics_file;
+  c.timeout = std::chrono::milliseconds(f.timeout_ms);
+  const long memory_mb = f.max_rank_memory_mb >= 0 ? f.max_rank_memory_mb : default_rank_memory_mb(nproc_per_node);
+  c.max_rank_memory_bytes = static_cast<std::int64_t>(memory_mb) << 20;
+  for (const std::string& spec : f.faults) c.faults.push_back(trainer::parse_fault(spec));
+  return c;
+}
 
 }  // namespace
 
 void add_train_command(CLI::App& app) {
   auto flags = std::make_shared<TrainFlags>();
-  CLI::App* command = app.add_subcommand("train", "Run one worker (started by `hdp agent`, which sets its environment)");
-  command->add_flag("--smoke", flags->smoke, "Run the elastic smoke worker: all-reduce with exact sums every step");
-  command->add_option("--steps", flags->steps, "Steps until the job completes")->check(CLI::Range(1L, 1L << 40))->capture_default_str();
-  command->add_option("--step-ms", flags->step_ms, "Pause per step")->check(CLI::Range(0, 60000))->capture_default_str();
-  command->add_option("--timeout-ms", flags->timeout_ms, "Rendezvous and collective timeout")
-      ->check(CLI::Range(100, 3600000))
-      ->capture_default_str();
+  TrainFlags& f = *flags;
+  trainer::TrainerConfig& c = f.config;
+  CLI::App* command = app.add_subcommand("train", "Run one worker of a job (started by `hdp agent`, which sets its environment)");
+  auto opt = [&](const std::string& name, auto& value, const std::string& help, const std::string& env) {
+    return command->add_option(name, value, help)->envname(env)->capture_default_str();
+  };
+  command->add_flag("--smoke", f.smoke, "Run the elastic smoke worker (tests): all-reduce with exact sums every step");
+  opt("--steps", f.steps, "Steps until the job completes", "HDP_STEPS")->check(CLI::Range(1L, 1L << 40));
+  opt("--step-ms", f.step_ms, "Smoke worker: pause per step", "HDP_STEP_MS")->check(CLI::Range(0, 60000));
+  opt("--timeout-ms", f.timeout_ms, "Rendezvous and collective timeout", "HDP_TIMEOUT_MS")->check(CLI::Range(100, 3600000));
+
+  opt("--model", f.model, "Model preset: tiny, demo, small", "HDP_MODEL");
+  opt("--d-model", f.d_model, "Override the preset's hidden size", "HDP_D_MODEL");
+  opt("--layers", f.layers, "Override the preset's layer count", "HDP_LAYERS");
+  opt("--heads", f.heads, "Override the preset's attention heads", "HDP_HEADS");
+  opt("--kv-heads", f.kv_heads, "Override the preset's key/value heads", "HDP_KV_HEADS");
+  opt("--ffn-dim", f.ffn_dim, "Override the preset's MLP width", "HDP_FFN_DIM");
+  opt("--context", c.context, "Longest training sequence in tokens (documents are cut to it)", "HDP_CONTEXT");
+  opt("--capacity", c.capacity, "C: tokens one rank holds in one micro-batch", "HDP_CAPACITY");
+  opt("--batch-tokens", c.batch_tokens, "Global batch per step in tokens, whatever the world size", "HDP_BATCH_TOKENS");
+  opt("--lr", c.lr.peak, "Peak learning rate", "HDP_LR");
+  opt("--min-lr", c.lr.min, "Learning rate at the end of the cosine decay", "HDP_MIN_LR");
+  opt("--warmup-steps", f.warmup, "Linear warm-up steps (default: min(100, steps/10))", "HDP_WARMUP_STEPS");
+  opt("--decay-steps", f.decay_steps, "Step at which the cosine decay reaches --min-lr (default: --steps)",
+      "HDP_DECAY_STEPS");
+  opt("--beta1", c.beta1, "AdamW beta1", "HDP_BETA1");
+  opt("--beta2", c.beta2, "AdamW beta2", "HDP_BETA2");
+  opt("--weight-decay", c.weight_decay, "AdamW decoupled weight decay", "HDP_WEIGHT_DECAY");
+  command->add_flag("--decay-norms,!--no-decay-norms", c.decay_norms,
+                    "Apply weight decay to RMSNorm weights too (default: exempt, as most LLaMA recipes)")
+      ->envname("HDP_DECAY_NORMS");
+  opt("--clip", c.max_grad_norm, "Clip the global gradient norm to this (<= 0: no clipping)", "HDP_CLIP");
+  opt("--data", c.data, "A directory of text files (one file a document), or synthetic:github|byted|file:PATH",
+      "HDP_DATA");
+  opt("--seed", c.seed, "Seed of the initial weights and the data order", "HDP_SEED");
+  opt("--checkpoint-dir", f.checkpoint_dir, "Where checkpoints go (empty: none)", "HDP_CHECKPOINT_DIR");
+  opt("--checkpoint-every", c.checkpoint_every, "Steps between checkpoints", "HDP_CHECKPOINT_EVERY");
+  opt("--keep", c.keep, "Committed checkpoints kept", "HDP_KEEP");
+  command->add_flag("--resume,!--no-resume", c.resume,
+                    "Restore the newest valid checkpoint when the job starts (default on); --no-resume needs an "
+                    "empty checkpoint directory")
+      ->envname("HDP_RESUME");
+  opt("--max-rank-memory-mb", f.max_rank_memory_mb,
+      "Memory limit per rank (default: half the machine's memory over the node's workers; 0: none)",
+      "HDP_MAX_RANK_MEMORY_MB");
+  opt("--cost-model", c.cost_model, "A cost model file from `hdp plan --calibrate` (default: estimated)",
+      "HDP_COST_MODEL");
+  opt("--threads", f.threads, "OpenMP threads per worker (0: the machine's cores over the node's workers)",
+      "HDP_THREADS")
+      ->check(CLI::Range(0, 1024));
+  opt("--metrics-file", f.metrics_file, "Rank 0 appends a JSON line per step (step, exact loss, world size, ...)",
+      "HDP_METRICS_FILE");
+  opt("--log-every", c.log_every, "Rank 0 prints a line every this many steps", "HDP_LOG_EVERY");
+  command->add_option("--fault", f.faults, "Inject a fault (tests): crash:R@S, kill-node:R@S, hang:R@S:MS")
+      ->envname("HDP_FAULTS")
+      ->delimiter(',');
+
   command->callback([flags] {
-    if (!flags->smoke) {
-      throw InvalidArgument("hdp train needs a mode: --smoke runs the elastic smoke worker (the model trainer "
-                            "arrives with the data plane)");
-    }
     struct sigaction action {};
     action.sa_handler = request_stop;
     sigaction(SIGTERM, &action, nullptr);
     sigaction(SIGINT, &action, nullptr);
     sigaction(SIGUSR1, &action, nullptr);  // Slurm signals a whole step, workers included
-    auto ctx = elastic::ElasticContext::from_environment();
-    trainer::SmokeOptions options;
-    options.steps = flags->steps;
-    options.step_time = std::chrono::milliseconds(flags->step_ms);
-    options.timeout = std::chrono::milliseconds(flags->timeout_ms);
-    if (trainer::run_smoke_worker(ctx, options, stop_requested) == trainer::SmokeResult::kWrongSum) {
-      throw CLI::RuntimeError(kExitJobFailed);
+    if (flags->smoke) {
+      auto ctx = elastic::ElasticContext::from_environment();
+      trainer::SmokeOptions options;
+      options.steps = flags->steps;
+      options.step_time = std::chrono::milliseconds(flags->step_ms);
+      options.timeout = std::chrono::milliseconds(flags->timeout_ms);
+      if (trainer::run_smoke_worker(ctx, options, stop_requested) == trainer::SmokeResult::kWrongSum) {
+        throw CLI::RuntimeError(kExitJobFailed);
+      }
+      return;
     }
+    // The configuration is checked before the environment: a bad flag is named even outside a job.
+    const char* nproc_text = std::getenv(elastic::worker_env::kNprocPerNode);
+    const int nproc = std::max(1, nproc_text ? std::atoi(nproc_text) : 1);
+    trainer::TrainerConfig config = make_config(*flags, nproc);
+    config.threads = flags->threads > 0 ? flags->threads
+                                        : std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)) / nproc);
+    config.validate();
+    auto ctx = elastic::ElasticContext::from_environment();
+    trainer::run_trainer(ctx, config, stop_requested);
   });
 }
 

@@ -33,6 +33,8 @@ ElasticContext ElasticContext::from_environment() {
   identity.incarnation = env.incarnation;
   identity.local_rank = env.local_rank;
   identity.advertise_address = env.advertise_address;
+  identity.nproc_per_node = env.nproc_per_node;
+  identity.agent_pid = env.agent_pid;
   RedisEndpoint endpoint = parse_redis_url(env.redis_url);
   if (!env.redis_password_file.empty()) endpoint.password = read_password_file(env.redis_password_file);
   RedisStoreOptions options;
@@ -107,6 +109,25 @@ bool ElasticContext::changed(const Membership& m) {
     }
   }
   return last_seen_generation_ != 0 && last_seen_generation_ != m.generation;
+}
+
+bool ElasticContext::same_ranks(const Membership& m, std::int64_t g) const {
+  try {
+    const std::string key = keys::generation(g);
+    auto values = store_->multi_get({key, keys::broken(g)});
+    if (!values[0] || values[1]) return false;
+    const Generation next = decode_generation(*values[0], key);
+    if (next.number != g || next.status != GenerationStatus::kRunning) return false;
+    const auto& old = m.record.members;
+    if (next.members.size() != old.size()) return false;
+    for (std::size_t i = 0; i < old.size(); ++i) {
+      const Member &a = old[i], &b = next.members[i];
+      if (!a.same_identity(b) || a.slots != b.slots || a.first_rank != b.first_rank) return false;
+    }
+    return true;
+  } catch (const Error&) {
+    return false;  // unreachable or undecodable: not known to be the same
+  }
 }
 
 std::optional<std::int64_t> ElasticContext::read_generation() const {

@@ -36,6 +36,8 @@ struct WorkerIdentity {
   std::string incarnation;
   int local_rank = 0;
   std::string advertise_address = "127.0.0.1";
+  int nproc_per_node = 1;
+  int agent_pid = 0;  // the agent that started this worker; 0 when none did (tests)
 };
 
 // This worker's place in one generation.
@@ -95,6 +97,13 @@ class ElasticContext {
   // The current generation number as the store has it, read now (thread-safe, unlike changed());
   // nullopt while the store is unreachable or the value does not decode (logged).
   std::optional<std::int64_t> read_generation() const;
+
+  // True when generation `g`'s record (running, not broken) gives every rank of m's generation to
+  // the same worker (node, incarnation, slot) and has no other rank: m's communicator then connects
+  // exactly the processes of g in the same places, so work in flight over it may finish (a
+  // generation published because the store restarted and the members came back as they were).
+  // False when the record is missing, broken or cannot be read. Thread-safe, like read_generation().
+  bool same_ranks(const Membership& m, std::int64_t g) const;
 
   // Marks m's generation broken (a peer was lost): the leader publishes a new one, and no worker
   // joins a broken generation. Refused (a no-op) once a newer generation exists.

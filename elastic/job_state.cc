@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <limits>
 #include <set>
 
@@ -60,8 +61,8 @@ bool JobState::complete(std::int64_t generation, std::int64_t step) {
 }
 
 void validate_state_field(const std::string& field, const std::string& value) {
-  static const std::set<std::string> integers = {"generation", "world_size", "step",  "last_ckpt_step",
-                                                 "updated_at_ms", "nodes",  "tokens"};
+  static const std::set<std::string> integers(std::begin(kIntegerStateFields), std::end(kIntegerStateFields));
+  static const std::set<std::string> numbers(std::begin(kNumberStateFields), std::end(kNumberStateFields));
   // Every field reaches `hdp status --json`, and JSON text is UTF-8.
   if (!is_valid_utf8(field)) {
     throw InvalidArgument("invalid value in Redis key 'state': field name " + quote_value(field) + " is not UTF-8");
@@ -73,7 +74,15 @@ void validate_state_field(const std::string& field, const std::string& value) {
   if (field == "status") {
     if (std::find(std::begin(kStatuses), std::end(kStatuses), value) == std::end(kStatuses)) {
       throw InvalidArgument("invalid value in Redis key 'state': status " + quote_value(value) +
-                            " is not one of waiting, running, resizing, restoring, draining, completed, failed");
+                            " is not one of waiting, running, resizing, restoring, draining, completed, failed, "
+                            "stopped");
+    }
+  } else if (numbers.count(field)) {
+    double number = 0;
+    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), number);
+    if (value.empty() || ec != std::errc() || end != value.data() + value.size() || !std::isfinite(number)) {
+      throw InvalidArgument("invalid value in Redis key 'state': field " + quote_value(field) + " is " +
+                            quote_value(value) + ", not a finite number");
     }
   } else if (integers.count(field)) {
     std::int64_t number = 0;

@@ -20,8 +20,14 @@ namespace hdp::elastic {
 inline constexpr std::size_t kEventsKept = 1000;
 
 // The statuses of the state hash's `status` field.
-inline constexpr const char* kStatuses[] = {"waiting", "running", "resizing", "restoring",
-                                            "draining", "completed", "failed"};
+inline constexpr const char* kStatuses[] = {"waiting",  "running",   "resizing", "restoring",
+                                            "draining", "completed", "failed",   "stopped"};
+
+// Fields of the state hash that hold numbers (validate_state_field checks them; `hdp status --json`
+// prints them as JSON numbers): integers >= 0, and finite decimal numbers.
+inline constexpr const char* kIntegerStateFields[] = {"generation", "world_size", "step",  "last_ckpt_step",
+                                                      "updated_at_ms", "nodes",   "tokens"};
+inline constexpr const char* kNumberStateFields[] = {"loss", "tokens_per_s", "step_ms", "lr", "grad_norm"};
 
 std::int64_t now_ms();  // wall clock, milliseconds since the epoch
 
@@ -67,8 +73,8 @@ class JobState {
   std::shared_ptr<Store> store_;
 };
 
-// Validates one field of the state hash (name and value UTF-8, known integer fields non-negative
-// 64-bit integers, status one of kStatuses); throws InvalidArgument naming the key and the field.
+// Validates one field of the state hash (name and value UTF-8, kIntegerStateFields non-negative
+// 64-bit integers, kNumberStateFields finite numbers, status one of kStatuses); throws InvalidArgument naming the key and the field.
 void validate_state_field(const std::string& field, const std::string& value);
 // Validates one entry of the events stream (every field name and value UTF-8); throws
 // InvalidArgument naming the key, the entry and the field.

@@ -1,5 +1,6 @@
 #include "mesh/zero.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -34,6 +35,32 @@ ZeroOptimizer::ZeroOptimizer(std::int64_t n, int rank, int world_size, ops::DTyp
   grad_ = ops::Tensor::zeros({count()}, dtype, device);
 }
 
+void ZeroOptimizer::set_no_decay(std::vector<Range> ranges) {
+  for (const Range& r : ranges) {
+    if (r.begin < 0 || r.end < r.begin || r.end > n_) {
+      throw InvalidArgument("ZeroOptimizer::set_no_decay: range [" + std::to_string(r.begin) + ", " +
+                            std::to_string(r.end) + ") is outside the buffer of " + std::to_string(n_) + " elements");
+    }
+  }
+  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
+  no_decay_.clear();
+  const std::int64_t lo = offset_, hi = offset_ + count();
+  for (const Range& r : ranges) {
+    const Range clipped{std::max(r.begin, lo), std::min(r.end, hi)};
+    if (clipped.end <= clipped.begin) continue;
+    if (!no_decay_.empty() && clipped.begin <= no_decay_.back().end) {
+      no_decay_.back().end = std::max(no_decay_.back().end, clipped.end);
+    } else {
+      no_decay_.push_back(clipped);
+    }
+  }
+}
+
+void ZeroOptimizer::set_steps_taken(std::int64_t steps) {
+  if (steps < 0) throw InvalidArgument("ZeroOptimizer::set_steps_taken: " + std::to_string(steps) + " < 0");
+  steps_ = steps;
+}
+
 ZeroOptimizer::Result ZeroOptimizer::step(const ops::Tensor& params, const ops::Tensor& grads, Communicator& comm,
                                           ops::AdamWParams adamw, double max_grad_norm,
                                           std::chrono::milliseconds timeout) {
@@ -59,7 +86,23 @@ ZeroOptimizer::Result ZeroOptimizer::step(const ops::Tensor& params, const ops::
   result.grad_norm = std::sqrt(comm.allreduce_sum(local, timeout));
   const ops::Tensor shard = params.reshape({n_}).view(offset_, {count()});
   adamw.step = steps_ + 1;
-  if (count() > 0) ops::adamw_step(shard, grad_, m_, v_, adamw, result.grad_norm, max_grad_norm);
+  // The shard in segments that alternate between decayed and exempt (no_decay_), each updated
+  // with its own weight decay; one segment, the whole shard, when nothing is exempt.
+  auto update = [&](std::int64_t begin, std::int64_t end, float weight_decay) {
+    if (end <= begin) return;
+    const std::int64_t at = begin - offset_, len = end - begin;
+    ops::AdamWParams p = adamw;
+    p.weight_decay = weight_decay;
+    ops::adamw_step(shard.view(at, {len}), grad_.view(at, {len}), m_.view(at, {len}), v_.view(at, {len}), p,
+                    result.grad_norm, max_grad_norm);
+  };
+  std::int64_t cursor = offset_;
+  for (const Range& exempt : no_decay_) {
+    update(cursor, exempt.begin, adamw.weight_decay);
+    update(exempt.begin, exempt.end, 0.0f);
+    cursor = exempt.end;
+  }
+  update(cursor, offset_ + count(), adamw.weight_decay);
   ++steps_;
   result.update_ms = ms_since(start);
 

@@ -10,7 +10,9 @@
 //      first N mod W ranks one element more; counts may be zero when W > N);
 //   2. the global gradient norm: each rank's sum of squares over its shard (in double), all-reduced;
 //   3. AdamW (ops/adamw.h) on the shard's parameters with the shard's exp_avg and exp_avg_sq only,
-//      clipped by the global norm;
+//      clipped by the global norm; the flat ranges given to set_no_decay (norm weights, in most
+//      LLaMA recipes) are updated with weight decay 0 (AdamW is element-wise, so running it per
+//      segment of the shard changes nothing else);
 //   4. all-gather the updated shards into every rank's full parameter buffer.
 // The gradients must already be normalised: the model's backward(1 / global token count) makes the
 // summed buffer the gradient of the global batch's mean token loss, however many micro-batches and
@@ -46,6 +48,19 @@ class ZeroOptimizer {
   const ops::Tensor& grad_shard() const { return grad_; }
   std::int64_t steps_taken() const { return steps_; }
 
+  // A half-open range [begin, end) of the flat buffer.
+  struct Range {
+    std::int64_t begin = 0;
+    std::int64_t end = 0;
+  };
+  // Ranges of the flat buffer that take no weight decay (any order; may overlap). InvalidArgument
+  // for a range outside [0, n) or with end < begin.
+  void set_no_decay(std::vector<Range> ranges);
+
+  // Restoring a shard from a checkpoint: exp_avg() and exp_avg_sq() are written in place by the
+  // caller, and the step count is set here (the bias correction's t continues from it).
+  void set_steps_taken(std::int64_t steps);
+
   struct Result {
     double grad_norm = 0;      // global, before clipping
     double reduce_ms = 0;      // reduce-scatter
@@ -64,6 +79,7 @@ class ZeroOptimizer {
   std::int64_t offset_ = 0;
   ops::Tensor m_, v_, grad_;
   std::int64_t steps_ = 0;
+  std::vector<Range> no_decay_;  // sorted by begin, merged, clipped to this shard
 };
 
 }  // namespace hdp::mesh

@@ -26,12 +26,12 @@ class SupersededWatch {
  public:
   SupersededWatch(const elastic::ElasticContext& ctx, const elastic::Membership& m, mesh::Communicator& comm,
                   std::chrono::milliseconds every)
-      : thread_([this, &ctx, &comm, generation = m.generation, every] {
+      : thread_([this, &ctx, &m, &comm, generation = m.generation, every] {
           std::unique_lock lock(mutex_);
           while (!wake_.wait_for(lock, every, [this] { return stop_; })) {
             lock.unlock();
             const std::optional<std::int64_t> current = ctx.read_generation();
-            if (current && *current != 0 && *current != generation) {
+            if (current && *current != 0 && *current != generation && !ctx.same_ranks(m, *current)) {
               comm.abort("generation " + std::to_string(generation) + " was superseded by generation " +
                          std::to_string(*current));
               return;

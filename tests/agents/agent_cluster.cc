@@ -43,9 +43,14 @@ ChildProcess& AgentCluster::start_agent(const std::string& node, std::vector<std
                                    "--settle-ms", std::to_string(options_.settle.count()),
                                    "--nnodes", options_.nnodes, "--drain-timeout", "5"};
   argv.insert(argv.end(), extra.begin(), extra.end());
-  argv.insert(argv.end(), {"--", hdp(), "train", "--smoke", "--steps", std::to_string(options_.steps), "--step-ms",
-                           std::to_string(options_.step_ms), "--timeout-ms",
-                           std::to_string(options_.worker_timeout.count())});
+  if (!options_.train_args.empty()) {
+    argv.insert(argv.end(), {"--", hdp(), "train"});
+    argv.insert(argv.end(), options_.train_args.begin(), options_.train_args.end());
+  } else {
+    argv.insert(argv.end(), {"--", hdp(), "train", "--smoke", "--steps", std::to_string(options_.steps), "--step-ms",
+                             std::to_string(options_.step_ms), "--timeout-ms",
+                             std::to_string(options_.worker_timeout.count())});
+  }
   agents_[node] = std::make_unique<ChildProcess>(argv, (dir_.path() / (node + ".log")).string(), std::move(env));
   return *agents_[node];
 }

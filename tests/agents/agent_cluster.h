@@ -29,6 +29,8 @@ struct ClusterOptions {
   int steps = 1000000;  // the smoke job runs until the test ends unless told otherwise
   int step_ms = 20;
   std::chrono::milliseconds worker_timeout{3000};  // the smoke workers' rendezvous and collective timeout
+  // The worker command after `hdp train`; empty: the smoke worker with the options above.
+  std::vector<std::string> train_args;
 };
 
 class AgentCluster {

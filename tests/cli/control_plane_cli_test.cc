@@ -39,7 +39,8 @@ TEST(ControlPlaneCli, BadInputIsAUsageErrorWithOneClearLine) {
       {{"agent", "--job", "has space", "--redis", url}, "job id"},
       {{"status", "--job", "nosuch", "--redis", url}, "no job 'nosuch'"},
       {{"status", "--redis", url}, "no job id"},
-      {{"train"}, "--smoke"},
+      {{"train"}, "HDP_JOB_ID"},
+      {{"train", "--capacity", "0"}, "--capacity"},
   };
   for (const auto& [args, reason] : cases) {
     auto r = hdp(cluster, args);

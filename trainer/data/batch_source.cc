@@ -74,7 +74,9 @@ GlobalBatch BatchSource::next(checkpoint::DataPosition& position, std::int64_t t
     if (!pieces_->read(piece, take, tokens, why)) {
       ++batch.refused_pieces;
       ++refused_;
-      if (refused_ <= kNamedRefusals) {
+      if (!log_refusals_) {
+        // Another process reports them (every process passes over the same pieces).
+      } else if (refused_ <= kNamedRefusals) {
         log()->warn("data: passing over {}", why);
       } else if (power_of_ten(refused_)) {
         log()->warn("data: {} pieces passed over so far (binary, changed or unreadable documents)", refused_);

@@ -74,6 +74,9 @@ class BatchSource {
 
   // Pieces refused since this object was built (for reporting; not part of the position).
   std::uint64_t refused_pieces() const { return refused_; }
+  // Whether refusals are logged (default true). Every process of a job refuses the same pieces,
+  // so one of them (rank 0) is enough to tell.
+  void log_refusals(bool on) { log_refusals_ = on; }
 
  private:
   const std::vector<std::uint64_t>& order(std::uint64_t epoch);
@@ -84,6 +87,7 @@ class BatchSource {
   std::uint64_t order_epoch_ = 0;
   std::vector<std::uint64_t> order_;  // epoch_order(seed_, order_epoch_, count_) once filled
   std::uint64_t refused_ = 0;
+  bool log_refusals_ = true;
 };
 
 }  // namespace hdp::trainer::data

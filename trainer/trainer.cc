@@ -1,0 +1,485 @@
+#include "trainer/trainer.h"
+
+#include <omp.h>
+#include <signal.h>
+#include <fcntl.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <optional>
+
+#include "checkpoint/async_saver.h"
+#include "checkpoint/checkpoint_root.h"
+#include "checkpoint/flat_layout.h"
+#include "checkpoint/restorer.h"
+#include "common/clock.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "elastic/job_keys.h"
+#include "elastic/job_state.h"
+#include "mesh/communicator_factory.h"
+#include "mesh/distributed_step.h"
+#include "mesh/plan.h"
+#include "mesh/zero.h"
+#include "ops/model/llama_model.h"
+#include "ops/model/llama_params.h"
+#include "trainer/checkpoint_group.h"
+#include "trainer/checkpoint_reporting.h"
+#include "trainer/data/batch_source.h"
+#include "trainer/elastic_loop.h"
+
+namespace hdp::trainer {
+namespace {
+
+using elastic::Membership;
+using mesh::Communicator;
+using ops::Tensor;
+
+checkpoint::FlatLayout layout_of(const ops::model::LlamaConfig& config) {
+  std::vector<checkpoint::TensorSpec> tensors;
+  for (const ops::model::ParamEntry& p : ops::model::param_layout(config)) tensors.push_back({p.name, p.shape});
+  return checkpoint::FlatLayout(std::move(tensors));
+}
+
+// The flat ranges of the RMSNorm weights (every tensor whose name ends in "norm.weight").
+std::vector<mesh::ZeroOptimizer::Range> norm_ranges(const ops::model::LlamaConfig& config) {
+  std::vector<mesh::ZeroOptimizer::Range> ranges;
+  for (const ops::model::ParamEntry& p : ops::model::param_layout(config)) {
+    const std::string suffix = "norm.weight";
+    if (p.name.size() >= suffix.size() && p.name.compare(p.name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      std::int64_t n = 1;
+      for (auto d : p.shape) n *= d;
+      ranges.push_back({p.offset, p.offset + n});
+    }
+  }
+  return ranges;
+}
+
+std::string fixed3(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f", value);
+  return text;
+}
+
+std::span<float> span_of(const Tensor& t) { return {t.data<float>(), static_cast<std::size_t>(t.numel())}; }
+
+// What the checkpoint keeps as a rank's "RNG state": the trainer draws nothing at random after the
+// seeded initialisation (the data order is a function of the seed and the epoch), so the seed is
+// the whole of it; a restore under another seed would change the data order, and says so.
+std::vector<std::uint8_t> rng_bytes(std::uint64_t seed) {
+  std::vector<std::uint8_t> bytes(sizeof seed);
+  std::memcpy(bytes.data(), &seed, sizeof seed);
+  return bytes;
+}
+
+class Trainer {
+ public:
+  Trainer(elastic::ElasticContext& ctx, const TrainerConfig& config, const std::atomic<bool>& stop)
+      : ctx_(ctx),
+        config_(config),
+        stop_(stop),
+        job_(ctx.store()),
+        model_(config.model),
+        layout_(layout_of(config.model)),
+        source_(open_data(config), config.seed),
+        cost_(trainer_cost_model(config)),
+        no_decay_(config.decay_norms ? std::vector<mesh::ZeroOptimizer::Range>{} : norm_ranges(config.model)) {
+    ckpt_options_.root = config.checkpoint_dir;
+    ckpt_options_.model_config = config.model_json();
+    ckpt_options_.keep = config.keep;
+    if (checkpoints()) checkpoint::validate(ckpt_options_);
+  }
+
+  TrainResult run() {
+    check_minimum_world();
+    LoopOptions loop;
+    loop.connect_timeout = config_.timeout;
+    const LoopResult result =
+        run_elastic_loop(ctx_, loop, stop_, [this](const Membership& m, Communicator& comm) {
+          try {
+            const BodyResult result = generation(m, comm);
+            if (result == BodyResult::kGenerationChanged) interrupted_ = SteadyClock::now();
+            return result;
+          } catch (const RecoverableError&) {
+            interrupted_ = SteadyClock::now();
+            throw;
+          }
+        });
+    if (completed_) return TrainResult::kCompleted;
+    (void)result;
+    return TrainResult::kStopped;
+  }
+
+ private:
+  bool checkpoints() const { return !config_.checkpoint_dir.empty(); }
+  bool lead(const Membership& m) const { return m.rank == 0; }
+
+  // The job never runs below its minimum size, so a configuration that does not fit it never can.
+  void check_minimum_world() {
+    int min_nodes = 1;
+    try {
+      if (auto text = ctx_.store()->get(elastic::keys::kConfig)) {
+        min_nodes = elastic::decode_job_config(*text, elastic::keys::kConfig).min_nodes;
+      }
+    } catch (const StoreUnavailable&) {
+      // Checked per generation anyway.
+    }
+    check_world(config_, min_nodes * ctx_.identity().nproc_per_node);
+  }
+
+  BodyResult generation(const Membership& m, Communicator& comm) {
+    check_world(config_, m.world_size);
+    source_.log_refusals(lead(m));
+    std::unique_ptr<Communicator> ckpt_comm;
+    if (checkpoints()) ckpt_comm = mesh::connect_communicator(ctx_.bootstrap(m), "ckpt", config_.timeout);
+
+    const std::int64_t furthest = start(m, comm);
+
+    CheckpointReporter reporter(ctx_.store(), m.generation, m.rank);
+    std::optional<CommunicatorGroup> group;
+    std::optional<checkpoint::AsyncSaver> saver;
+    if (checkpoints()) {
+      checkpoint::CheckpointOptions options = ckpt_options_;
+      options.hooks = reporter.hooks();
+      group.emplace(*ckpt_comm, config_.timeout);
+      saver.emplace(options, layout_, *group);
+    }
+    try {
+      return steps(m, comm, saver ? &*saver : nullptr, furthest);
+    } catch (const RecoverableError&) {
+      // The generation is lost: a save in flight cannot complete either; let it fail now rather
+      // than after its timeout (~AsyncSaver waits for it).
+      if (ckpt_comm) ckpt_comm->abort("the generation was abandoned");
+      throw;
+    }
+  }
+
+  // Step 2 of the header: continue from memory, or restore. Returns the furthest step any rank had
+  // completed before (for the steps a rollback loses).
+  std::int64_t start(const Membership& m, Communicator& comm) {
+    const bool mine = state_valid_ && state_rank_ == m.rank && state_world_ == m.world_size;
+    const Tensor low = Tensor::from_vector<std::int64_t>({mine ? 1 : 0, step_}, {2});
+    const Tensor high = Tensor::from_vector<std::int64_t>({step_}, {1});
+    comm.allreduce(low, mesh::ReduceOp::kMin);
+    comm.allreduce(high, mesh::ReduceOp::kMax);
+    const std::int64_t furthest = high.data<std::int64_t>()[0];
+    const bool in_memory = low.data<std::int64_t>()[0] == 1 && low.data<std::int64_t>()[1] == furthest;
+    if (in_memory) {
+      log()->info("worker {}/{}: generation {}: every rank holds step {} for its place: continuing from memory",
+                  ctx_.identity().node, ctx_.identity().local_rank, m.generation, step_);
+      if (lead(m)) {
+        report_event(m, "continue", {{"step", std::to_string(step_)}, {"world_size", std::to_string(m.world_size)}});
+      }
+      return furthest;
+    }
+    const auto started = SteadyClock::now();
+    state_valid_ = false;
+    zero_ = std::make_unique<mesh::ZeroOptimizer>(layout_.total(), m.rank, m.world_size);
+    zero_->set_no_decay(no_decay_);
+    std::optional<checkpoint::RestoredProgress> restored;
+    if (checkpoints() && may_restore(m, comm)) {
+      const Tensor params = model_.params();
+      const checkpoint::ShardRange range{zero_->offset(), zero_->offset() + zero_->count()};
+      checkpoint::ShardTarget target{range,
+                                     {span_of(params.view(range.begin, {range.size()})), span_of(zero_->exp_avg()),
+                                      span_of(zero_->exp_avg_sq())}};
+      CheckpointReporter reporter(ctx_.store(), m.generation, m.rank);
+      checkpoint::CheckpointOptions options = ckpt_options_;
+      options.hooks = reporter.hooks();
+      CommunicatorGroup group(comm, config_.timeout);
+      restored = checkpoint::restore_latest(options, layout_, group, target);
+    }
+    if (restored) {
+      step_ = restored->step;
+      position_ = restored->data;
+      zero_->set_steps_taken(step_);
+      if (!restored->rng_states.empty() && restored->rng_states[0] != rng_bytes(config_.seed)) {
+        log()->warn("the checkpoint {} was written under another --seed: the initial weights came from it, but the "
+                    "data order from here on follows this run's seed",
+                    restored->path.string());
+      }
+      // Every rank read only its own shard of the parameters: gather the others.
+      comm.allgather(model_.params().view(zero_->offset(), {zero_->count()}), model_.params(), zero_->counts());
+    } else {
+      model_.init(config_.seed);
+      step_ = 0;
+      position_ = {};
+    }
+    last_saved_step_ = restored ? step_ : -1;
+    state_valid_ = true;
+    state_rank_ = m.rank;
+    state_world_ = m.world_size;
+    const double seconds = ms_since(started) / 1000.0;
+    if (lead(m)) {
+      log()->info("generation {}: {} at step {} on {} rank(s) in {:.2f} s{}", m.generation,
+                  restored ? "restored " + restored->path.string() : std::string("initialised from the seed"), step_,
+                  m.world_size, seconds,
+                  furthest > step_ ? " (" + std::to_string(furthest - step_) + " step(s) to redo)" : std::string());
+      report_event(m, "restore",
+                   {{"step", std::to_string(step_)},
+                    {"checkpoint", restored ? restored->path.filename().string() : std::string("none")},
+                    {"lost_steps", std::to_string(furthest - step_)},
+                    {"world_size", std::to_string(m.world_size)},
+                    {"seconds", fixed3(seconds)}});
+    }
+    return furthest;
+  }
+
+  // --resume: always, except for a job that starts without it and has never reported a step, whose
+  // checkpoint directory must then hold none (a later rollback would otherwise load another run's).
+  bool may_restore(const Membership& m, Communicator& comm) {
+    if (config_.resume) return true;
+    std::int64_t fresh = 0;
+    if (lead(m)) {
+      bool started = false;
+      try {
+        started = job_.snapshot(0).state.count("step") > 0;
+      } catch (const Error& e) {
+        log()->warn("cannot read the job state ({}): treating the job as started", e.what());
+        started = true;
+      }
+      fresh = started ? 0 : 1;
+    }
+    fresh = comm.allreduce_max(fresh);
+    if (fresh == 0) return true;
+    const auto committed = checkpoint::list_committed(config_.checkpoint_dir);
+    if (!committed.empty()) {
+      throw InvalidArgument("--resume=false, but --checkpoint-dir " + config_.checkpoint_dir.string() +
+                            " holds checkpoints (the newest at step " + std::to_string(committed.back().step) +
+                            "): remove them or choose another directory");
+    }
+    return false;
+  }
+
+  BodyResult steps(const Membership& m, Communicator& comm, checkpoint::AsyncSaver* saver, std::int64_t furthest) {
+    const int world = m.world_size;
+    bool first = true;
+    while (step_ < config_.steps) {
+      if (comm.allreduce_max(std::int64_t{stop_ ? 1 : 0}) > 0) {
+        drain(m, comm, saver);
+        return BodyResult::kFinished;
+      }
+      if (ctx_.changed(m)) return BodyResult::kGenerationChanged;
+      inject_faults(m, step_ + 1);
+
+      const auto started = SteadyClock::now();
+      checkpoint::DataPosition next = position_;
+      const data::GlobalBatch batch = source_.next(next, config_.batch_tokens);
+      mesh::PlanRequest request;
+      request.lengths = batch.lengths();
+      request.speeds.assign(static_cast<std::size_t>(world), 1.0);
+      request.capacity = config_.capacity;
+      request.context = config_.context;
+      request.cost = cost_;
+      const mesh::Plan plan = mesh::make_plan(request, mesh::Strategy::kBalanced);
+
+      mesh::StepOptions options;
+      const double lr = config_.lr.at(step_ + 1);
+      options.adamw = {.lr = static_cast<float>(lr),
+                       .beta1 = config_.beta1,
+                       .beta2 = config_.beta2,
+                       .weight_decay = config_.weight_decay};
+      options.max_grad_norm = config_.max_grad_norm;
+      options.timeout = config_.timeout;
+      mesh::DistributedStep step(model_, *zero_, comm, options);
+      state_valid_ = false;  // until the step completed on this rank
+      const mesh::StepResult result = step.run(plan, batch.sequences);
+      ++step_;
+      position_ = next;
+      state_valid_ = true;
+      const double step_ms = ms_since(started);
+
+      if (first) {
+        first = false;
+        recovered(m, comm, furthest);
+      }
+      report(m, result, step_ms, lr);
+      if (saver && (step_ % config_.checkpoint_every == 0 || step_ == config_.steps)) save(*saver);
+    }
+    if (saver && !saver->wait()) log()->error("the final checkpoint at step {} failed on this rank", step_);
+    if (lead(m)) {
+      if (!job_.complete(m.generation, step_)) log()->warn("completion at step {} refused: a newer generation exists", step_);
+      log()->info("completed {} steps", step_);
+    }
+    comm.barrier();  // the outcome is written before any rank exits (an agent reads it)
+    completed_ = true;
+    return BodyResult::kFinished;
+  }
+
+  // The first step of a generation that followed an interruption: how long the interruption cost
+  // (the slowest rank's view, from the moment it left the previous generation) and how many steps.
+  void recovered(const Membership& m, Communicator& comm, std::int64_t furthest) {
+    const std::int64_t mine = interrupted_ ? static_cast<std::int64_t>(ms_since(*interrupted_)) : 0;
+    interrupted_.reset();
+    const std::int64_t ms = comm.allreduce_max(mine);
+    if (ms > 0 && lead(m)) {
+      const std::int64_t lost = furthest >= step_ - 1 ? furthest - (step_ - 1) : 0;
+      log()->info("generation {}: recovered in {:.2f} s, {} step(s) lost", m.generation, ms / 1000.0, lost);
+      report_event(m, "recovered",
+                   {{"step", std::to_string(step_)},
+                    {"seconds", fixed3(ms / 1000.0)},
+                    {"lost_steps", std::to_string(lost)},
+                    {"world_size", std::to_string(m.world_size)}});
+    }
+  }
+
+  void report(const Membership& m, const mesh::StepResult& result, double step_ms, double lr) {
+    if (!lead(m)) return;
+    const double tokens_per_s = result.step_tokens / (step_ms / 1000.0);
+    if (step_ % config_.log_every == 0 || step_ == config_.steps) {
+      log()->info("step {}/{}  loss {:.4f}  lr {:.2e}  {:.0f} tokens/s  world {}  {:.0f} ms (compute {:.0f}, wait {:.0f})",
+                  step_, config_.steps, result.loss(), lr, tokens_per_s, m.world_size, step_ms, result.compute_ms,
+                  result.comm_wait_ms);
+    }
+    if (!config_.metrics_file.empty()) write_metrics(m, result, step_ms, lr, tokens_per_s);
+    char loss[32], rate[32], ms[32], lr_text[32], norm[32];
+    std::snprintf(loss, sizeof loss, "%.6f", result.loss());
+    std::snprintf(rate, sizeof rate, "%.1f", tokens_per_s);
+    std::snprintf(ms, sizeof ms, "%.1f", step_ms);
+    std::snprintf(lr_text, sizeof lr_text, "%.6g", lr);
+    std::snprintf(norm, sizeof norm, "%.6g", result.grad_norm);
+    try {
+      job_.fenced_update(m.generation, {{"status", "running"},
+                                        {"step", std::to_string(step_)},
+                                        {"loss", loss},
+                                        {"tokens_per_s", rate},
+                                        {"step_ms", ms},
+                                        {"lr", lr_text},
+                                        {"grad_norm", norm},
+                                        {"tokens", std::to_string(step_ * config_.batch_tokens)},
+                                        {"world_size", std::to_string(m.world_size)}});
+    } catch (const Error& e) {
+      log()->warn("step {}: cannot report to the job state: {}", step_, e.what());
+    }
+  }
+
+  void write_metrics(const Membership& m, const mesh::StepResult& result, double step_ms, double lr,
+                     double tokens_per_s) {
+    const nlohmann::json line = {{"step", step_},           {"loss", result.loss()},
+                                 {"world_size", m.world_size}, {"generation", m.generation},
+                                 {"lr", lr},                 {"grad_norm", result.grad_norm},
+                                 {"tokens_per_s", tokens_per_s}, {"step_ms", step_ms}};
+    // One write of a whole line in append mode: lines of successive rank-0 processes never mix.
+    const std::string text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    const int fd = ::open(config_.metrics_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0 || ::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+      log()->warn("cannot append to --metrics-file {}: {}", config_.metrics_file.string(), std::strerror(errno));
+    }
+    if (fd >= 0) ::close(fd);
+  }
+
+  void report_event(const Membership& m, const std::string& type, elastic::Fields fields) {
+    fields.emplace_back("generation", std::to_string(m.generation));
+    try {
+      job_.fenced_update(m.generation, {}, elastic::event_write(type, std::move(fields)));
+    } catch (const Error& e) {
+      log()->warn("cannot record the {} event: {}", type, e.what());
+    }
+  }
+
+  void save(checkpoint::AsyncSaver& saver) {
+    checkpoint::ShardSnapshot shard;
+    shard.range = {zero_->offset(), zero_->offset() + zero_->count()};
+    shard.buffers = {span_of(model_.params().view(zero_->offset(), {zero_->count()})), span_of(zero_->exp_avg()),
+                     span_of(zero_->exp_avg_sq())};
+    shard.step = step_;
+    shard.rng_state = rng_bytes(config_.seed);
+    shard.data = position_;
+    saver.save(shard);
+    last_saved_step_ = step_;
+  }
+
+  void drain(const Membership& m, Communicator& comm, checkpoint::AsyncSaver* saver) {
+    if (lead(m)) log()->info("stop requested: the ranks stop at step {}", step_);
+    bool saved = true;
+    if (saver) {
+      if (last_saved_step_ != step_) save(*saver);
+      saved = saver->wait();
+      if (!saved) log()->error("the final checkpoint at step {} failed on this rank", step_);
+    }
+    if (lead(m)) {
+      report_event(m, "stopped", {{"step", std::to_string(step_)},
+                                  {"checkpoint", saver ? (saved ? std::to_string(step_) : "failed") : "none"}});
+      try {
+        job_.fenced_update(m.generation, {{"status", "stopped"}});
+      } catch (const Error& e) {
+        log()->warn("cannot record the stop: {}", e.what());
+      }
+    }
+    comm.barrier();
+  }
+
+  void inject_faults(const Membership& m, std::int64_t step) {
+    for (std::size_t i = 0; i < config_.faults.size(); ++i) {
+      const Fault& f = config_.faults[i];
+      if (f.rank != m.rank || f.step != step) continue;
+      bool claimed = false;
+      try {
+        claimed = ctx_.store()->compare_and_set("fault:" + std::to_string(i), std::nullopt, f.spec);
+      } catch (const Error& e) {
+        log()->warn("fault {}: cannot claim it ({}); not firing", f.spec, e.what());
+      }
+      if (!claimed) continue;
+      log()->warn("fault {}: firing at step {} on rank {}", f.spec, step, m.rank);
+      switch (f.kind) {
+        case Fault::Kind::kCrash:
+          ::kill(::getpid(), SIGKILL);
+          break;
+        case Fault::Kind::kKillNode:
+          if (ctx_.identity().agent_pid > 0) ::kill(ctx_.identity().agent_pid, SIGKILL);
+          ::kill(::getpid(), SIGKILL);
+          break;
+        case Fault::Kind::kHang: {
+          const pid_t parent = ::getpid();
+          const pid_t waker = ::fork();
+          if (waker == 0) {
+            // Only async-signal-safe calls in the child of a threaded process.
+            const auto ms = f.hang.count();
+            timespec ts{static_cast<time_t>(ms / 1000), static_cast<long>(ms % 1000) * 1'000'000L};
+            while (::nanosleep(&ts, &ts) != 0) {
+            }
+            ::kill(parent, SIGCONT);
+            ::_exit(0);
+          }
+          ::raise(SIGSTOP);
+          break;
+        }
+      }
+    }
+  }
+
+  elastic::ElasticContext& ctx_;
+  const TrainerConfig& config_;
+  const std::atomic<bool>& stop_;
+  elastic::JobState job_;
+  ops::model::LlamaModel model_;
+  checkpoint::FlatLayout layout_;
+  data::BatchSource source_;
+  mesh::CostModel cost_;
+  std::vector<mesh::ZeroOptimizer::Range> no_decay_;
+  checkpoint::CheckpointOptions ckpt_options_;
+
+  // The training state this process holds, and what it is for.
+  std::unique_ptr<mesh::ZeroOptimizer> zero_;
+  std::int64_t step_ = 0;
+  checkpoint::DataPosition position_;
+  bool state_valid_ = false;
+  int state_rank_ = -1, state_world_ = 0;
+  std::int64_t last_saved_step_ = -1;
+  std::optional<SteadyClock::time_point> interrupted_;
+  bool completed_ = false;
+};
+
+}  // namespace
+
+TrainResult run_trainer(elastic::ElasticContext& ctx, const TrainerConfig& config, const std::atomic<bool>& stop) {
+  config.validate();
+  if (config.threads > 0) omp_set_num_threads(config.threads);
+  Trainer trainer(ctx, config, stop);
+  return trainer.run();
+}
+
+}  // namespace hdp::trainer

@@ -1,0 +1,45 @@
+// File: trainer/trainer.h
+//
+// `hdp train`: the elastic HDP trainer. One process per rank, started by an agent; it trains the
+// LLaMA model over whatever ranks the current generation has (docs/architecture.md, "The trainer").
+//
+// Per generation (trainer/elastic_loop.h runs the outer loop and builds the "main" communicator):
+//   1. the checkpoint writer's own communicator ("ckpt" channel) is connected;
+//   2. the ranks agree how to start: when every rank holds a complete state for exactly its place
+//      in this generation (same world size and rank as the state was built for, no step left half
+//      done) at the same step, training continues from memory (no restore, no step lost: a
+//      generation published with the same ranks, e.g. after a store restart). Otherwise every rank
+//      restores its ZeRO-1 shard from the newest valid checkpoint, resharded to the new world size
+//      (checkpoint/restorer.h), and all-gathers the parameters; with no checkpoint, it starts from
+//      the seed at step 0.
+//   3. steps: at each boundary the ranks all-reduce their stop requests (SIGTERM/SIGUSR1 on any
+//      worker stops all of them at the same step) and look for a newer generation; then the global
+//      batch of the step (trainer/data/batch_source.h: a function of the data position and the
+//      token budget, the same on every rank and for every world size) is planned with the balanced
+//      strategy over the generation's ranks and run by mesh::DistributedStep. Rank 0 prints a line,
+//      reports step, loss, tokens/s, step time and the learning rate to the job state (fenced by
+//      the generation), and every `checkpoint_every` steps all ranks hand their shard to the
+//      AsyncSaver (staging is a memcpy; the write runs on the saver's thread).
+//   4. a lost or frozen peer (PeerLost, TimeoutError) abandons the generation (elastic_loop.h); the
+//      state of a step that did not finish on this rank is marked incomplete, so step 2 of the next
+//      generation restores.
+// At the last step every rank saves a final checkpoint, rank 0 marks the job completed, and all
+// return kCompleted. A stop request saves a final checkpoint (unless the step was just saved) and
+// returns kStopped: the job resumes from it with the same data position.
+#pragma once
+
+#include <atomic>
+
+#include "elastic/elastic_context.h"
+#include "trainer/trainer_config.h"
+
+namespace hdp::trainer {
+
+enum class TrainResult { kCompleted, kStopped };
+
+// Blocks until the job completed or `stop` was agreed. Throws InvalidArgument for a configuration
+// this job cannot run (config.validate(), check_world() against the job's minimum size, a
+// checkpoint of another model shape), FatalError when every committed checkpoint is corrupt.
+TrainResult run_trainer(elastic::ElasticContext& ctx, const TrainerConfig& config, const std::atomic<bool>& stop);
+
+}  // namespace hdp::trainer

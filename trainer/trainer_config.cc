@@ -1,0 +1,200 @@
+#include "trainer/trainer_config.h"
+
+#include <charconv>
+#include <cmath>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "mesh/cost_model_json.h"
+#include "mesh/plan.h"
+#include "ops/model/llama_params.h"
+#include "trainer/data/corpus.h"
+#include "trainer/data/synthetic.h"
+
+namespace hdp::trainer {
+namespace {
+
+template <typename T>
+bool parse_number(std::string_view text, T& out) {
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return !text.empty() && ec == std::errc() && end == text.data() + text.size();
+}
+
+std::string mib(std::int64_t bytes) { return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB"; }
+
+}  // namespace
+
+Fault parse_fault(std::string_view spec) {
+  const std::string quoted = "--fault '" + std::string(spec) + "'";
+  const auto colon = spec.find(':');
+  const auto at = spec.find('@');
+  if (colon == std::string_view::npos || at == std::string_view::npos || at < colon) {
+    throw InvalidArgument(quoted + " is not KIND:RANK@STEP (crash, kill-node) or hang:RANK@STEP:MS");
+  }
+  Fault fault;
+  fault.spec = std::string(spec);
+  const std::string_view kind = spec.substr(0, colon);
+  if (kind == "crash") {
+    fault.kind = Fault::Kind::kCrash;
+  } else if (kind == "kill-node") {
+    fault.kind = Fault::Kind::kKillNode;
+  } else if (kind == "hang") {
+    fault.kind = Fault::Kind::kHang;
+  } else {
+    throw InvalidArgument(quoted + ": unknown fault '" + std::string(kind) + "' (crash, kill-node, hang)");
+  }
+  std::string_view step_text = spec.substr(at + 1);
+  if (fault.kind == Fault::Kind::kHang) {
+    const auto ms = step_text.find(':');
+    std::int64_t hang_ms = 0;
+    if (ms == std::string_view::npos || !parse_number(step_text.substr(ms + 1), hang_ms) || hang_ms < 1 ||
+        hang_ms > 3'600'000) {
+      throw InvalidArgument(quoted + ": hang needs :MS with 1 <= MS <= 3600000 after the step");
+    }
+    fault.hang = std::chrono::milliseconds(hang_ms);
+    step_text = step_text.substr(0, ms);
+  }
+  if (!parse_number(spec.substr(colon + 1, at - colon - 1), fault.rank) || fault.rank < 0) {
+    throw InvalidArgument(quoted + ": the rank must be an integer >= 0");
+  }
+  if (!parse_number(step_text, fault.step) || fault.step < 1) {
+    throw InvalidArgument(quoted + ": the step must be an integer >= 1");
+  }
+  return fault;
+}
+
+ops::model::LlamaConfig model_preset(std::string_view name) {
+  ops::model::LlamaConfig c;  // "demo"
+  if (name == "demo") return c;
+  if (name == "tiny") {
+    c.d_model = 64;
+    c.n_layers = 2;
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.ffn_dim = 192;
+    return c;
+  }
+  if (name == "small") {
+    c.d_model = 512;
+    c.n_layers = 8;
+    c.n_heads = 8;
+    c.n_kv_heads = 8;
+    c.ffn_dim = 1536;
+    return c;
+  }
+  throw InvalidArgument("--model '" + std::string(name) + "' is not one of tiny, demo, small");
+}
+
+void TrainerConfig::validate() const {
+  model.validate();
+  if (model.vocab_size < 256 && data.rfind("synthetic:", 0) != 0) {
+    throw InvalidArgument("--vocab " + std::to_string(model.vocab_size) +
+                          " cannot hold a text corpus's byte tokens (0-255): use 256 or more");
+  }
+  if (context < 1) throw InvalidArgument("--context " + std::to_string(context) + " must be >= 1 token");
+  if (capacity < 1) throw InvalidArgument("--capacity " + std::to_string(capacity) + " must be >= 1 token");
+  if (batch_tokens < 1) throw InvalidArgument("--batch-tokens " + std::to_string(batch_tokens) + " must be >= 1");
+  if (steps < 1) throw InvalidArgument("--steps " + std::to_string(steps) + " must be >= 1");
+  lr.validate();
+  if (!(beta1 >= 0 && beta1 < 1)) throw InvalidArgument("--beta1 " + std::to_string(beta1) + " must lie in [0, 1)");
+  if (!(beta2 >= 0 && beta2 < 1)) throw InvalidArgument("--beta2 " + std::to_string(beta2) + " must lie in [0, 1)");
+  if (!std::isfinite(weight_decay) || weight_decay < 0) {
+    throw InvalidArgument("--weight-decay " + std::to_string(weight_decay) + " must be >= 0");
+  }
+  if (!std::isfinite(max_grad_norm)) {
+    throw InvalidArgument("--clip " + std::to_string(max_grad_norm) + " must be a finite number (<= 0: no clipping)");
+  }
+  if (checkpoint_every < 1) {
+    throw InvalidArgument("--checkpoint-every " + std::to_string(checkpoint_every) + " must be >= 1");
+  }
+  if (keep < 1) throw InvalidArgument("--keep " + std::to_string(keep) + " must be >= 1");
+  if (max_rank_memory_bytes < 0) throw InvalidArgument("--max-rank-memory-mb must be >= 0");
+  if (timeout.count() < 100) {
+    throw InvalidArgument("--timeout-ms " + std::to_string(timeout.count()) + " must be >= 100");
+  }
+  if (log_every < 1) throw InvalidArgument("--log-every " + std::to_string(log_every) + " must be >= 1");
+}
+
+nlohmann::json TrainerConfig::model_json() const {
+  return {{"architecture", "llama"},   {"vocab_size", model.vocab_size}, {"d_model", model.d_model},
+          {"n_layers", model.n_layers}, {"n_heads", model.n_heads},       {"n_kv_heads", model.n_kv_heads},
+          {"ffn_dim", model.ffn_dim},   {"rope_theta", model.rope_theta}, {"norm_eps", model.norm_eps}};
+}
+
+std::int64_t estimate_rank_bytes(const TrainerConfig& config, int world_size) {
+  const auto& m = config.model;
+  const std::int64_t n = ops::model::param_count(m);
+  const std::int64_t kv = std::int64_t{m.n_kv_heads} * m.head_dim();
+  // Per token and layer (floats): block input, normed input and its scale, q, k, v, attention
+  // output and its log-sum-exp, the residual, the second norm, gate, up and their product.
+  const std::int64_t per_layer = 6 * std::int64_t{m.d_model} + 2 * kv + m.n_heads + 3 * std::int64_t{m.ffn_dim} + 2;
+  // Logits, their gradient and the final norm's input and output.
+  const std::int64_t head = 2 * std::int64_t{m.vocab_size} + 2 * m.d_model;
+  const std::int64_t activations = config.capacity * (m.n_layers * per_layer + head);
+  const std::int64_t moments = 2 * ((n + world_size - 1) / world_size);
+  // Ring attention receives the other members' K and V blocks: at most C tokens of both.
+  const std::int64_t ring = 2 * config.capacity * kv * m.n_layers;
+  return 4 * (2 * n + moments + activations + ring);
+}
+
+void check_world(const TrainerConfig& config, int world_size) {
+  if (config.max_rank_memory_bytes > 0) {
+    const std::int64_t need = estimate_rank_bytes(config, world_size);
+    if (need > config.max_rank_memory_bytes) {
+      throw InvalidArgument("the model needs about " + mib(need) + " per rank at C = " +
+                            std::to_string(config.capacity) + " on " + std::to_string(world_size) +
+                            " rank(s), above --max-rank-memory-mb " + mib(config.max_rank_memory_bytes));
+    }
+  }
+  // The planner's own limit on the longest sequence a job of this size can hold.
+  mesh::PlanRequest request;
+  request.lengths = {config.context};
+  request.speeds.assign(static_cast<std::size_t>(world_size), 1.0);
+  request.capacity = config.capacity;
+  request.context = config.context;
+  request.cost = trainer_cost_model(config);
+  try {
+    mesh::validate_request(request);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument("--context " + std::to_string(config.context) + " does not fit " +
+                          std::to_string(world_size) + " rank(s) of --capacity " + std::to_string(config.capacity) +
+                          ": " + e.what());
+  }
+}
+
+mesh::CostModel trainer_cost_model(const TrainerConfig& config) {
+  if (!config.cost_model.empty()) return mesh::load_cost_model(config.cost_model);
+  // Forward + backward is three times the forward's FLOPs; a CPU core does a few GFLOP/s of f32
+  // GEMM. Causal attention: 2·d·s² multiply-adds per layer, halved by the mask.
+  constexpr double kFlopsPerMs = 5e6;
+  const auto& m = config.model;
+  mesh::CostModel cost;
+  cost.name = "estimated";
+  cost.beta_ms = 3.0 * static_cast<double>(m.weight_flops_per_token()) / kFlopsPerMs;
+  cost.alpha_ms = 3.0 * 2.0 * m.d_model * m.n_layers / kFlopsPerMs;
+  cost.gamma_ms = 0.5;
+  cost.ring_bytes_per_token = 3.0 * m.n_layers * 2.0 * m.n_kv_heads * m.head_dim() * sizeof(float);
+  cost.link_gbps = 1.0;  // TCP over loopback or a LAN
+  return cost;
+}
+
+std::shared_ptr<const data::PieceSource> open_data(const TrainerConfig& config) {
+  constexpr std::string_view kSynthetic = "synthetic:";
+  if (config.data.rfind(kSynthetic, 0) == 0) {
+    data::SyntheticOptions options;
+    options.distribution = config.data.substr(kSynthetic.size());
+    options.seed = config.seed;
+    options.context = config.context;
+    options.vocab = config.model.vocab_size;
+    return std::make_shared<data::SyntheticDocuments>(options);
+  }
+  data::CorpusOptions options;
+  options.context = config.context;
+  auto corpus = std::make_shared<data::Corpus>(config.data, options);
+  const auto& s = corpus->stats();
+  log()->info("data: {} documents, {} pieces of at most {} tokens, {} bytes under {}", s.documents, s.pieces,
+              config.context, s.bytes, corpus->root().string());
+  return corpus;
+}
+
+}  // namespace hdp::trainer

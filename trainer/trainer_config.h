@@ -1,0 +1,104 @@
+// File: trainer/trainer_config.h
+//
+// What `hdp train` is told: the model, the data, the batch, the optimizer, checkpoints, timeouts
+// and (for tests) injected faults. Flags, HDP_* environment variables and the --config file fill
+// it (cli/train_command.cc); validate() refuses an impossible configuration with one message that
+// names the flag and the value (`hdp train` exits 2).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mesh/cost_model.h"
+#include "ops/model/llama_config.h"
+#include "trainer/data/piece_source.h"
+#include "trainer/lr_schedule.h"
+
+namespace hdp::trainer {
+
+// A fault injected on purpose (tests, benchmarks, the README's demo). Each fires once per job:
+// the rank that reaches it first claims the key fault:<index> in the job's namespace, so a worker
+// restarted after a crash, or a job rolled back to before the step, does not fire it again.
+//   crash:R@S       rank R kills itself (SIGKILL) just before running step S
+//   kill-node:R@S   rank R SIGKILLs its agent and itself (the node's other workers die with their
+//                   agent: PR_SET_PDEATHSIG), just before step S
+//   hang:R@S:MS     rank R stops itself (SIGSTOP) just before step S; a child it forked sends it
+//                   SIGCONT MS milliseconds later
+struct Fault {
+  enum class Kind { kCrash, kKillNode, kHang };
+  Kind kind = Kind::kCrash;
+  int rank = 0;
+  std::int64_t step = 1;
+  std::chrono::milliseconds hang{0};
+  std::string spec;  // as written
+};
+
+// Parses one of the forms above; InvalidArgument naming the spec.
+Fault parse_fault(std::string_view spec);
+
+// The model presets of --model: "tiny" (d 64, 2 layers), "demo" (d 256, 4 layers; LlamaConfig's
+// defaults), "small" (d 512, 8 layers). InvalidArgument naming an unknown word.
+ops::model::LlamaConfig model_preset(std::string_view name);
+
+struct TrainerConfig {
+  ops::model::LlamaConfig model;
+  std::int64_t context = 1024;       // the longest training sequence: documents are cut to it
+  std::int64_t capacity = 1024;      // C: tokens one rank holds in one micro-batch
+  std::int64_t batch_tokens = 8192;  // the global batch of every step, in tokens, whatever the world size
+  std::int64_t steps = 200;          // the job completes after this step
+  LrSchedule lr;                     // total defaults to `steps` (cli)
+  float beta1 = 0.9f, beta2 = 0.95f;
+  float weight_decay = 0.1f;
+  bool decay_norms = false;          // false: RMSNorm weights take no weight decay
+  double max_grad_norm = 1.0;        // <= 0: no clipping
+  // A directory tree of text files (one file a document), or synthetic:NAME for documents with
+  // lengths from a planner distribution (github, byted, file:PATH).
+  std::string data = "/usr/include";
+  std::uint64_t seed = 1234;          // initial weights and data order
+  std::filesystem::path checkpoint_dir;  // empty: no checkpoints
+  std::int64_t checkpoint_every = 50;
+  int keep = 3;
+  bool resume = true;                 // restore the newest valid checkpoint when the job starts
+  std::int64_t max_rank_memory_bytes = 0;  // the per-rank memory limit; 0: none
+  std::string cost_model;             // a cost model file (hdp plan --calibrate); empty: estimated
+  std::chrono::milliseconds timeout{30000};  // rendezvous and every collective
+  int log_every = 1;                  // rank 0 prints one line per this many steps
+  // Rank 0 appends one JSON line per step here: step, loss (exact: 17 significant digits),
+  // world_size, generation, lr, grad_norm, tokens_per_s, step_ms. Empty: none.
+  std::filesystem::path metrics_file;
+  int threads = 0;                    // OpenMP threads of this worker's kernels; 0: as the process has
+  std::vector<Fault> faults;
+
+  // InvalidArgument naming the first bad flag and its value (the world size is checked per
+  // generation, see check_world).
+  void validate() const;
+  // The model's shape as recorded in a checkpoint's manifest: a checkpoint of another shape is
+  // refused at restore.
+  nlohmann::json model_json() const;
+};
+
+// Bytes one rank of a `world_size`-rank job needs at most: the full parameters and gradients, its
+// shard of both AdamW moments, and the activations of a full micro-batch of C tokens.
+std::int64_t estimate_rank_bytes(const TrainerConfig& config, int world_size);
+
+// Throws InvalidArgument when a job of `world_size` ranks cannot run this configuration: a
+// sequence of `context` tokens that the ranks cannot hold (the planner's own limit), or a rank
+// that does not fit the memory limit.
+void check_world(const TrainerConfig& config, int world_size);
+
+// The cost model the planner uses: the file when one is named, else an estimate from the model's
+// FLOPs (only the ratios of α, β and γ matter for balancing ranks of equal speed).
+mesh::CostModel trainer_cost_model(const TrainerConfig& config);
+
+// The corpus or synthetic documents of config.data, cut at config.context. InvalidArgument for a
+// directory with no usable document, an unknown distribution, or a vocabulary too small.
+std::shared_ptr<const data::PieceSource> open_data(const TrainerConfig& config);
+
+}  // namespace hdp::trainer
