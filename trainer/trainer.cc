@@ -258,11 +258,15 @@ class Trainer {
     const int world = m.world_size;
     bool first = true;
     while (step_ < config_.steps) {
-      if (comm.allreduce_max(std::int64_t{stop_ ? 1 : 0}) > 0) {
+      // The ranks leave together, at the same boundary: one rank leaving alone would break the
+      // others' next collective and cost them the state of the step they were in.
+      const Tensor agree = Tensor::from_vector<std::int64_t>({stop_ ? 1 : 0, ctx_.changed(m) ? 1 : 0}, {2});
+      comm.allreduce(agree, mesh::ReduceOp::kMax);
+      if (agree.data<std::int64_t>()[0] > 0) {
         drain(m, comm, saver);
         return BodyResult::kFinished;
       }
-      if (ctx_.changed(m)) return BodyResult::kGenerationChanged;
+      if (agree.data<std::int64_t>()[1] > 0) return BodyResult::kGenerationChanged;
       inject_faults(m, step_ + 1);
 
       const auto started = SteadyClock::now();

@@ -13,7 +13,8 @@
 //      (checkpoint/restorer.h), and all-gathers the parameters; with no checkpoint, it starts from
 //      the seed at step 0.
 //   3. steps: at each boundary the ranks all-reduce their stop requests (SIGTERM/SIGUSR1 on any
-//      worker stops all of them at the same step) and look for a newer generation; then the global
+//      worker stops all of them at the same step) and whether any of them saw a newer generation
+//      (so that all leave at the same boundary, none in the middle of a step); then the global
 //      batch of the step (trainer/data/batch_source.h: a function of the data position and the
 //      token budget, the same on every rank and for every world size) is planned with the balanced
 //      strategy over the generation's ranks and run by mesh::DistributedStep. Rank 0 prints a line,

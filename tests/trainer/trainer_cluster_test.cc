@@ -7,9 +7,11 @@
 //   (c) with a node SIGKILLed at step 50 (`--fault kill-node:2@50`: its agent and both workers)
 //       and started again once the job runs without it;
 //   (d) stopped with SIGTERM to both agents part-way, then resumed by a new job on the same
-//       checkpoint directory.
+//       checkpoint directory;
+//   (e) with the redis-server SIGKILLed and restarted empty part-way: the agents bring the same
+//       members back in a new generation, and the workers continue from memory.
 // Rank 0 writes every executed step's exact loss and world size (--metrics-file). The assertions:
-//   - (d) equals (a) bitwise: every step's loss, and the final checkpoint's parameters and both
+//   - (d) and (e) equal (a) bitwise: every step's loss, and the final checkpoint's parameters and both
 //     AdamW moments;
 //   - in (b) and (c), every step executed on a state that only ever saw 4 ranks (no step at
 //     another world size before it in the run) equals (a)'s bitwise, replayed steps after a
@@ -295,6 +297,29 @@ TEST_F(TrainerCluster, ANodeKilledAndRestartedRejoinsAndTheLossStaysOnTheCurve) 
   EXPECT_GT(replayed, 0);
   expect_final(dir.path(), /*bitwise=*/false);
   std::cout << replayed << " step(s) replayed; largest relative loss difference " << worst << "\n";
+}
+
+TEST_F(TrainerCluster, AnEmptyRedisRestartMidRunLosesNoStepAndRestartsNoWorker) {
+  TempDir dir;
+  AgentCluster cluster(options_for(dir.path()));
+  cluster.start_agent("n1");
+  cluster.start_agent("n2");
+  ASSERT_GE(cluster.wait_until([&] { return cluster.step() >= 60; }, 120s), 0) << cluster.all_logs();
+  cluster.redis().restart();  // SIGKILL; a fresh, empty server on the same port
+  const auto codes = wait_for_agents(cluster, {"n1", "n2"}, 240s);
+  EXPECT_EQ(codes.at("n1"), 0) << cluster.all_logs();
+  EXPECT_EQ(codes.at("n2"), 0);
+  const std::string logs = cluster.all_logs();
+  EXPECT_EQ(logs.find("restarting workers"), std::string::npos) << logs;
+  std::size_t starts = 0;
+  for (auto at = logs.find(" started (pid "); at != std::string::npos; at = logs.find(" started (pid ", at + 1)) ++starts;
+  EXPECT_EQ(starts, 4u) << "a worker was started again";
+  EXPECT_NE(logs.find("continuing from memory"), std::string::npos) << "the new generation should continue in memory\n" << logs;
+  const auto run = read_metrics(dir.path() / "metrics.jsonl");
+  ASSERT_EQ(run.size(), static_cast<std::size_t>(kSteps)) << "a step was lost or repeated";
+  const auto [replayed, worst] = compare(run);
+  EXPECT_EQ(replayed, 0);
+  expect_final(dir.path(), /*bitwise=*/true);
 }
 
 }  // namespace
