@@ -1,5 +1,6 @@
 // `hdp status --job ID [--json] [--watch]`: the job's generation, members, step, last checkpoint
 // and recent events, read from Redis and validated (elastic/job_state.h).
+#include <algorithm>
 #include <chrono>
 #include <iomanip>
 #include <iostream>
@@ -49,12 +50,25 @@ nlohmann::json to_json(const std::string& job, const elastic::JobSnapshot& s) {
     for (const auto& [k, v] : e.fields) fields[k] = v;
     events.push_back({{"id", e.id}, {"fields", fields}});
   }
+  // Numeric fields as JSON numbers (validated by JobState::snapshot), the others as text.
+  nlohmann::json state = nlohmann::json::object();
+  for (const auto& [field, value] : s.state) {
+    if (std::find(std::begin(elastic::kIntegerStateFields), std::end(elastic::kIntegerStateFields), field) !=
+        std::end(elastic::kIntegerStateFields)) {
+      state[field] = std::stoll(value);
+    } else if (std::find(std::begin(elastic::kNumberStateFields), std::end(elastic::kNumberStateFields), field) !=
+               std::end(elastic::kNumberStateFields)) {
+      state[field] = std::stod(value);
+    } else {
+      state[field] = value;
+    }
+  }
   return {{"job", job},
           {"generation", s.generation},
           {"generation_status", s.members ? nlohmann::json(elastic::encode(s.members->status)) : nlohmann::json()},
           {"world_size", s.members ? s.members->world_size() : 0},
           {"leader", s.leader ? nlohmann::json(*s.leader) : nlohmann::json()},
-          {"state", s.state},
+          {"state", state},
           {"members", members},
           {"events", events}};
 }
@@ -72,6 +86,11 @@ std::string to_table(const std::string& job, const elastic::JobSnapshot& s) {
   std::ostringstream out;
   out << "job " << job << ": " << field_or_dash(s.state, "status") << ", generation " << s.generation << ", world size "
       << (s.members ? s.members->world_size() : 0) << ", step " << field_or_dash(s.state, "step") << "\n";
+  if (s.state.count("loss")) {
+    out << "training: loss " << field_or_dash(s.state, "loss") << ", " << field_or_dash(s.state, "tokens_per_s")
+        << " tokens/s, step " << field_or_dash(s.state, "step_ms") << " ms, lr " << field_or_dash(s.state, "lr")
+        << ", " << field_or_dash(s.state, "tokens") << " tokens trained\n";
+  }
   out << "leader: " << s.leader.value_or("-") << "    last checkpoint: step " << field_or_dash(s.state, "last_ckpt_step")
       << " at " << field_or_dash(s.state, "last_ckpt_path") << "\n\n";
   out << std::left << std::setw(20) << "NODE" << std::setw(18) << "INCARNATION" << std::setw(16) << "HOST"

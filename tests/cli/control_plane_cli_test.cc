@@ -101,7 +101,7 @@ TEST(ControlPlaneCli, StatusShowsTheJobAsATableAndAsJson) {
   EXPECT_EQ(facts["world_size"], 2);
   EXPECT_EQ(facts["members"].size(), 2u);
   EXPECT_EQ(facts["state"]["status"], "running");
-  EXPECT_GE(std::stoll(facts["state"]["step"].get<std::string>()), 10);
+  EXPECT_GE(facts["state"]["step"].get<std::int64_t>(), 10);  // numbers as JSON numbers
   EXPECT_FALSE(facts["events"].empty());
 }
 

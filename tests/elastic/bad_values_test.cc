@@ -304,6 +304,16 @@ TEST(QuotedErrors, ANulInAValueDoesNotCutTheMessage) {
   EXPECT_NE(state.find("status 'run\\0\\n' is not one of"), std::string::npos) << state;
 }
 
+TEST(StatusSnapshot, TrainingFiguresMustBeFiniteNumbers) {
+  for (const char* bad : {"nan", "inf", "abc", "", "1.5x", "1e999"}) {
+    const std::string message = message_of([&] { validate_state_field("loss", bad); });
+    EXPECT_NE(message.find("field 'loss' is '" + std::string(bad) + "', not a finite number"), std::string::npos)
+        << message;
+  }
+  for (const char* good : {"2.75", "0", "1e-05", "-3.5"}) EXPECT_NO_THROW(validate_state_field("lr", good)) << good;
+  EXPECT_NO_THROW(validate_state_field("status", "stopped"));
+}
+
 // ---- defect 7: what `hdp status --json` prints is validated as UTF-8, naming key and field ----
 
 TEST(StatusSnapshot, NonUtf8FieldsAreNamedNotPassedOn) {

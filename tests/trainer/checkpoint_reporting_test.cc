@@ -151,7 +151,7 @@ TEST_F(CheckpointReporting, CommitIsRecordedAndShownByStatus) {
   const auto json = hdp({"status", "--job", kJob, "--redis", server_.url(), "--json"});
   ASSERT_EQ(json.exit_code, 0) << json.err;
   const auto facts = nlohmann::json::parse(json.out);
-  EXPECT_EQ(facts["state"]["last_ckpt_step"], "10");
+  EXPECT_EQ(facts["state"]["last_ckpt_step"], 10);  // a JSON number
   EXPECT_EQ(facts["state"]["last_ckpt_path"], path);
   EXPECT_EQ(facts["events"].back()["fields"]["type"], "checkpoint");
   const auto table = hdp({"status", "--job", kJob, "--redis", server_.url()});
