@@ -86,7 +86,7 @@ std::vector<std::string> default_worker(const std::string& self, const std::file
   return {self,           "train",          "--model",      "demo", "--steps",     "100",
           "--context",    "512",            "--capacity",   "512",  "--batch-tokens", "4096",
           "--lr",         "1e-3",           "--warmup-steps", "10", "--checkpoint-dir", checkpoints.string(),
-          "--checkpoint-every", "20",       "--log-every",  "5"};
+          "--checkpoint-every", "10",       "--log-every",  "5"};
 }
 
 // One line whenever the job's generation or status changes (the workers print the steps).
