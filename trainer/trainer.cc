@@ -365,7 +365,8 @@ class Trainer {
     const nlohmann::json line = {{"step", step_},           {"loss", result.loss()},
                                  {"world_size", m.world_size}, {"generation", m.generation},
                                  {"lr", lr},                 {"grad_norm", result.grad_norm},
-                                 {"tokens_per_s", tokens_per_s}, {"step_ms", step_ms}};
+                                 {"tokens_per_s", tokens_per_s}, {"step_ms", step_ms},
+                                 {"time_ms", elastic::now_ms()}};
     // One write of a whole line in append mode: lines of successive rank-0 processes never mix.
     const std::string text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     const int fd = ::open(config_.metrics_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);

@@ -71,7 +71,8 @@ struct TrainerConfig {
   std::chrono::milliseconds timeout{30000};  // rendezvous and every collective
   int log_every = 1;                  // rank 0 prints one line per this many steps
   // Rank 0 appends one JSON line per step here: step, loss (exact: 17 significant digits),
-  // world_size, generation, lr, grad_norm, tokens_per_s, step_ms. Empty: none.
+  // world_size, generation, lr, grad_norm, tokens_per_s, step_ms, time_ms (wall clock when the
+  // step completed, ms since the epoch). Empty: none.
   std::filesystem::path metrics_file;
   int threads = 0;                    // OpenMP threads of this worker's kernels; 0: as the process has
   std::vector<Fault> faults;

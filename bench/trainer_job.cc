@@ -1,0 +1,94 @@
+#include "bench/trainer_job.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "agents/process.h"
+
+namespace hdp::bench {
+
+namespace fs = std::filesystem;
+
+std::vector<Line> read_lines(const fs::path& path) {
+  std::vector<Line> lines;
+  std::ifstream in(path);
+  for (std::string text; std::getline(in, text);) {
+    try {
+      const auto j = nlohmann::json::parse(text);
+      lines.push_back({j.at("step"), j.at("world_size"), j.at("time_ms"), j.at("step_ms"), j.at("tokens_per_s")});
+    } catch (const std::exception&) {
+      // A line being written: read again next time.
+    }
+  }
+  return lines;
+}
+
+Job::Job(std::string hdp, std::chrono::milliseconds lease, const std::string& name, std::vector<std::string> train)
+    : hdp_(std::move(hdp)),
+      lease_(lease),
+      dir_(fs::temp_directory_path() / ("hdp-bench-" + name + "-" + std::to_string(getpid()))),
+      job_(name),
+      train_(std::move(train)) {
+  fs::remove_all(dir_);
+  fs::create_directories(dir_);
+}
+
+Job::~Job() {
+  for (auto& [node, pid] : agents_) {
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+  std::error_code ignored;
+  fs::remove_all(dir_, ignored);
+}
+
+void Job::start_agent(const std::string& node, int nproc, const std::string& nnodes) {
+  std::string command = "exec '" + hdp_ + "' agent --job " + job_ + " --redis " + redis_.url() + " --node-id " + node +
+                        " --nproc-per-node " + std::to_string(nproc) + " --nnodes " + nnodes +
+                        " --settle-ms 300 --lease-ms " + std::to_string(lease_.count()) + " -- '" + hdp_ + "' train";
+  for (const auto& arg : train_) command += " '" + arg + "'";
+  command += " --checkpoint-dir '" + (dir_ / "ckpt").string() + "' --metrics-file '" + metrics().string() +
+             "' >>'" + (dir_ / (node + ".log")).string() + "' 2>&1";
+  agents_[node] = agents::spawn({{"/bin/sh", "-c", command}, {}});
+}
+
+void Job::kill_agent(const std::string& node) {
+  kill(agents_.at(node), SIGKILL);
+  waitpid(agents_.at(node), nullptr, 0);
+  agents_[node] = -1;
+}
+
+std::vector<pid_t> Job::workers(const std::string& node) const {
+  const pid_t a = agents_.at(node);
+  std::ifstream children("/proc/" + std::to_string(a) + "/task/" + std::to_string(a) + "/children");
+  std::vector<pid_t> pids;
+  for (pid_t pid = 0; children >> pid;) pids.push_back(pid);
+  return pids;
+}
+
+int Job::workers_started() const {
+  int n = 0;
+  for (const auto& [node, pid] : agents_) {
+    std::ifstream in(dir_ / (node + ".log"));
+    for (std::string line; std::getline(in, line);) n += line.find(" started (pid ") != std::string::npos;
+  }
+  return n;
+}
+
+bool Job::wait(const std::function<bool(const std::vector<Line>&)>& predicate, std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (predicate(read_lines(metrics()))) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+}  // namespace hdp::bench

@@ -1,0 +1,65 @@
+// File: bench/trainer_job.h
+//
+// A job of real processes for the trainer's benchmarks: a private redis-server, `hdp agent`
+// processes (their output in files) with `hdp train` workers that append one line per step to a
+// metrics file (--metrics-file), which the benchmark reads.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "agents/embedded_redis.h"
+
+namespace hdp::bench {
+
+// One line of the metrics file.
+struct Line {
+  std::int64_t step = 0;
+  int world = 0;
+  std::int64_t time_ms = 0;  // wall clock when the step completed
+  double step_ms = 0;
+  double tokens_per_s = 0;
+};
+
+// The lines written so far (a line still being written is left for the next read).
+std::vector<Line> read_lines(const std::filesystem::path& path);
+
+class Job {
+ public:
+  // `train` is the worker's flags after `hdp train` (the metrics file and checkpoint directory
+  // are added). Files live in a fresh directory under the system's temp dir, removed at the end.
+  Job(std::string hdp, std::chrono::milliseconds lease, const std::string& name, std::vector<std::string> train);
+  ~Job();  // SIGKILLs the agents that are left (their workers die with them)
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
+
+  agents::EmbeddedRedis& redis() { return redis_; }
+  std::filesystem::path metrics() const { return dir_ / "metrics.jsonl"; }
+
+  void start_agent(const std::string& node, int nproc, const std::string& nnodes);
+  pid_t agent(const std::string& node) const { return agents_.at(node); }
+  void kill_agent(const std::string& node);
+  // The agent's worker processes (its children).
+  std::vector<pid_t> workers(const std::string& node) const;
+  // Workers the agents started, counted in their logs.
+  int workers_started() const;
+  // Polls the metrics file every 20 ms until `predicate` holds; false after `timeout`.
+  bool wait(const std::function<bool(const std::vector<Line>&)>& predicate, std::chrono::seconds timeout);
+
+ private:
+  std::string hdp_;
+  std::chrono::milliseconds lease_;
+  std::filesystem::path dir_;
+  std::string job_;
+  std::vector<std::string> train_;
+  agents::EmbeddedRedis redis_;
+  std::map<std::string, pid_t> agents_;
+};
+
+}  // namespace hdp::bench
