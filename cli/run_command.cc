@@ -294,7 +294,18 @@ int run_job(const RunFlags& flags) {
     return kExitOk;
   }
   if (exit_code == kExitOk) exit_code = kExitFailure;  // every agent exited 0, yet no outcome
-  std::cout << "hdp run: job " << job << " did not complete; exit code " << exit_code << std::endl;
+  std::optional<std::string> status;
+  try {
+    auto fields = job_store->hash_get_all(elastic::keys::kState);
+    if (fields.count("status")) status = fields.at("status");
+  } catch (const Error&) {
+  }
+  if (status == "stopped" && flags.worker.empty()) {
+    std::cout << "hdp run: job " << job << " stopped with a final checkpoint; `hdp run --job " << job
+              << "` (with the same --run-dir) resumes it" << std::endl;
+  } else {
+    std::cout << "hdp run: job " << job << " did not complete; exit code " << exit_code << std::endl;
+  }
   return exit_code;
 }
 
