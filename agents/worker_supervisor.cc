@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include "agents/process.h"
+#include "common/exit_codes.h"
 #include "common/log.h"
 
 namespace hdp::agents {
@@ -42,9 +43,10 @@ bool WorkerSupervisor::on_exit(pid_t pid, int status) {
       log()->error("worker {} (pid {}) failed: {}; no restarts left ({} used)", slot, pid, describe_status(status),
                    s.restarts);
       on_final_exit_(slot, status, true);
-    } else if (WIFEXITED(status) && WEXITSTATUS(status) == 3) {
-      // Exit 3 is the worker's word that the job failed permanently: restarting cannot help.
-      log()->error("worker {} (pid {}) reports the job failed", slot, pid);
+    } else if (WIFEXITED(status) && (WEXITSTATUS(status) == kExitJobFailed || WEXITSTATUS(status) == kExitUsage)) {
+      // The worker's word that the job failed permanently (3), or that its configuration cannot
+      // run (2): restarting cannot help.
+      log()->error("worker {} (pid {}) reports the job failed ({})", slot, pid, describe_status(status));
       on_final_exit_(slot, status, false);
     } else {
       ++s.restarts;

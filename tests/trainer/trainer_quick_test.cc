@@ -1,0 +1,66 @@
+// The trainer with real processes at a size the sanitizer build can run (label integration):
+// 1 agent x 2 workers, the tiny model on 64-token sequences, 24 steps, checkpoints every 4.
+//  - a worker SIGKILLed before step 10 (`--fault crash:1@10`): its agent restarts it, the job
+//    restores the checkpoint of step 8 and completes; the `restore` event says 1 step was lost;
+//  - a configuration the workers cannot run (a corpus directory that does not exist): every
+//    worker exits 2 with one line naming the directory, and the agent stops the job (exit 3, no
+//    restarts) instead of restarting them.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include "elastic/job_state.h"
+#include "tests/agents/agent_cluster.h"
+#include "tests/support/temp_dir.h"
+
+namespace hdp::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+ClusterOptions quick(const std::filesystem::path& dir, std::vector<std::string> extra) {
+  ClusterOptions o;
+  o.nnodes = "1:1";
+  o.nproc = 2;
+  o.train_args = {"--model", "tiny", "--steps", "24", "--context", "64", "--capacity", "64", "--batch-tokens",
+                  "256", "--checkpoint-dir", (dir / "ckpt").string(), "--checkpoint-every", "4", "--timeout-ms",
+                  "20000", "--threads", "1", "--log-every", "4"};
+  o.train_args.insert(o.train_args.end(), extra.begin(), extra.end());
+  return o;
+}
+
+TEST(TrainerQuick, ACrashedWorkerIsReplacedAndTheJobCompletesFromTheLastCheckpoint) {
+  TempDir dir;
+  AgentCluster cluster(quick(dir.path(), {"--fault", "crash:1@10"}));
+  cluster.start_agent("n1");
+  const auto status = cluster.agent("n1").wait_for(180s);
+  ASSERT_TRUE(status.has_value()) << cluster.all_logs();
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << *status << "\n" << cluster.all_logs();
+  EXPECT_EQ(cluster.state()["step"], "24");
+  EXPECT_EQ(cluster.get("fault:0"), "crash:1@10");
+  elastic::JobState job(cluster.store());
+  bool rolled_back = false;
+  for (const auto& e : job.snapshot(elastic::kEventsKept).events) {
+    std::map<std::string, std::string> f(e.fields.begin(), e.fields.end());
+    if (f["type"] == "restore" && f["checkpoint"] == "step-00000008") {
+      rolled_back = true;
+      EXPECT_EQ(f["step"], "8");
+      EXPECT_EQ(f["lost_steps"], "1");  // step 9 completed before the crash before step 10
+    }
+  }
+  EXPECT_TRUE(rolled_back) << cluster.all_logs();
+}
+
+TEST(TrainerQuick, AConfigurationTheWorkersCannotRunStopsTheJob) {
+  TempDir dir;
+  AgentCluster cluster(quick(dir.path(), {"--data", (dir.path() / "no-such-corpus").string()}));
+  cluster.start_agent("n1");
+  const auto status = cluster.agent("n1").wait_for(60s);
+  ASSERT_TRUE(status.has_value()) << cluster.all_logs();
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 3) << *status << "\n" << cluster.all_logs();
+  const std::string logs = cluster.all_logs();
+  EXPECT_NE(logs.find("no-such-corpus"), std::string::npos) << logs;
+  EXPECT_EQ(logs.find("restart 1/"), std::string::npos) << "a worker that exits 2 is not restarted\n" << logs;
+}
+
+}  // namespace
+}  // namespace hdp::test
