@@ -4,7 +4,9 @@
 //    restores the checkpoint of step 8 and completes; the `restore` event says 1 step was lost;
 //  - a configuration the workers cannot run (a corpus directory that does not exist): every
 //    worker exits 2 with one line naming the directory, and the agent stops the job (exit 3, no
-//    restarts) instead of restarting them.
+//    restarts) instead of restarting them;
+//  - a checkpoint directory written by a model of another shape: refused at restore with a message
+//    naming both configurations, and the job stops the same way.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -60,6 +62,24 @@ TEST(TrainerQuick, AConfigurationTheWorkersCannotRunStopsTheJob) {
   const std::string logs = cluster.all_logs();
   EXPECT_NE(logs.find("no-such-corpus"), std::string::npos) << logs;
   EXPECT_EQ(logs.find("restart 1/"), std::string::npos) << "a worker that exits 2 is not restarted\n" << logs;
+}
+
+TEST(TrainerQuick, ACheckpointOfAnotherModelShapeIsRefused) {
+  TempDir dir;
+  {
+    AgentCluster cluster(quick(dir.path(), {}));
+    cluster.start_agent("n1");
+    const auto status = cluster.agent("n1").wait_for(180s);
+    ASSERT_TRUE(status.has_value() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << cluster.all_logs();
+  }
+  AgentCluster cluster(quick(dir.path(), {"--d-model", "32"}));  // the same directory, a narrower model
+  cluster.start_agent("n1");
+  const auto status = cluster.agent("n1").wait_for(60s);
+  ASSERT_TRUE(status.has_value()) << cluster.all_logs();
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 3) << *status << "\n" << cluster.all_logs();
+  const std::string logs = cluster.all_logs();
+  EXPECT_NE(logs.find("hdp: error: "), std::string::npos) << logs;
+  EXPECT_NE(logs.find("differs from the job's"), std::string::npos) << logs;
 }
 
 }  // namespace
