@@ -77,7 +77,11 @@ void add_train_command(CLI::App& app) {
   trainer::TrainerConfig& c = f.config;
   CLI::App* command = app.add_subcommand("train", "Run one worker of a job (started by `hdp agent`, which sets its environment)");
   auto opt = [&](const std::string& name, auto& value, const std::string& help, const std::string& env) {
-    return command->add_option(name, value, help)->envname(env)->capture_default_str();
+    // The last value wins: a flag given twice (a wrapper's default, then the user's) overrides.
+    return command->add_option(name, value, help)
+        ->envname(env)
+        ->capture_default_str()
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   };
   command->add_flag("--smoke", f.smoke, "Run the elastic smoke worker (tests): all-reduce with exact sums every step");
   opt("--steps", f.steps, "Steps until the job completes", "HDP_STEPS")->check(CLI::Range(1L, 1L << 40));

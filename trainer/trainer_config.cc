@@ -113,6 +113,16 @@ void TrainerConfig::validate() const {
     throw InvalidArgument("--timeout-ms " + std::to_string(timeout.count()) + " must be >= 100");
   }
   if (log_every < 1) throw InvalidArgument("--log-every " + std::to_string(log_every) + " must be >= 1");
+  // Whatever the world size, a rank holds the full parameters, their gradients and a micro-batch's
+  // activations: a model above the limit even then cannot run (the moments' shard is checked per
+  // generation, check_world).
+  constexpr int kAnyWorld = 1 << 20;
+  if (const std::int64_t floor = estimate_rank_bytes(*this, kAnyWorld);
+      max_rank_memory_bytes > 0 && floor > max_rank_memory_bytes) {
+    throw InvalidArgument("the model needs at least " + mib(floor) + " per rank at C = " + std::to_string(capacity) +
+                          " (parameters, gradients and a micro-batch's activations), above --max-rank-memory-mb " +
+                          mib(max_rank_memory_bytes));
+  }
 }
 
 nlohmann::json TrainerConfig::model_json() const {

@@ -41,6 +41,8 @@ TEST(ControlPlaneCli, BadInputIsAUsageErrorWithOneClearLine) {
       {{"status", "--redis", url}, "no job id"},
       {{"train"}, "HDP_JOB_ID"},
       {{"train", "--capacity", "0"}, "--capacity"},
+      {{"train", "--model", "small", "--max-rank-memory-mb", "10"}, "--max-rank-memory-mb"},
+      {{"train", "--fault", "crash:x@1"}, "--fault"},
   };
   for (const auto& [args, reason] : cases) {
     auto r = hdp(cluster, args);

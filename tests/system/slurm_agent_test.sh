@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# System test of `hdp agent` under Slurm: deploy/slurm/hdp.sbatch on the local three-node cluster
-# (slurm_cluster.sh) with a private redis-server on a free loopback port and smoke workers.
+# System test of `hdp agent` and the real trainer under Slurm: deploy/slurm/hdp.sbatch on the local
+# three-node cluster (slurm_cluster.sh) with a private redis-server on a free loopback port; each
+# node's agent runs one `hdp train` worker (the demo model) with checkpoints on the shared disk.
 #
 #   slurm_agent_test.sh SOURCE_DIR HDP_BINARY
 #
-# 1. The three agents register and a generation with n1, n2 and n3 is published.
+# 1. The three agents register, a generation with n1, n2 and n3 is published, and the job trains.
 # 2. kill -9 of n3's agent: a newer generation without n3 follows within the lease plus a margin,
-#    the other two agents keep running (srun --kill-on-bad-exit=0), no process of n3's is left.
-# 3. `scancel --signal=USR1` (to the steps): the agents drain and exit 4, deregister (their node
-#    leases are gone), the job ends with exit code 4 and is not requeued, and nothing is left over.
+#    the other two agents keep running (srun --kill-on-bad-exit=0), no process of n3's is left,
+#    and training goes on on the two survivors (restored from the last checkpoint).
+# 3. `scancel --batch --signal=USR1` (what --signal=B:USR1@120 does before the time limit): the
+#    agents drain, every rank stops at one step and writes a final checkpoint, the batch script
+#    requeues the job; the requeued run (three nodes again) restores that checkpoint, at the step
+#    the first run stopped, and trains to the last step: the job ends COMPLETED with exit code 0,
+#    the job's outcome is `completed`, and nothing is left over.
 # Reports SKIP (exit 77) while `hdp agent` is not built, or without slurm-wlm, munge or redis.
 set -euo pipefail
 
@@ -60,6 +65,8 @@ node_is_gone() {
   [[ $(redis EXISTS "hdp:$job:node:$1") == 0 && -z $(redis --scan --pattern "hdp:$job:lease:$1/*") ]]
 }
 current_gen() { redis GET "hdp:$job:gen" 2>/dev/null | grep -E '^[0-9]+$' || true; }
+state_field() { redis HGET "hdp:$job:state" "$1" 2>/dev/null || true; }
+step_at_least() { local s; s=$(state_field step); [[ -n $s ]] && ((s >= $1)); }
 gen_members() { redis GET "hdp:$job:gen:$1" 2>/dev/null || true; }
 
 # gen_is GEN_MIN NODES...: the current generation is at least GEN_MIN and has exactly these nodes
@@ -122,8 +129,11 @@ export HDP_BIN=$hdp_bin
 export HDP_NPROC_PER_NODE=1
 export HDP_LEASE_MS=$LEASE_MS
 export HDP_DRAIN_TIMEOUT=20
+readonly STEPS=300
+ckpt=$CLUSTER_DIR/ckpt
 job=$(sbatch --parsable --nodes=$NNODES --output="$CLUSTER_DIR/jobs/hdp-%j.out" "$sbatch_script" -- \
-  "$hdp_bin" train --smoke)
+  "$hdp_bin" train --model demo --steps $STEPS --context 128 --capacity 128 --batch-tokens 1024 --threads 1 \
+  --checkpoint-dir "$ckpt" --checkpoint-every 10 --timeout-ms 5000 --log-every 50)
 log_file=$CLUSTER_DIR/jobs/hdp-$job.out
 cluster_log "job $job submitted; waiting for a generation with n1 n2 n3"
 wait_until 60 gen_is 1 n1 n2 n3 ||
@@ -134,33 +144,51 @@ for node in "${CLUSTER_NODES[@]}"; do
   agent_pid "$node" >/dev/null || cluster_fail "no agent process on $node"
 done
 
-# ---- 2. one node's agent dies: the job resizes ------------------------------------------------------
+wait_until 60 step_at_least 10 || cluster_fail "the job did not train to step 10 (step '$(state_field step)')"
+
+# ---- 2. one node's agent dies: the job resizes and trains on ----------------------------------------
 victim=$(agent_pid n3)
-cluster_log "generation $gen_full has all three nodes; kill -9 the agent on n3 (pid $victim)"
+cluster_log "generation $gen_full has all three nodes, step $(state_field step); kill -9 the agent on n3 (pid $victim)"
 kill -KILL "$victim"
 # The lease runs out after LEASE_MS; the leader then publishes the next generation. The margin
 # allows for a settle window and for a loaded two-core host.
 bound=$((LEASE_MS / 1000 + 6))
 wait_until "$bound" gen_is $((gen_full + 1)) n1 n2 ||
   cluster_fail "no generation without n3 within $bound s of the kill (gen '$(current_gen)': $(gen_members "$(current_gen)"))"
-cluster_log "generation $(current_gen) has n1 n2"
+gen_two=$(current_gen)
+cluster_log "generation $gen_two has n1 n2"
 for node in n1 n2; do
   agent_pid "$node" >/dev/null || cluster_fail "the agent on $node stopped when n3's agent died"
 done
 wait_until 10 no_hdp_process_on n3 || cluster_fail "processes of n3's dead agent are left: $(hdp_pids_on n3)"
+trains_on_two() { [[ $(state_field world_size) == 2 ]] && step_at_least "$1"; }
+step_then=$(state_field step)
+wait_until 30 trains_on_two $((step_then + 3)) ||
+  cluster_fail "no training on the two survivors (world size '$(state_field world_size)', step '$(state_field step)')"
 
-# ---- 3. drain ----------------------------------------------------------------------------------------
-cluster_log "scancel --signal=USR1: drain"
-scancel --signal=USR1 "$job"
-cluster_wait_job_state "$job" $((HDP_DRAIN_TIMEOUT + 20)) COMPLETED FAILED CANCELLED TIMEOUT ||
-  cluster_fail "job $job did not end within $((HDP_DRAIN_TIMEOUT + 20)) s of the drain signal"
-for node in n1 n2; do
-  grep -q "node $node: agent exited with 4" "$log_file" || cluster_fail "the agent on $node did not exit 4 (drained)"
-  node_is_gone "$node" || cluster_fail "$node's claim or lease is still there after its drain"
-done
-[[ $(cluster_job_field "$job" ExitCode) == 4:0 ]] ||
-  cluster_fail "job $job ended with exit code $(cluster_job_field "$job" ExitCode), expected 4:0 (drained)"
-[[ $(cluster_job_field "$job" Restarts) == 0 ]] || cluster_fail "job $job was requeued after a drain to its steps"
+# ---- 3. drain at the time limit's warning: final checkpoint, requeue, resume, completion -------------
+cluster_log "step $(state_field step) on 2 ranks; scancel --batch --signal=USR1: drain and requeue"
+scancel --batch --signal=USR1 "$job"
+stopped_step() { [[ $(state_field status) == stopped ]]; }
+wait_until $((HDP_DRAIN_TIMEOUT + 20)) stopped_step ||
+  cluster_fail "the ranks did not stop (status '$(state_field status)')"
+stop_step=$(state_field step)
+((stop_step < STEPS)) || cluster_fail "the job finished before the drain; raise STEPS"
+[[ $(state_field last_ckpt_step) == "$stop_step" ]] ||
+  cluster_fail "no final checkpoint at the stop (step $stop_step, last checkpoint '$(state_field last_ckpt_step)')"
+cluster_log "the ranks stopped at step $stop_step with a checkpoint; waiting for the requeued run to complete"
+completed() { [[ $(redis GET "hdp:$job:outcome") == completed ]]; }
+wait_until 150 completed || cluster_fail "the requeued job did not complete (status '$(state_field status)', step '$(state_field step)')"
+cluster_wait_job_state "$job" 60 COMPLETED FAILED CANCELLED TIMEOUT ||
+  cluster_fail "job $job did not end within 60 s of completing"
+[[ $(cluster_job_field "$job" JobState) == COMPLETED && $(cluster_job_field "$job" ExitCode) == 0:0 ]] ||
+  cluster_fail "job $job ended $(cluster_job_field "$job" JobState) with exit code $(cluster_job_field "$job" ExitCode), expected COMPLETED 0:0"
+[[ $(cluster_job_field "$job" Restarts) == 1 ]] ||
+  cluster_fail "job $job was requeued $(cluster_job_field "$job" Restarts) times, expected once"
+[[ $(state_field step) == "$STEPS" ]] || cluster_fail "the job completed at step '$(state_field step)', expected $STEPS"
+# The requeued run resumed from the stop's checkpoint: a restore event at exactly that step.
+redis XRANGE "hdp:$job:events" - + | grep -qx "step-$(printf '%08d' "$stop_step")" ||
+  cluster_fail "no restore of the checkpoint of step $stop_step in the events"
 wait_until 10 no_hdp_process_on "${CLUSTER_NODES[@]}" ||
   cluster_fail "hdp processes are left after the job ended: $(hdp_pids_on n1) $(hdp_pids_on n2) $(hdp_pids_on n3)"
 

@@ -5,6 +5,7 @@
 //  - a configuration the workers cannot run (a corpus directory that does not exist): every
 //    worker exits 2 with one line naming the directory, and the agent stops the job (exit 3, no
 //    restarts) instead of restarting them;
+//  - a context longer than the job's minimum size can hold (C x ranks): exit 2 naming both;
 //  - a checkpoint directory written by a model of another shape: refused at restore with a message
 //    naming both configurations, and the job stops the same way.
 #include <gtest/gtest.h>
@@ -62,6 +63,19 @@ TEST(TrainerQuick, AConfigurationTheWorkersCannotRunStopsTheJob) {
   const std::string logs = cluster.all_logs();
   EXPECT_NE(logs.find("no-such-corpus"), std::string::npos) << logs;
   EXPECT_EQ(logs.find("restart 1/"), std::string::npos) << "a worker that exits 2 is not restarted\n" << logs;
+}
+
+TEST(TrainerQuick, AContextTheJobsRanksCannotHoldIsRefused) {
+  TempDir dir;
+  // 2 ranks of C = 64 hold sequences of up to 128 tokens; the job never has more (--nnodes 1:1).
+  AgentCluster cluster(quick(dir.path(), {"--context", "1000"}));
+  cluster.start_agent("n1");
+  const auto status = cluster.agent("n1").wait_for(60s);
+  ASSERT_TRUE(status.has_value()) << cluster.all_logs();
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 3) << *status << "\n" << cluster.all_logs();
+  EXPECT_NE(cluster.all_logs().find("hdp: error: --context 1000 does not fit 2 rank(s) of --capacity 64"),
+            std::string::npos)
+      << cluster.all_logs();
 }
 
 TEST(TrainerQuick, ACheckpointOfAnotherModelShapeIsRefused) {
