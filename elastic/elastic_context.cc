@@ -2,6 +2,8 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <set>
+#include <tuple>
 #include <thread>
 
 #include "common/error.h"
@@ -111,20 +113,21 @@ bool ElasticContext::changed(const Membership& m) {
   return last_seen_generation_ != 0 && last_seen_generation_ != m.generation;
 }
 
-bool ElasticContext::same_ranks(const Membership& m, std::int64_t g) const {
+bool ElasticContext::same_workers(const Membership& m, std::int64_t g) const {
   try {
     const std::string key = keys::generation(g);
     auto values = store_->multi_get({key, keys::broken(g)});
     if (!values[0] || values[1]) return false;
     const Generation next = decode_generation(*values[0], key);
     if (next.number != g || next.status != GenerationStatus::kRunning) return false;
-    const auto& old = m.record.members;
-    if (next.members.size() != old.size()) return false;
-    for (std::size_t i = 0; i < old.size(); ++i) {
-      const Member &a = old[i], &b = next.members[i];
-      if (!a.same_identity(b) || a.slots != b.slots || a.first_rank != b.first_rank) return false;
-    }
-    return true;
+    auto workers = [](const Generation& generation) {
+      std::set<std::tuple<std::string, std::string, int>> set;
+      for (const Member& member : generation.members) {
+        for (int slot : member.slots) set.emplace(member.node, member.incarnation, slot);
+      }
+      return set;
+    };
+    return workers(next) == workers(m.record);
   } catch (const Error&) {
     return false;  // unreachable or undecodable: not known to be the same
   }

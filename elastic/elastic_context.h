@@ -98,12 +98,13 @@ class ElasticContext {
   // nullopt while the store is unreachable or the value does not decode (logged).
   std::optional<std::int64_t> read_generation() const;
 
-  // True when generation `g`'s record (running, not broken) gives every rank of m's generation to
-  // the same worker (node, incarnation, slot) and has no other rank: m's communicator then connects
-  // exactly the processes of g in the same places, so work in flight over it may finish (a
-  // generation published because the store restarted and the members came back as they were).
-  // False when the record is missing, broken or cannot be read. Thread-safe, like read_generation().
-  bool same_ranks(const Membership& m, std::int64_t g) const;
+  // True when generation `g`'s record (running, not broken) holds exactly the workers of m's
+  // generation (the same node, incarnation and slot for each, ranks possibly in another order):
+  // m's communicator then connects exactly the processes of g, all alive, so work in flight over
+  // it may finish (a generation published because the store restarted and the members came back
+  // as they were). False when the record is missing, broken or cannot be read. Thread-safe, like
+  // read_generation().
+  bool same_workers(const Membership& m, std::int64_t g) const;
 
   // Marks m's generation broken (a peer was lost): the leader publishes a new one, and no worker
   // joins a broken generation. Refused (a no-op) once a newer generation exists.

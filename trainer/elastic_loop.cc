@@ -31,7 +31,7 @@ class SupersededWatch {
           while (!wake_.wait_for(lock, every, [this] { return stop_; })) {
             lock.unlock();
             const std::optional<std::int64_t> current = ctx.read_generation();
-            if (current && *current != 0 && *current != generation && !ctx.same_ranks(m, *current)) {
+            if (current && *current != 0 && *current != generation && !ctx.same_workers(m, *current)) {
               comm.abort("generation " + std::to_string(generation) + " was superseded by generation " +
                          std::to_string(*current));
               return;

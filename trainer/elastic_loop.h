@@ -31,8 +31,9 @@ struct LoopOptions {
   // How often a thread beside the body reads the generation number: once a newer generation is
   // published, the generation's communicator is aborted, so a body blocked in a collective with a
   // lost or frozen peer leaves it at once (PeerLost) instead of after the collective's timeout.
-  // A newer generation that keeps every rank in the same worker (ElasticContext::same_ranks) does
-  // not abort it: the step in flight finishes and the body sees the change at its boundary.
+  // A newer generation of exactly the same workers (ElasticContext::same_workers, ranks possibly
+  // renumbered) does not abort it: the step in flight finishes and the body sees the change at
+  // its boundary.
   std::chrono::milliseconds watch_every{200};
 };
 

@@ -160,18 +160,37 @@ class Trainer {
   // Step 2 of the header: continue from memory, or restore. Returns the furthest step any rank had
   // completed before (for the steps a rollback loses).
   std::int64_t start(const Membership& m, Communicator& comm) {
-    const bool mine = state_valid_ && state_rank_ == m.rank && state_world_ == m.world_size;
-    const Tensor low = Tensor::from_vector<std::int64_t>({mine ? 1 : 0, step_}, {2});
-    const Tensor high = Tensor::from_vector<std::int64_t>({step_}, {1});
-    comm.allreduce(low, mesh::ReduceOp::kMin);
-    comm.allreduce(high, mesh::ReduceOp::kMax);
-    const std::int64_t furthest = high.data<std::int64_t>()[0];
-    const bool in_memory = low.data<std::int64_t>()[0] == 1 && low.data<std::int64_t>()[1] == furthest;
+    const int world = m.world_size;
+    // Every rank's {complete state for this world size, its step, the rank it held the state for}.
+    const bool mine = state_valid_ && state_world_ == world;
+    const Tensor own = Tensor::from_vector<std::int64_t>({mine ? 1 : 0, step_, state_rank_}, {3});
+    const Tensor all = Tensor::zeros({3 * std::int64_t{world}}, ops::DType::kI64);
+    comm.allgather(own, all, std::vector<std::int64_t>(static_cast<std::size_t>(world), 3));
+    const std::int64_t* info = all.data<std::int64_t>();
+    std::int64_t furthest = 0;
+    bool in_memory = true;
+    std::vector<int> holder(static_cast<std::size_t>(world), -1);  // old rank -> the new rank holding its shard
+    for (int r = 0; r < world; ++r) {
+      furthest = std::max(furthest, info[3 * r + 1]);
+      const std::int64_t old_rank = info[3 * r + 2];
+      if (info[3 * r] != 1 || info[3 * r + 1] != info[1] || old_rank < 0 || old_rank >= world ||
+          holder[static_cast<std::size_t>(old_rank)] != -1) {
+        in_memory = false;
+      } else {
+        holder[static_cast<std::size_t>(old_rank)] = r;
+      }
+    }
     if (in_memory) {
-      log()->info("worker {}/{}: generation {}: every rank holds step {} for its place: continuing from memory",
-                  ctx_.identity().node, ctx_.identity().local_rank, m.generation, step_);
+      // The same workers, at the same step, each with a whole shard: at most renumbered. A shard
+      // goes to the rank that now owns its range (the parameters are whole on every rank).
+      if (state_rank_ != m.rank) permute_shards(m, comm, holder);
+      log()->info("worker {}/{}: generation {}: every rank holds step {}: continuing from memory{}",
+                  ctx_.identity().node, ctx_.identity().local_rank, m.generation, step_,
+                  state_rank_ != m.rank ? " (its optimizer shard moved from rank " + std::to_string(state_rank_) + ")"
+                                        : std::string());
+      state_rank_ = m.rank;
       if (lead(m)) {
-        report_event(m, "continue", {{"step", std::to_string(step_)}, {"world_size", std::to_string(m.world_size)}});
+        report_event(m, "continue", {{"step", std::to_string(step_)}, {"world_size", std::to_string(world)}});
       }
       return furthest;
     }
@@ -226,6 +245,24 @@ class Trainer {
                     {"seconds", fixed3(seconds)}});
     }
     return furthest;
+  }
+
+  // The ranks were renumbered: this rank's shard (of its old rank) goes to the rank that now
+  // owns that range, and this rank's new shard comes from the rank that held it. Every rank that
+  // moved does both, with point-to-point transfers; the optimizer's step count is the same on all.
+  void permute_shards(const Membership& m, Communicator& comm, const std::vector<int>& holder) {
+    auto next = std::make_unique<mesh::ZeroOptimizer>(layout_.total(), m.rank, m.world_size);
+    next->set_no_decay(no_decay_);
+    next->set_steps_taken(zero_->steps_taken());
+    const int source = holder[static_cast<std::size_t>(m.rank)];  // held shard m.rank before
+    constexpr mesh::Tag kExpAvg = 1, kExpAvgSq = 2;
+    std::vector<std::unique_ptr<mesh::Work>> work;
+    work.push_back(comm.irecv(next->exp_avg(), source, kExpAvg));
+    work.push_back(comm.irecv(next->exp_avg_sq(), source, kExpAvgSq));
+    work.push_back(comm.isend(zero_->exp_avg(), state_rank_, kExpAvg));
+    work.push_back(comm.isend(zero_->exp_avg_sq(), state_rank_, kExpAvgSq));
+    for (auto& w : work) w->wait(config_.timeout);
+    zero_ = std::move(next);
   }
 
   // --resume: always, except for a job that starts without it and has never reported a step, whose

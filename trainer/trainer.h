@@ -5,10 +5,12 @@
 //
 // Per generation (trainer/elastic_loop.h runs the outer loop and builds the "main" communicator):
 //   1. the checkpoint writer's own communicator ("ckpt" channel) is connected;
-//   2. the ranks agree how to start: when every rank holds a complete state for exactly its place
-//      in this generation (same world size and rank as the state was built for, no step left half
-//      done) at the same step, training continues from memory (no restore, no step lost: a
-//      generation published with the same ranks, e.g. after a store restart). Otherwise every rank
+//   2. the ranks agree how to start (an all-gather of each rank's state): when every rank holds a
+//      complete state (no step left half done) for this world size at the same step, and their
+//      shards are the world's shards once each, training continues from memory (no restore, no
+//      step lost: the same workers in a new generation, e.g. after a store restart); ranks that
+//      were renumbered first hand their optimizer shards to the ranks that now own those ranges,
+//      point to point (the parameters are whole on every rank). Otherwise every rank
 //      restores its ZeRO-1 shard from the newest valid checkpoint, resharded to the new world size
 //      (checkpoint/restorer.h), and all-gathers the parameters; with no checkpoint, it starts from
 //      the seed at step 0.

@@ -8,8 +8,10 @@
 //       and started again once the job runs without it;
 //   (d) stopped with SIGTERM to both agents part-way, then resumed by a new job on the same
 //       checkpoint directory;
-//   (e) with the redis-server SIGKILLed and restarted empty part-way: the agents bring the same
-//       members back in a new generation, and the workers continue from memory.
+//   (e) with the redis-server SIGKILLed and restarted empty part-way, the agent listed first held
+//       back meanwhile: the agents bring the same members back in a new generation, in the other
+//       order, and the workers continue from memory, handing their optimizer shards to the ranks
+//       that now own them.
 // Rank 0 writes every executed step's exact loss and world size (--metrics-file). The assertions:
 //   - (d) and (e) equal (a) bitwise: every step's loss, and the final checkpoint's parameters and both
 //     AdamW moments;
@@ -39,6 +41,7 @@
 #include "checkpoint/group.h"
 #include "checkpoint/restorer.h"
 #include "ops/model/llama_params.h"
+#include "elastic/job_keys.h"
 #include "tests/agents/agent_cluster.h"
 #include "tests/support/temp_dir.h"
 #include "trainer/trainer_config.h"
@@ -305,7 +308,18 @@ TEST_F(TrainerCluster, AnEmptyRedisRestartMidRunLosesNoStepAndRestartsNoWorker) 
   cluster.start_agent("n1");
   cluster.start_agent("n2");
   ASSERT_GE(cluster.wait_until([&] { return cluster.step() >= 60; }, 120s), 0) << cluster.all_logs();
+  // The agent listed first holds ranks 0-1. Held back (SIGSTOP; its workers train on) while the
+  // other agent finds the store empty and registers again, it comes back second: the same workers
+  // renumbered, so the ranks must also hand their optimizer shards over.
+  const auto first = cluster.current();
+  ASSERT_TRUE(first.has_value());
+  const std::string held = first->members.front().node, other = held == "n1" ? "n2" : "n1";
+  cluster.agent(held).signal(SIGSTOP);
   cluster.redis().restart();  // SIGKILL; a fresh, empty server on the same port
+  const double registered = cluster.wait_until(
+      [&] { return !cluster.store()->keys(elastic::keys::lease(other, "")).empty(); }, 10s);
+  cluster.agent(held).signal(SIGCONT);
+  ASSERT_GE(registered, 0) << cluster.all_logs();
   const auto codes = wait_for_agents(cluster, {"n1", "n2"}, 240s);
   EXPECT_EQ(codes.at("n1"), 0) << cluster.all_logs();
   EXPECT_EQ(codes.at("n2"), 0);
@@ -315,6 +329,8 @@ TEST_F(TrainerCluster, AnEmptyRedisRestartMidRunLosesNoStepAndRestartsNoWorker) 
   for (auto at = logs.find(" started (pid "); at != std::string::npos; at = logs.find(" started (pid ", at + 1)) ++starts;
   EXPECT_EQ(starts, 4u) << "a worker was started again";
   EXPECT_NE(logs.find("continuing from memory"), std::string::npos) << "the new generation should continue in memory\n" << logs;
+  EXPECT_NE(logs.find("its optimizer shard moved from rank"), std::string::npos)
+      << "the ranks should have been renumbered\n" << logs;
   const auto run = read_metrics(dir.path() / "metrics.jsonl");
   ASSERT_EQ(run.size(), static_cast<std::size_t>(kSteps)) << "a step was lost or repeated";
   const auto [replayed, worst] = compare(run);
