@@ -176,7 +176,13 @@ stop_step=$(state_field step)
 ((stop_step < STEPS)) || cluster_fail "the job finished before the drain; raise STEPS"
 [[ $(state_field last_ckpt_step) == "$stop_step" ]] ||
   cluster_fail "no final checkpoint at the stop (step $stop_step, last checkpoint '$(state_field last_ckpt_step)')"
-cluster_log "the ranks stopped at step $stop_step with a checkpoint; waiting for the requeued run to complete"
+cluster_log "the ranks stopped at step $stop_step with a checkpoint; waiting for the requeue"
+# Slurm makes a requeued job eligible only 120 s later; move that begin time to now rather than wait.
+wait_until 30 bash -c '[[ $(scontrol -o show job "$1" | grep -o "Restarts=[0-9]*") == Restarts=1 ]]' _ "$job" ||
+  cluster_fail "job $job was not requeued within 30 s after SIGUSR1"
+cluster_wait_job_state "$job" 30 PENDING || cluster_fail "requeued job $job is not pending"
+scontrol update JobId="$job" StartTime=now
+cluster_log "requeued; waiting for the second run to complete"
 completed() { [[ $(redis GET "hdp:$job:outcome") == completed ]]; }
 wait_until 150 completed || cluster_fail "the requeued job did not complete (status '$(state_field status)', step '$(state_field step)')"
 cluster_wait_job_state "$job" 60 COMPLETED FAILED CANCELLED TIMEOUT ||
