@@ -1,7 +1,8 @@
 // The trainer with real processes at a size the sanitizer build can run (label integration):
 // 1 agent x 2 workers, the tiny model on 64-token sequences, 24 steps, checkpoints every 4.
 //  - a worker SIGKILLed before step 10 (`--fault crash:1@10`): its agent restarts it, the job
-//    restores the checkpoint of step 8 and completes; the `restore` event says 1 step was lost;
+//    restores the newest committed checkpoint (step 8, or 4 if the crash came while step 8 was
+//    being written) and completes; the `restore` event counts the steps lost from step 9;
 //  - a configuration the workers cannot run (a corpus directory that does not exist): every
 //    worker exits 2 with one line naming the directory, and the agent stops the job (exit 3, no
 //    restarts) instead of restarting them;
@@ -44,10 +45,13 @@ TEST(TrainerQuick, ACrashedWorkerIsReplacedAndTheJobCompletesFromTheLastCheckpoi
   bool rolled_back = false;
   for (const auto& e : job.snapshot(elastic::kEventsKept).events) {
     std::map<std::string, std::string> f(e.fields.begin(), e.fields.end());
-    if (f["type"] == "restore" && f["checkpoint"] == "step-00000008") {
+    if (f["type"] == "restore" && f["checkpoint"].starts_with("step-")) {
+      // The newest committed checkpoint: step 8, or step 4 when the save of step 8 was still being
+      // written when the crash came (a loaded machine). Step 9 had completed on every rank.
       rolled_back = true;
-      EXPECT_EQ(f["step"], "8");
-      EXPECT_EQ(f["lost_steps"], "1");  // step 9 completed before the crash before step 10
+      const int step = std::stoi(f["step"]);
+      EXPECT_TRUE(step == 8 || step == 4) << step;
+      EXPECT_EQ(f["lost_steps"], std::to_string(9 - step));
     }
   }
   EXPECT_TRUE(rolled_back) << cluster.all_logs();
