@@ -52,6 +52,24 @@ TEST(ControlPlaneCli, BadInputIsAUsageErrorWithOneClearLine) {
   }
 }
 
+TEST(ControlPlaneCli, TrainSettingsComeFromTheEnvironmentAndTheConfigFile) {
+  // The same checks as flags: an impossible value is named whatever its source.
+  auto r = run_command({AgentCluster().hdp(), "train"}, {"HDP_BATCH_TOKENS=0"}, 30s);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--batch-tokens 0 must be >= 1"), std::string::npos) << r.err;
+  TempDir dir;
+  const auto config = dir.path() / "job.toml";
+  std::ofstream(config) << "[train]\ncapacity = 0\n";
+  r = run_command({AgentCluster().hdp(), "--config", config.string(), "train"}, {}, 30s);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--capacity 0 must be >= 1 token"), std::string::npos) << r.err;
+  // A flag on the command line wins over the file.
+  r = run_command({AgentCluster().hdp(), "--config", config.string(), "train", "--capacity", "64", "--steps", "0"}, {},
+                  30s);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--steps"), std::string::npos) << r.err;
+}
+
 TEST(ControlPlaneCli, WrongPasswordIsARuntimeErrorThatHidesThePassword) {
   RedisServer server({.password = "good"});
   auto r = run_command({AgentCluster().hdp(), "status", "--job", "j", "--redis",
