@@ -42,7 +42,9 @@ enum class LoopResult { kFinished, kStopped };
 // While the body runs, a watcher thread aborts the communicator once a generation other than the
 // body's is current (LoopOptions::watch_every).
 //
-// Returns kFinished when the body finished, kStopped when `stop` was set (drain). Throws what the
+// Returns kFinished when the body finished, or when the job's `outcome` says completed while this
+// worker waits for a generation (a worker restarted after the others finished); kStopped when
+// `stop` was set (drain). Throws what the
 // body throws other than RecoverableError (peer loss, timeouts, store outages), which is handled
 // here.
 LoopResult run_elastic_loop(elastic::ElasticContext& ctx, const LoopOptions& options, const std::atomic<bool>& stop,

@@ -86,5 +86,23 @@ TEST_F(ElasticLoopTest, ANewerGenerationAbortsACollectiveBlockedOnAFrozenPeer) {
       << left_gen1["a"] << " | " << left_gen1["b"];
 }
 
+// A worker that starts after the job completed (its agent restarted it as the others finished)
+// finds no generation that includes it, and none will come: it must see the outcome and leave.
+TEST_F(ElasticLoopTest, AWorkerWaitingAfterTheJobCompletedLeaves) {
+  publish(1, {"a"});
+  store_->set(elastic::keys::kOutcome, "completed");
+  std::atomic<bool> stop{false};
+  elastic::ElasticContext ctx = worker("late");  // not a member of generation 1
+  LoopOptions options;
+  options.wait_slice = 100ms;
+  const auto start = Clock::now();
+  const LoopResult result = run_elastic_loop(ctx, options, stop, [](const elastic::Membership&, mesh::Communicator&) {
+    ADD_FAILURE() << "no generation includes this worker";
+    return BodyResult::kFinished;
+  });
+  EXPECT_EQ(result, LoopResult::kFinished);
+  EXPECT_LT(Clock::now() - start, 2s) << "one wait slice (100 ms) and a store read";
+}
+
 }  // namespace
 }  // namespace hdp::trainer
