@@ -183,6 +183,9 @@ cluster_log "the ranks stopped at step $stop_step with a checkpoint; waiting for
 wait_until 30 bash -c '[[ $(scontrol -o show job "$1" | grep -o "Restarts=[0-9]*") == Restarts=1 ]]' _ "$job" ||
   cluster_fail "job $job was not requeued within 30 s after SIGUSR1"
 cluster_wait_job_state "$job" 30 PENDING || cluster_fail "requeued job $job is not pending"
+# slurmd revokes the old run's credential with a time stamp in whole seconds: a run launched in the
+# same second as the requeue is refused ("Job credential revoked") and the job fails.
+sleep 2
 scontrol update JobId="$job" StartTime=now
 cluster_log "requeued; waiting for the second run to complete"
 completed() { [[ $(redis GET "hdp:$job:outcome") == completed ]]; }
