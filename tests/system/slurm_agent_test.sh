@@ -6,7 +6,7 @@
 #   slurm_agent_test.sh SOURCE_DIR HDP_BINARY
 #
 # 1. The three agents register, a generation with n1, n2 and n3 is published, and the job trains.
-# 2. kill -9 of n3's agent: a newer generation without n3 follows within the lease plus a margin,
+# 2. n3 set DOWN (scontrol) and its agent killed (kill -9): a newer generation without n3 follows within the lease plus a margin,
 #    the other two agents keep running (srun --kill-on-bad-exit=0), no process of n3's is left,
 #    and training goes on on the two survivors (restored from the last checkpoint).
 # 3. `scancel --batch --signal=USR1` (what --signal=B:USR1@120 does before the time limit): the
@@ -133,7 +133,8 @@ export HDP_DRAIN_TIMEOUT=20
 export HDP_NNODES=1:$NNODES
 readonly STEPS=300
 ckpt=$CLUSTER_DIR/ckpt
-job=$(sbatch --parsable --nodes=$NNODES --output="$CLUSTER_DIR/jobs/hdp-%j.out" "$sbatch_script" -- \
+# --no-kill: the allocation outlives a node that goes down (hdp.sbatch's srun has --no-kill too).
+job=$(sbatch --parsable --no-kill --nodes=$NNODES --output="$CLUSTER_DIR/jobs/hdp-%j.out" "$sbatch_script" -- \
   "$hdp_bin" train --model demo --steps $STEPS --context 128 --capacity 128 --batch-tokens 1024 --threads 1 \
   --checkpoint-dir "$ckpt" --checkpoint-every 10 --timeout-ms 5000 --log-every 50)
 log_file=$CLUSTER_DIR/jobs/hdp-$job.out
@@ -150,7 +151,8 @@ wait_until 60 step_at_least 10 || cluster_fail "the job did not train to step 10
 
 # ---- 2. one node's agent dies: the job resizes and trains on ----------------------------------------
 victim=$(agent_pid n3)
-cluster_log "generation $gen_full has all three nodes, step $(state_field step); kill -9 the agent on n3 (pid $victim)"
+cluster_log "generation $gen_full has all three nodes, step $(state_field step); n3 DOWN and its agent killed (pid $victim)"
+scontrol update NodeName=n3 State=DOWN Reason=hdp-test
 kill -KILL "$victim"
 # The lease runs out after LEASE_MS; the leader then publishes the next generation. The margin
 # allows for a settle window and for a loaded two-core host.
@@ -187,7 +189,7 @@ cluster_wait_job_state "$job" 30 PENDING || cluster_fail "requeued job $job is n
 # same second as the requeue is refused ("Job credential revoked") and the job fails.
 sleep 2
 scontrol update JobId="$job" StartTime=now
-cluster_log "requeued; waiting for the second run to complete"
+cluster_log "requeued ($(grep -o 'requeueing job.*' "$log_file" | head -n 1)); waiting for the second run to complete"
 completed() { [[ $(redis GET "hdp:$job:outcome") == completed ]]; }
 wait_until 150 completed || cluster_fail "the requeued job did not complete (status '$(state_field status)', step '$(state_field step)')"
 cluster_wait_job_state "$job" 60 COMPLETED FAILED CANCELLED TIMEOUT ||
