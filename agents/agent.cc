@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "common/exit_codes.h"
 #include "common/log.h"
+#include "elastic/job_state.h"
 #include "elastic/membership_agent.h"
 #include "elastic/worker_env.h"
 #include "hdp/config.h"
@@ -210,7 +211,7 @@ class Agent {
     if (code == 0) {
       // A worker that exited cleanly: the job completed, or its ranks agreed to stop (a signal
       // reached a worker but not this agent); the job's outcome tells which.
-      if (supervisor_.all_exited()) finish(control_.job_completed() ? AgentOutcome::kCompleted : AgentOutcome::kDrained);
+      if (supervisor_.all_exited()) finish(elastic::job_completed(control_.store()) ? AgentOutcome::kCompleted : AgentOutcome::kDrained);
       return;
     }
     if (exhausted_slots_ == options_.slots) {

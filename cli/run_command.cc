@@ -169,16 +169,6 @@ void print_summary(elastic::Store& job_store, const ProgressLine& progress) {
   }
 }
 
-// Whether the job's `outcome` says completed; a store that cannot be read counts as not completed.
-bool job_completed(elastic::Store& job_store) {
-  try {
-    return job_store.get(elastic::keys::kOutcome) == "completed";
-  } catch (const Error& e) {
-    std::cout << "hdp run: cannot read the job's outcome: " << e.what() << std::endl;
-    return false;
-  }
-}
-
 int run_job(const RunFlags& flags) {
   // The agents derive their timing from the lease (elastic/lease_timing.h); refuse a bad one here,
   // before starting anything.
@@ -275,7 +265,7 @@ int run_job(const RunFlags& flags) {
         k.killed_at = std::chrono::steady_clock::now();
       } else if (k.killed && !k.restarted && k.restart_after_s &&
                  std::chrono::steady_clock::now() - k.killed_at >= std::chrono::seconds(*k.restart_after_s) &&
-                 !job_completed(*job_store)) {
+                 !elastic::job_completed(*job_store)) {
         const pid_t pid = agents::spawn({argv_of.at(k.node), {}});
         agents_running[pid] = k.node;
         k.restarted = true;
@@ -287,7 +277,7 @@ int run_job(const RunFlags& flags) {
   progress.update();
   print_summary(*job_store, progress);
   // The job's outcome decides: losing an agent on the way is what elasticity is for.
-  if (job_completed(*job_store)) {
+  if (elastic::job_completed(*job_store)) {
     std::cout << "hdp run: job " << job << " completed";
     if (agents_failed > 0) std::cout << " (" << agents_failed << " agent(s) lost on the way)";
     std::cout << std::endl;

@@ -104,6 +104,15 @@ void validate_event(const StreamEntry& entry) {
   }
 }
 
+bool job_completed(Store& job_store) {
+  try {
+    return job_store.get(keys::kOutcome) == "completed";
+  } catch (const Error& e) {
+    log()->debug("cannot read the job's outcome: {}", e.what());
+    return false;
+  }
+}
+
 bool JobState::exists() {
   auto values = store_->multi_get({keys::kGeneration, keys::kConfig});
   return values[0] || values[1] || !store_->hash_get_all(keys::kState).empty();

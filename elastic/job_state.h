@@ -40,6 +40,11 @@ Write event_write(const std::string& type, Fields details);
 // or a worker's report: it is erased (logged, naming the key) and the commit tried once more.
 CommitResult commit_with_job_state(Store& store, const Transaction& txn);
 
+// Whether the job's `outcome` key says completed. A store that cannot be read (or a value of
+// another type) answers false, logged at debug level: callers poll it, and each decides what an
+// unknown outcome means (hdp run: not completed; an agent: drained; a waiting worker: wait on).
+bool job_completed(Store& job_store);
+
 struct JobSnapshot {
   std::int64_t generation = 0;              // 0: none published yet
   std::optional<Generation> members;        // the record of `generation`

@@ -213,13 +213,4 @@ void MembershipAgent::leave() {
   }
 }
 
-bool MembershipAgent::job_completed() {
-  try {
-    return store_->get(keys::kOutcome) == "completed";
-  } catch (const Error& e) {
-    log()->warn("node {}: cannot read the job's outcome: {}", options_.node.node, e.what());
-    return false;
-  }
-}
-
 }  // namespace hdp::elastic

@@ -84,11 +84,8 @@ class MembershipAgent {
   // Gives up the leader lease and deregisters; errors are logged, not thrown.
   void leave();
 
-  // Whether the job's `outcome` says completed (a job whose workers all exited 0 without it was
-  // stopped, not finished). A store that cannot be read answers false (logged).
-  bool job_completed();
-
   const NodeLease& lease() const { return registration_.lease(); }
+  Store& store() const { return *store_; }  // the job's namespace
   std::string member_id() const { return registration_.member_id(); }
   std::int64_t last_generation() const { return last_generation_; }
 

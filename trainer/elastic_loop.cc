@@ -7,7 +7,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "elastic/job_keys.h"
+#include "elastic/job_state.h"
 #include "mesh/communicator_factory.h"
 
 namespace hdp::trainer {
@@ -20,15 +20,6 @@ void abandon(elastic::ElasticContext& ctx, const elastic::Membership& m, const s
   log()->warn("worker {}/{}: generation {}: {}; waiting for the next generation", who.node, who.local_rank, m.generation,
               reason);
   ctx.report_broken(m, who.node + "/" + std::to_string(who.local_rank) + ": " + reason);
-}
-
-// Whether the job's `outcome` says completed; a store that cannot be read answers false.
-bool job_completed(elastic::ElasticContext& ctx) {
-  try {
-    return ctx.store()->get(elastic::keys::kOutcome) == "completed";
-  } catch (const Error&) {
-    return false;
-  }
 }
 
 // Aborts `comm` as soon as the store names a generation other than m's; stops when destroyed.
@@ -80,7 +71,7 @@ LoopResult run_elastic_loop(elastic::ElasticContext& ctx, const LoopOptions& opt
     } catch (const TimeoutError&) {
       // Nothing new yet. A job that completed publishes no further generation: a worker started
       // (or restarted) after the others finished would otherwise wait for ever.
-      if (job_completed(ctx)) {
+      if (elastic::job_completed(*ctx.store())) {
         log()->info("worker {}/{}: the job has completed; nothing to do", who.node, who.local_rank);
         return LoopResult::kFinished;
       }

@@ -38,26 +38,6 @@ using elastic::Membership;
 using mesh::Communicator;
 using ops::Tensor;
 
-checkpoint::FlatLayout layout_of(const ops::model::LlamaConfig& config) {
-  std::vector<checkpoint::TensorSpec> tensors;
-  for (const ops::model::ParamEntry& p : ops::model::param_layout(config)) tensors.push_back({p.name, p.shape});
-  return checkpoint::FlatLayout(std::move(tensors));
-}
-
-// The flat ranges of the RMSNorm weights (every tensor whose name ends in "norm.weight").
-std::vector<mesh::ZeroOptimizer::Range> norm_ranges(const ops::model::LlamaConfig& config) {
-  std::vector<mesh::ZeroOptimizer::Range> ranges;
-  for (const ops::model::ParamEntry& p : ops::model::param_layout(config)) {
-    const std::string suffix = "norm.weight";
-    if (p.name.size() >= suffix.size() && p.name.compare(p.name.size() - suffix.size(), suffix.size(), suffix) == 0) {
-      std::int64_t n = 1;
-      for (auto d : p.shape) n *= d;
-      ranges.push_back({p.offset, p.offset + n});
-    }
-  }
-  return ranges;
-}
-
 std::string fixed3(double value) {
   char text[32];
   std::snprintf(text, sizeof text, "%.3f", value);
@@ -83,10 +63,10 @@ class Trainer {
         stop_(stop),
         job_(ctx.store()),
         model_(config.model),
-        layout_(layout_of(config.model)),
+        layout_(checkpoint_layout(config.model)),
         source_(open_data(config), config.seed),
         cost_(trainer_cost_model(config)),
-        no_decay_(config.decay_norms ? std::vector<mesh::ZeroOptimizer::Range>{} : norm_ranges(config.model)) {
+        no_decay_(no_decay_ranges(config)) {
     ckpt_options_.root = config.checkpoint_dir;
     ckpt_options_.model_config = config.model_json();
     ckpt_options_.keep = config.keep;
@@ -97,8 +77,7 @@ class Trainer {
     check_minimum_world();
     LoopOptions loop;
     loop.connect_timeout = config_.timeout;
-    const LoopResult result =
-        run_elastic_loop(ctx_, loop, stop_, [this](const Membership& m, Communicator& comm) {
+    run_elastic_loop(ctx_, loop, stop_, [this](const Membership& m, Communicator& comm) {
           try {
             const BodyResult result = generation(m, comm);
             if (result == BodyResult::kGenerationChanged) interrupted_ = SteadyClock::now();
@@ -108,9 +87,8 @@ class Trainer {
             throw;
           }
         });
-    if (completed_) return TrainResult::kCompleted;
-    (void)result;
-    return TrainResult::kStopped;
+    // The loop ends when the job completed (here, or before this worker joined) or was stopped.
+    return completed_ ? TrainResult::kCompleted : TrainResult::kStopped;
   }
 
  private:

@@ -131,6 +131,24 @@ nlohmann::json TrainerConfig::model_json() const {
           {"ffn_dim", model.ffn_dim},   {"rope_theta", model.rope_theta}, {"norm_eps", model.norm_eps}};
 }
 
+checkpoint::FlatLayout checkpoint_layout(const ops::model::LlamaConfig& model) {
+  std::vector<checkpoint::TensorSpec> tensors;
+  for (const ops::model::ParamEntry& p : ops::model::param_layout(model)) tensors.push_back({p.name, p.shape});
+  return checkpoint::FlatLayout(std::move(tensors));
+}
+
+std::vector<mesh::ZeroOptimizer::Range> no_decay_ranges(const TrainerConfig& config) {
+  std::vector<mesh::ZeroOptimizer::Range> ranges;
+  if (config.decay_norms) return ranges;
+  for (const ops::model::ParamEntry& p : ops::model::param_layout(config.model)) {
+    if (!p.name.ends_with("norm.weight")) continue;
+    std::int64_t n = 1;
+    for (auto d : p.shape) n *= d;
+    ranges.push_back({p.offset, p.offset + n});
+  }
+  return ranges;
+}
+
 std::int64_t estimate_rank_bytes(const TrainerConfig& config, int world_size) {
   const auto& m = config.model;
   const std::int64_t n = ops::model::param_count(m);

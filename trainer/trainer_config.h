@@ -16,7 +16,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/flat_layout.h"
 #include "mesh/cost_model.h"
+#include "mesh/zero.h"
 #include "ops/model/llama_config.h"
 #include "trainer/data/piece_source.h"
 #include "trainer/lr_schedule.h"
@@ -84,6 +86,14 @@ struct TrainerConfig {
   // refused at restore.
   nlohmann::json model_json() const;
 };
+
+// The model's parameters as the checkpoint lays them out: ops/model/llama_params.h's tensors, by
+// their Hugging Face names, in buffer order.
+checkpoint::FlatLayout checkpoint_layout(const ops::model::LlamaConfig& model);
+
+// The flat ranges that take no weight decay: every RMSNorm weight (a name ending in
+// "norm.weight"), or none with decay_norms.
+std::vector<mesh::ZeroOptimizer::Range> no_decay_ranges(const TrainerConfig& config);
 
 // Bytes one rank of a `world_size`-rank job needs at most: the full parameters and gradients, its
 // shard of both AdamW moments, and the activations of a full micro-batch of C tokens.

@@ -40,7 +40,6 @@
 
 #include "checkpoint/group.h"
 #include "checkpoint/restorer.h"
-#include "ops/model/llama_params.h"
 #include "elastic/job_keys.h"
 #include "tests/agents/agent_cluster.h"
 #include "tests/support/temp_dir.h"
@@ -111,9 +110,7 @@ struct Final {
 Final read_final(const std::filesystem::path& dir) {
   trainer::TrainerConfig config;
   config.model = trainer::model_preset("tiny");
-  std::vector<checkpoint::TensorSpec> tensors;
-  for (const auto& p : ops::model::param_layout(config.model)) tensors.push_back({p.name, p.shape});
-  const checkpoint::FlatLayout layout(tensors);
+  const checkpoint::FlatLayout layout = trainer::checkpoint_layout(config.model);
   Final f;
   f.params.resize(static_cast<std::size_t>(layout.total()));
   f.m.resize(f.params.size());

@@ -15,7 +15,6 @@
 #include "mesh/communicator_factory.h"
 #include "mesh/distributed_step.h"
 #include "mesh/plan.h"
-#include "ops/model/llama_params.h"
 #include "trainer/data/batch_source.h"
 #include "trainer/trainer_config.h"
 
@@ -50,10 +49,7 @@ Trained train(int world, DType dtype) {
   checkpoint::DataPosition position;
   std::vector<data::GlobalBatch> batches;
   for (int s = 0; s < kSteps; ++s) batches.push_back(source.next(position, c.batch_tokens));
-  std::vector<mesh::ZeroOptimizer::Range> no_decay;
-  for (const auto& p : ops::model::param_layout(c.model)) {
-    if (p.name.ends_with("norm.weight")) no_decay.push_back({p.offset, p.offset + p.shape[0]});
-  }
+  const auto no_decay = no_decay_ranges(c);  // the trainer's own exemption
   auto comms = mesh::connect_local(world, 30s);
   Trained run;
   std::vector<std::thread> ranks;
