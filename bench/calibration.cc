@@ -284,9 +284,9 @@ void run(const Options& o) {
   }
   hdp::mesh::CostModel refit = file;
   hdp::mesh::fit_compute_cost(samples, refit);
-  hdp::mesh::SpeedTracker tracker(1, 1.0);
-  tracker.report(0, packings_file_ms, packings_measured_ms);
-  const double speed = tracker.speeds()[0];
+  hdp::mesh::SpeedTracker tracker;
+  tracker.report("this machine", packings_file_ms, packings_measured_ms);
+  const double speed = tracker.filtered("this machine");
   std::printf("## 4. Predictions\n\nrefit: alpha %.4g ms/token^2, beta %.4g ms/token, gamma %.4g ms; speed factor of "
               "the file now %.3f\n\n",
               refit.alpha_ms, refit.beta_ms, refit.gamma_ms, speed);

@@ -31,6 +31,23 @@ std::string field_or_dash(const std::map<std::string, std::string>& state, const
   return it == state.end() ? "-" : it->second;
 }
 
+// The evicted node/slots: `active` while the cool-down runs (the leader keeps the slot out).
+nlohmann::json evictions_json(const elastic::Evictions& evictions) {
+  nlohmann::json list = nlohmann::json::array();
+  const std::int64_t now = elastic::now_ms();
+  for (const auto& [key, e] : evictions) {
+    list.push_back({{"node", e.node},
+                    {"slot", e.slot},
+                    {"count", e.count},
+                    {"reason", e.reason},
+                    {"speed", e.speed},
+                    {"until_ms", e.until_ms},
+                    {"active", e.until_ms > now},
+                    {"readmitted", e.readmitted}});
+  }
+  return list;
+}
+
 nlohmann::json to_json(const std::string& job, const elastic::JobSnapshot& s) {
   nlohmann::json members = nlohmann::json::array();
   if (s.members) {
@@ -59,6 +76,9 @@ nlohmann::json to_json(const std::string& job, const elastic::JobSnapshot& s) {
     } else if (std::find(std::begin(elastic::kNumberStateFields), std::end(elastic::kNumberStateFields), field) !=
                std::end(elastic::kNumberStateFields)) {
       state[field] = std::stod(value);
+    } else if (std::find(std::begin(elastic::kNumberListStateFields), std::end(elastic::kNumberListStateFields),
+                         field) != std::end(elastic::kNumberListStateFields)) {
+      state[field] = elastic::parse_number_list(field, value);
     } else {
       state[field] = value;
     }
@@ -70,6 +90,7 @@ nlohmann::json to_json(const std::string& job, const elastic::JobSnapshot& s) {
           {"leader", s.leader ? nlohmann::json(*s.leader) : nlohmann::json()},
           {"state", state},
           {"members", members},
+          {"evictions", evictions_json(s.evictions)},
           {"events", events}};
 }
 
@@ -93,17 +114,42 @@ std::string to_table(const std::string& job, const elastic::JobSnapshot& s) {
   }
   out << "leader: " << s.leader.value_or("-") << "    last checkpoint: step " << field_or_dash(s.state, "last_ckpt_step")
       << " at " << field_or_dash(s.state, "last_ckpt_path") << "\n\n";
+  // Speeds are per rank of the generation rank 0 last reported for (state `generation`).
+  std::vector<double> speeds;
+  if (auto it = s.state.find("speeds"); it != s.state.end() && s.members &&
+                                        field_or_dash(s.state, "generation") == std::to_string(s.generation)) {
+    speeds = elastic::parse_number_list("speeds", it->second);
+  }
   out << std::left << std::setw(20) << "NODE" << std::setw(18) << "INCARNATION" << std::setw(16) << "HOST"
-      << std::setw(10) << "RANKS" << "LEASE\n";
+      << std::setw(10) << "RANKS" << std::setw(8) << "LEASE" << "SPEEDS\n";
   if (s.members) {
     for (const auto& m : s.members->members) {
       auto lease = s.leases.find(m.node);
       const bool live = lease != s.leases.end() && lease->second.incarnation == m.incarnation;
       const std::string ranks = m.slots.empty() ? "-" : std::to_string(m.first_rank) + "-" +
                                                             std::to_string(m.first_rank + m.slots.size() - 1);
+      std::string speed_text;
+      for (std::size_t i = 0; i < m.slots.size(); ++i) {
+        const std::size_t rank = static_cast<std::size_t>(m.first_rank) + i;
+        char one[32];
+        std::snprintf(one, sizeof one, "%.2f", rank < speeds.size() ? speeds[rank] : 0.0);
+        speed_text += (speed_text.empty() ? "" : " ") + (rank < speeds.size() ? std::string(one) : std::string("-"));
+      }
       out << std::setw(20) << m.node << std::setw(18) << m.incarnation << std::setw(16) << m.host << std::setw(10)
-          << ranks << (live ? "alive" : "expired") << "\n";
+          << ranks << std::setw(8) << (live ? "alive" : "expired") << speed_text << "\n";
     }
+  }
+  const std::int64_t now = elastic::now_ms();
+  bool header = false;
+  for (const auto& [key, e] : s.evictions) {
+    if (!header) out << "\nevicted (node/slot, reason, times, cool-down):\n";
+    header = true;
+    char speed[32];
+    std::snprintf(speed, sizeof speed, " at speed %.2f", e.speed);
+    out << "  " << key << "  " << e.reason << (e.reason == "slow" ? speed : "") << ", " << e.count << " time(s), "
+        << (e.until_ms > now ? std::to_string((e.until_ms - now + 999) / 1000) + " s left"
+                             : std::string(e.readmitted ? "readmitted" : "cool-down over"))
+        << "\n";
   }
   out << "\nrecent events:\n";
   for (const auto& e : s.events) {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 
@@ -39,6 +40,7 @@ struct TrainFlags {
   int threads = 0;
   std::string checkpoint_dir, metrics_file;
   std::vector<std::string> faults;
+  double cooldown_s = 60, cooldown_max_s = 3600;
   trainer::TrainerConfig config;
 };
 
@@ -66,6 +68,7 @@ trainer::TrainerConfig make_config(TrainFlags& f, int nproc_per_node) {
   const long memory_mb = f.max_rank_memory_mb >= 0 ? f.max_rank_memory_mb : default_rank_memory_mb(nproc_per_node);
   c.max_rank_memory_bytes = static_cast<std::int64_t>(memory_mb) << 20;
   for (const std::string& spec : f.faults) c.faults.push_back(trainer::parse_fault(spec));
+  c.cooldown = {.base_ms = std::llround(f.cooldown_s * 1000), .max_ms = std::llround(f.cooldown_max_s * 1000)};
   return c;
 }
 
@@ -130,7 +133,26 @@ void add_train_command(CLI::App& app) {
   opt("--metrics-file", f.metrics_file, "Rank 0 appends a JSON line per step (step, exact loss, world size, ...)",
       "HDP_METRICS_FILE");
   opt("--log-every", c.log_every, "Rank 0 prints a line every this many steps", "HDP_LOG_EVERY");
-  command->add_option("--fault", f.faults, "Inject a fault (tests): crash:R@S, kill-node:R@S, hang:R@S:MS")
+  command->add_flag("--speed-aware,!--no-speed-aware", c.speed_aware,
+                    "Plan every step with the ranks' measured speeds (default on; off: equal speeds, the "
+                    "benchmark's speed-blind baseline)")
+      ->envname("HDP_SPEED_AWARE");
+  opt("--straggler-threshold", c.straggler_threshold, "A rank below this fraction of the median speed is a straggler",
+      "HDP_STRAGGLER_THRESHOLD");
+  opt("--straggler-strikes", c.straggler_strikes,
+      "Consecutive straggler steps before eviction (doubled per earlier eviction of the node/slot)",
+      "HDP_STRAGGLER_STRIKES");
+  command->add_flag("--evict-stragglers,!--no-evict-stragglers", c.evict_stragglers,
+                    "Ask the leader to evict persistent stragglers for a cool-down (default on)")
+      ->envname("HDP_EVICT_STRAGGLERS");
+  opt("--evict-cooldown-s", f.cooldown_s, "First cool-down of an evicted node/slot; doubles per eviction",
+      "HDP_EVICT_COOLDOWN_S")
+      ->check(CLI::Range(0.001, 3.15e7));
+  opt("--evict-cooldown-max-s", f.cooldown_max_s, "Longest cool-down", "HDP_EVICT_COOLDOWN_MAX_S")
+      ->check(CLI::Range(0.001, 3.15e7));
+  command->add_option("--fault", f.faults,
+                      "Inject a fault (tests): crash:R@S, kill-node:R@S, hang:R@S:MS, slow:NODE/SLOT@S[-E]:F, "
+                      "throttle:NODE/SLOT@S:CPUS")
       ->envname("HDP_FAULTS")
       ->delimiter(',');
 

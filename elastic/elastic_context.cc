@@ -182,11 +182,14 @@ void ElasticContext::good_value() {
   bad_reads_in_streak_ = 0;
 }
 
-void ElasticContext::report_broken(const Membership& m, const std::string& reason) {
+void ElasticContext::report_broken(const Membership& m, const std::string& reason, const AbandonReport& report) {
   try {
+    const std::string abandoned = keys::abandoned(m.generation);
     store_->commit(Transaction{}
                        .require(keys::kGeneration, std::to_string(m.generation))
-                       .add(Write::set(keys::broken(m.generation), reason.substr(0, 300), std::chrono::hours(1))));
+                       .add(Write::set(keys::broken(m.generation), reason.substr(0, 300), std::chrono::hours(1)))
+                       .add(Write::hash_set(abandoned, {{std::to_string(m.rank), encode(report)}}))
+                       .add(Write::expire(abandoned, std::chrono::hours(1))));
   } catch (const StoreUnavailable& e) {
     log()->warn("worker {}/{}: could not report generation {} broken: {}", identity_.node, identity_.local_rank,
                 m.generation, e.what());

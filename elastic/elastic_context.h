@@ -107,8 +107,11 @@ class ElasticContext {
   bool same_workers(const Membership& m, std::int64_t g) const;
 
   // Marks m's generation broken (a peer was lost): the leader publishes a new one, and no worker
-  // joins a broken generation. Refused (a no-op) once a newer generation exists.
-  void report_broken(const Membership& m, const std::string& reason);
+  // joins a broken generation. Refused (a no-op) once a newer generation exists. `report` (this
+  // worker's node and slot, whether a collective timed out on it) goes into gen:<g>:abandoned in
+  // the same commit: when a generation broke on timeouts, the members that never report are the
+  // hung ones, and the leader evicts them (membership.h, Evictions).
+  void report_broken(const Membership& m, const std::string& reason, const AbandonReport& report);
 
   // What m's communicators bootstrap with (see Bootstrap; it keeps a pointer to this context).
   Bootstrap bootstrap(const Membership& m);

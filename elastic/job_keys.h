@@ -16,6 +16,7 @@ inline constexpr const char* kJoinCount = "joins";    // counter of join announc
 inline constexpr const char* kState = "state";        // hash: status, generation, world_size, step, ...
 inline constexpr const char* kEvents = "events";      // capped stream
 inline constexpr const char* kOutcome = "outcome";    // "completed" once the job is done; ends publishing
+inline constexpr const char* kEvictions = "evictions";  // JSON: evicted node/slots and their cool-downs (leader)
 
 inline std::string generation(std::int64_t g) { return "gen:" + std::to_string(g); }
 // Prefix under which a generation's communicator bootstrap lives (Gloo's keys).
@@ -23,6 +24,10 @@ inline std::string bootstrap(std::int64_t g) { return "gen:" + std::to_string(g)
 // Set by a worker that lost a peer in generation g: the leader then publishes a new generation
 // even when the members look unchanged (a crashed worker restarted before its agent noticed).
 inline std::string broken(std::int64_t g) { return "gen:" + std::to_string(g) + ":broken"; }
+// Workers generation g's rank 0 asks the leader to evict for being slow (JSON list).
+inline std::string stragglers(std::int64_t g) { return "gen:" + std::to_string(g) + ":stragglers"; }
+// Hash: one field per rank that abandoned generation g, whether a collective timed out on it.
+inline std::string abandoned(std::int64_t g) { return "gen:" + std::to_string(g) + ":abandoned"; }
 // The incarnation that holds a node id (no TTL: registration checks that its lease is gone).
 inline std::string node(const std::string& id) { return "node:" + id; }
 // One incarnation's lease (TTL). The incarnation is in the name, so a heartbeat is a plain PEXPIRE

@@ -60,6 +60,23 @@ bool JobState::complete(std::int64_t generation, std::int64_t step) {
   return commit_with_job_state(*store_, txn);
 }
 
+std::vector<double> parse_number_list(const std::string& field, const std::string& value) {
+  std::vector<double> numbers;
+  std::size_t begin = 0;
+  while (begin <= value.size()) {
+    const std::size_t end = std::min(value.find(',', begin), value.size());
+    double number = 0;
+    auto [stop, ec] = std::from_chars(value.data() + begin, value.data() + end, number);
+    if (end == begin || ec != std::errc() || stop != value.data() + end || !std::isfinite(number)) {
+      throw InvalidArgument("invalid value in Redis key 'state': field " + quote_value(field) + " is " +
+                            quote_value(value) + ", not a comma-separated list of finite numbers");
+    }
+    numbers.push_back(number);
+    begin = end + 1;
+  }
+  return numbers;
+}
+
 void validate_state_field(const std::string& field, const std::string& value) {
   static const std::set<std::string> integers(std::begin(kIntegerStateFields), std::end(kIntegerStateFields));
   static const std::set<std::string> numbers(std::begin(kNumberStateFields), std::end(kNumberStateFields));
@@ -77,6 +94,9 @@ void validate_state_field(const std::string& field, const std::string& value) {
                             " is not one of waiting, running, resizing, restoring, draining, completed, failed, "
                             "stopped");
     }
+  } else if (std::find(std::begin(kNumberListStateFields), std::end(kNumberListStateFields), field) !=
+             std::end(kNumberListStateFields)) {
+    parse_number_list(field, value);
   } else if (numbers.count(field)) {
     double number = 0;
     auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), number);
@@ -143,6 +163,7 @@ JobSnapshot JobState::snapshot(std::size_t event_count) {
       if (leases[i]) snapshot.leases.emplace(snapshot.members->members[i].node, decode_node_lease(*leases[i], lease_keys[i]));
     }
   }
+  if (auto evictions = store_->get(keys::kEvictions)) snapshot.evictions = decode_evictions(*evictions, keys::kEvictions);
   snapshot.state = store_->hash_get_all(keys::kState);
   for (const auto& [field, value] : snapshot.state) validate_state_field(field, value);
   snapshot.events = store_->stream_tail(keys::kEvents, event_count);

@@ -28,6 +28,11 @@ inline constexpr const char* kStatuses[] = {"waiting",  "running",   "resizing",
 inline constexpr const char* kIntegerStateFields[] = {"generation", "world_size", "step",  "last_ckpt_step",
                                                       "updated_at_ms", "nodes",   "tokens"};
 inline constexpr const char* kNumberStateFields[] = {"loss", "tokens_per_s", "step_ms", "lr", "grad_norm"};
+// Fields that hold comma-separated lists of finite numbers (printed as JSON arrays).
+inline constexpr const char* kNumberListStateFields[] = {"speeds"};
+
+// The numbers of a kNumberListStateFields value; InvalidArgument naming the field otherwise.
+std::vector<double> parse_number_list(const std::string& field, const std::string& value);
 
 std::int64_t now_ms();  // wall clock, milliseconds since the epoch
 
@@ -51,6 +56,7 @@ struct JobSnapshot {
   std::map<std::string, std::string> state; // the state hash, every field validated
   std::optional<std::string> leader;
   std::map<std::string, NodeLease> leases;  // live leases of the members, by node
+  Evictions evictions;                      // every node/slot evicted so far (membership.h)
   std::vector<StreamEntry> events;          // newest last
 };
 
@@ -79,7 +85,7 @@ class JobState {
 };
 
 // Validates one field of the state hash (name and value UTF-8, kIntegerStateFields non-negative
-// 64-bit integers, kNumberStateFields finite numbers, status one of kStatuses); throws InvalidArgument naming the key and the field.
+// 64-bit integers, kNumberStateFields finite numbers, kNumberListStateFields lists of them, status one of kStatuses); throws InvalidArgument naming the key and the field.
 void validate_state_field(const std::string& field, const std::string& value);
 // Validates one entry of the events stream (every field name and value UTF-8); throws
 // InvalidArgument naming the key, the entry and the field.

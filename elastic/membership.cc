@@ -88,12 +88,138 @@ std::vector<int> slot_list(const json& object, const char* name, std::string_vie
   return slots;
 }
 
+// A finite number in [low, high].
+double real(const json& object, const char* name, std::string_view what, double low, double high) {
+  auto it = object.find(name);
+  if (it == object.end() || !it->is_number() || !(it->get<double>() >= low && it->get<double>() <= high)) {
+    bad(what, std::string("field '") + name + "' is not a number in [" + std::to_string(low) + ", " +
+                  std::to_string(high) + "]");
+  }
+  return it->get<double>();
+}
+
+bool boolean(const json& object, const char* name, std::string_view what) {
+  auto it = object.find(name);
+  if (it == object.end() || !it->is_boolean()) bad(what, std::string("field '") + name + "' is not true or false");
+  return it->get<bool>();
+}
+
 constexpr int kMaxSlotsPerNode = 1024;
 // More members than this is garbage: it would take a JSON document of tens of megabytes, and
 // members x kMaxSlotsPerNode still fits an int world size.
 constexpr std::size_t kMaxMembers = 1 << 20;
 
+constexpr std::int64_t kMaxCooldownMs = std::int64_t{1000} * 3600 * 24 * 365;  // a year
+
+json cooldown_json(const Cooldown& c) { return {{"cooldown_ms", c.base_ms}, {"cooldown_max_ms", c.max_ms}}; }
+
+Cooldown cooldown_of(const json& object, std::string_view what) {
+  Cooldown c{bounded(object, "cooldown_ms", what, 1, kMaxCooldownMs),
+             bounded(object, "cooldown_max_ms", what, 1, kMaxCooldownMs)};
+  if (c.max_ms < c.base_ms) bad(what, "cooldown_max_ms is below cooldown_ms");
+  return c;
+}
+
+void check_node(const std::string& node, std::string_view what) {
+  if (node.empty()) bad(what, "field 'node' is empty");
+}
+
 }  // namespace
+
+std::int64_t Cooldown::after(std::int64_t previous_evictions) const {
+  std::int64_t ms = base_ms;
+  for (std::int64_t i = 0; i < previous_evictions && ms < max_ms; ++i) ms *= 2;
+  return std::min(ms, max_ms);
+}
+
+std::string eviction_key(std::string_view node, int slot) { return std::string(node) + "/" + std::to_string(slot); }
+
+std::string encode(const std::vector<StragglerRequest>& requests) {
+  json list = json::array();
+  for (const auto& r : requests) {
+    json entry = {{"node", r.node}, {"incarnation", r.incarnation}, {"slot", r.slot},
+                  {"rank", r.rank}, {"speed", r.speed},             {"step", r.step}};
+    entry.update(cooldown_json(r.cooldown));
+    list.push_back(std::move(entry));
+  }
+  return json{{"requests", list}}.dump();
+}
+
+std::string encode(const AbandonReport& report) {
+  json value = {{"node", report.node},
+                {"slot", report.slot},
+                {"timed_out", report.timed_out},
+                {"timeout_ms", report.timeout_ms}};
+  value.update(cooldown_json(report.cooldown));
+  return value.dump();
+}
+
+std::string encode(const Evictions& evictions) {
+  json object = json::object();
+  for (const auto& [key, e] : evictions) {
+    object[key] = {{"node", e.node},       {"incarnation", e.incarnation}, {"slot", e.slot},
+                   {"count", e.count},     {"until_ms", e.until_ms},       {"reason", e.reason},
+                   {"speed", e.speed},     {"readmitted", e.readmitted}};
+  }
+  return object.dump();
+}
+
+std::vector<StragglerRequest> decode_straggler_requests(std::string_view text, std::string_view what) {
+  json value = parse(text, what);
+  auto list = value.find("requests");
+  if (list == value.end() || !list->is_array()) bad(what, "field 'requests' is not an array");
+  if (list->size() > kMaxMembers) bad(what, "field 'requests' lists more than " + std::to_string(kMaxMembers));
+  std::vector<StragglerRequest> requests;
+  for (const auto& entry : *list) {
+    if (!entry.is_object()) bad(what, "a request is not an object");
+    StragglerRequest r;
+    r.node = field<std::string>(entry, "node", what);
+    check_node(r.node, what);
+    r.incarnation = field<std::string>(entry, "incarnation", what);
+    r.slot = static_cast<int>(bounded(entry, "slot", what, 0, kMaxSlotsPerNode - 1));
+    r.rank = field<int>(entry, "rank", what);
+    r.speed = real(entry, "speed", what, 0, 1e9);
+    r.step = bounded(entry, "step", what, 0, std::numeric_limits<std::int64_t>::max());
+    r.cooldown = cooldown_of(entry, what);
+    requests.push_back(std::move(r));
+  }
+  return requests;
+}
+
+AbandonReport decode_abandon_report(std::string_view text, std::string_view what) {
+  json value = parse(text, what);
+  AbandonReport report;
+  report.node = field<std::string>(value, "node", what);
+  check_node(report.node, what);
+  report.slot = static_cast<int>(bounded(value, "slot", what, 0, kMaxSlotsPerNode - 1));
+  report.timed_out = boolean(value, "timed_out", what);
+  report.timeout_ms = bounded(value, "timeout_ms", what, 0, kMaxCooldownMs);
+  report.cooldown = cooldown_of(value, what);
+  return report;
+}
+
+Evictions decode_evictions(std::string_view text, std::string_view what) {
+  json value = parse(text, what);
+  if (value.size() > kMaxMembers) bad(what, "more than " + std::to_string(kMaxMembers) + " evictions");
+  Evictions evictions;
+  for (const auto& [key, entry] : value.items()) {
+    if (!entry.is_object()) bad(what, "eviction " + quote_value(key) + " is not an object");
+    Eviction e;
+    e.node = field<std::string>(entry, "node", what);
+    check_node(e.node, what);
+    e.incarnation = field<std::string>(entry, "incarnation", what);
+    e.slot = static_cast<int>(bounded(entry, "slot", what, 0, kMaxSlotsPerNode - 1));
+    e.count = bounded(entry, "count", what, 1, std::numeric_limits<std::int32_t>::max());
+    e.until_ms = bounded(entry, "until_ms", what, 0, std::numeric_limits<std::int64_t>::max());
+    e.reason = field<std::string>(entry, "reason", what);
+    if (e.reason != "slow" && e.reason != "timeout") bad(what, "reason " + quote_value(e.reason) + " is not slow or timeout");
+    e.speed = real(entry, "speed", what, 0, 1e9);
+    e.readmitted = boolean(entry, "readmitted", what);
+    if (key != eviction_key(e.node, e.slot)) bad(what, "eviction " + quote_value(key) + " names another node/slot");
+    evictions.emplace(key, std::move(e));
+  }
+  return evictions;
+}
 
 int Generation::world_size() const {
   int total = 0;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -82,6 +83,65 @@ std::int64_t decode_counter(std::string_view text, std::string_view what, std::i
 std::int64_t decode_generation_number(std::string_view text, std::string_view what);
 // "MIN:MAX" or "N" with 1 <= MIN <= MAX.
 JobConfig parse_nnodes(std::string_view text);
+
+// ---- Evictions: a slow or hung worker taken out of the job for a while ----------------------------
+//
+// A worker's place that outlives its process and its rank: (node, local slot). The leader alone
+// evicts: it reads the requests below, records an eviction per node/slot in key `evictions`, and
+// leaves the slot out of every generation it publishes until the cool-down ends, never below the
+// job's minimum number of nodes (docs/architecture.md, "Stragglers").
+
+// An evicted node/slot's cool-down: base · 2^(evictions before this one), at most max.
+struct Cooldown {
+  std::int64_t base_ms = 60'000;
+  std::int64_t max_ms = 3'600'000;
+  std::int64_t after(std::int64_t previous_evictions) const;
+};
+
+// A worker the trainer's rank 0 of generation g asks the leader to evict for being slow (key
+// gen:<g>:stragglers, a JSON list; `speed` relative to the generation's median).
+struct StragglerRequest {
+  std::string node;
+  std::string incarnation;
+  int slot = 0;
+  int rank = 0;
+  double speed = 0;
+  std::int64_t step = 0;
+  Cooldown cooldown;
+};
+
+// What a worker that abandons generation g says (hash gen:<g>:abandoned, field = its rank): whether
+// a collective timed out on it (true) or failed otherwise. When every report of a broken
+// generation is a timeout, the members that did not report are the hung ones.
+struct AbandonReport {
+  std::string node;
+  int slot = 0;
+  bool timed_out = false;
+  std::int64_t timeout_ms = 0;  // the collective timeout it ran under
+  Cooldown cooldown;
+};
+
+// One node/slot's eviction record. It stays after the cool-down (readmitted = true once a
+// generation includes the slot again), so that a second eviction knows it is the second.
+struct Eviction {
+  std::string node;
+  std::string incarnation;  // the agent's when evicted: finds the node's lease while it is out
+  int slot = 0;
+  std::int64_t count = 0;     // evictions of this node/slot so far, this one included
+  std::int64_t until_ms = 0;  // wall clock: the cool-down ends
+  std::string reason;         // "slow" or "timeout"
+  double speed = 0;           // relative speed when evicted ("slow"); 0 for "timeout"
+  bool readmitted = false;
+};
+using Evictions = std::map<std::string, Eviction>;  // by eviction_key(node, slot)
+
+std::string eviction_key(std::string_view node, int slot);
+std::string encode(const std::vector<StragglerRequest>& requests);
+std::string encode(const AbandonReport& report);
+std::string encode(const Evictions& evictions);
+std::vector<StragglerRequest> decode_straggler_requests(std::string_view json, std::string_view what);
+AbandonReport decode_abandon_report(std::string_view json, std::string_view what);
+Evictions decode_evictions(std::string_view json, std::string_view what);
 
 }  // namespace hdp::elastic
 

@@ -120,20 +120,122 @@ void MembershipController::read_new_joins(std::int64_t join_count) {
                    [](const Candidate& x, const Candidate& y) { return x.sequence < y.sequence; });
 }
 
+Evictions MembershipController::read_evictions(const std::optional<std::string>& value) {
+  if (!value) return {};
+  try {
+    Evictions evictions = decode_evictions(*value, keys::kEvictions);
+    bad_evictions_.reset();
+    return evictions;
+  } catch (const InvalidArgument& e) {
+    // Only the leader writes it; garbage (by hand) must not stop publishing. The next eviction
+    // replaces it.
+    if (bad_evictions_ != *value) log()->warn("ignoring the evictions record: {}", e.what());
+    bad_evictions_ = *value;
+    return {};
+  }
+}
+
+std::optional<std::vector<Eviction>> MembershipController::new_evictions(bool broken,
+                                                                         const std::optional<std::string>& requests,
+                                                                         const Evictions& evictions) {
+  std::vector<Eviction> fresh;
+  const std::int64_t now = now_ms();
+  steps_.clear();
+  auto evict = [&](const std::string& node, int slot, const std::string& reason, double speed, const Cooldown& cooldown,
+                   std::int64_t step) {
+    auto member = std::find_if(current_.members.begin(), current_.members.end(),
+                               [&](const Member& m) { return m.node == node; });
+    if (member == current_.members.end() ||
+        std::find(member->slots.begin(), member->slots.end(), slot) == member->slots.end()) {
+      return;  // not in this generation (any more)
+    }
+    auto before = evictions.find(eviction_key(node, slot));
+    const std::int64_t previous = before == evictions.end() ? 0 : before->second.count;
+    steps_[eviction_key(node, slot)] = step;
+    fresh.push_back(Eviction{.node = node,
+                             .incarnation = member->incarnation,
+                             .slot = slot,
+                             .count = previous + 1,
+                             .until_ms = now + cooldown.after(previous),
+                             .reason = reason,
+                             .speed = speed});
+  };
+  if (requests && current_.number > 0 && requests_handled_ != current_.number) {
+    try {
+      for (const auto& r : decode_straggler_requests(*requests, keys::stragglers(current_.number))) {
+        evict(r.node, r.slot, "slow", r.speed, r.cooldown, r.step);
+      }
+    } catch (const InvalidArgument& e) {
+      log()->warn("ignoring the straggler requests: {}", e.what());
+      requests_handled_ = current_.number;
+    }
+  }
+  if (!broken) return fresh;
+  // Which members of the broken generation said they abandoned it, and whether on a timeout.
+  const std::string key = keys::abandoned(current_.number);
+  std::map<int, AbandonReport> reports;
+  for (const auto& [field, value] : store_->hash_get_all(key)) {
+    try {
+      const auto rank = decode_counter(field, key, current_.world_size() - 1);
+      reports.emplace(static_cast<int>(rank), decode_abandon_report(value, key));
+    } catch (const InvalidArgument& e) {
+      log()->warn("ignoring an abandon report: {}", e.what());
+    }
+  }
+  const auto timed_out = std::find_if(reports.begin(), reports.end(), [](const auto& r) { return r.second.timed_out; });
+  if (timed_out == reports.end()) return fresh;  // a lost peer, not a hang: nobody to blame
+  std::int64_t wait_ms = 0;
+  for (const auto& [rank, report] : reports) wait_ms = std::max(wait_ms, report.timeout_ms);
+  const auto wait = std::min<Clock::duration>(std::chrono::milliseconds(wait_ms), kHungReportWait);
+  if (!broken_seen_ || broken_seen_->first != current_.number) broken_seen_.emplace(current_.number, Clock::now());
+  const int world = current_.world_size();
+  const int silent = world - static_cast<int>(reports.size());
+  if (silent > 1 && Clock::now() - broken_seen_->second < wait) return std::nullopt;  // the live ones report soon
+  for (const auto& member : current_.members) {
+    for (std::size_t i = 0; i < member.slots.size(); ++i) {
+      const int rank = member.first_rank + static_cast<int>(i);
+      if (reports.contains(rank)) continue;
+      log()->warn("generation {} broke on a timeout and rank {} ({}/{}) never reported: evicting it as hung",
+                  current_.number, rank, member.node, member.slots[i]);
+      evict(member.node, member.slots[i], "timeout", 0, timed_out->second.cooldown, -1);
+    }
+  }
+  return fresh;
+}
+
 std::optional<std::int64_t> MembershipController::tick(std::int64_t seen_by_leader) {
-  auto head = store_->multi_get({keys::kGeneration, keys::kJoinCount, keys::broken(current_.number)});
+  auto head = store_->multi_get({keys::kGeneration, keys::kJoinCount, keys::broken(current_.number), keys::kEvictions,
+                                 keys::stragglers(current_.number)});
   const std::int64_t number = head[0] ? decode_generation_number(*head[0], keys::kGeneration) : 0;
-  // The broken flag read belongs to the generation we had cached; it counts only if still current.
-  const bool broken = head[2].has_value() && number == current_.number && number > 0;
+  // The broken flag and the requests read belong to the generation we had cached; they count only
+  // if it is still current.
+  const bool cached_is_current = number == current_.number && number > 0;
+  const bool broken = head[2].has_value() && cached_is_current;
+  if (!cached_is_current) head[4].reset();
   load_generation(number);
   if (joins_read_ < 0) joins_read_ = current_.joins_seen;
   read_new_joins(head[1] ? decode_counter(*head[1], keys::kJoinCount, kMaxJoinCount) : 0);
 
-  // One MGET for the leases of every member and candidate, by identity: a lease key names its
+  Evictions evictions = read_evictions(head[3]);
+  const auto fresh = new_evictions(broken, head[4], evictions);
+  if (!fresh) return std::nullopt;
+
+  // One MGET for the leases of every member, candidate and benched node (one whose every slot
+  // is evicted, known from its eviction records), by identity: a lease key names its
   // incarnation, so a missing key is a dead (or replaced) incarnation.
+  std::vector<std::pair<std::string, std::string>> benched;  // node, incarnation
+  auto known_node = [&](const std::string& node) {
+    return std::any_of(current_.members.begin(), current_.members.end(), [&](const Member& m) { return m.node == node; }) ||
+           std::any_of(candidates_.begin(), candidates_.end(), [&](const Candidate& c) { return c.node == node; }) ||
+           std::any_of(benched.begin(), benched.end(), [&](const auto& b) { return b.first == node; });
+  };
+  for (const auto& [key, e] : evictions) {
+    if (!known_node(e.node)) benched.emplace_back(e.node, e.incarnation);
+  }
   std::vector<std::string> lease_keys;
   for (const auto& member : current_.members) lease_keys.push_back(keys::lease(member.node, member.incarnation));
   for (const auto& candidate : candidates_) lease_keys.push_back(keys::lease(candidate.node, candidate.incarnation));
+  for (const auto& [node, incarnation] : benched) lease_keys.push_back(keys::lease(node, incarnation));
   auto raw = store_->multi_get(lease_keys);
   std::map<std::string, NodeLease> leases;  // by lease key; only well-formed ones
   for (std::size_t i = 0; i < raw.size(); ++i) {
@@ -152,57 +254,166 @@ std::optional<std::int64_t> MembershipController::tick(std::int64_t seen_by_lead
                : nullptr;
   };
 
-  std::int64_t newest_seen = std::max(current_.number, std::min(seen_by_leader, kMaxGeneration));
-  std::vector<Member> desired;
-  bool lost = false;
-  for (const auto& member : current_.members) {
-    const NodeLease* lease = live(member.node, member.incarnation);
-    if (!lease) {
-      lost = true;
-      continue;
+  // The members wanted, with the slots that are evicted now (`out`) left out.
+  const std::int64_t now = now_ms();
+  struct Wanted {
+    std::vector<Member> members;
+    bool lost = false;
+    std::int64_t newest_seen = 0;
+    std::vector<Candidate> standby;
+  };
+  auto want = [&](const std::map<std::string, bool>& out) {
+    Wanted w;
+    w.newest_seen = std::max(current_.number, std::min(seen_by_leader, kMaxGeneration));
+    auto slots_of = [&](const NodeLease& lease) {
+      std::vector<int> slots;
+      for (int slot : lease.healthy) {
+        if (!out.contains(eviction_key(lease.node, slot))) slots.push_back(slot);
+      }
+      return slots;
+    };
+    auto add = [&](const std::string& node, const std::string& incarnation, const NodeLease& lease) {
+      std::vector<int> slots = slots_of(lease);
+      if (slots.empty()) return false;
+      w.members.push_back({node, incarnation, lease.host, std::move(slots), 0});
+      w.newest_seen = std::max(w.newest_seen, lease.last_generation);
+      return true;
+    };
+    for (const auto& member : current_.members) {
+      const NodeLease* lease = live(member.node, member.incarnation);
+      if (!lease || !add(member.node, member.incarnation, *lease) ||
+          !std::includes(w.members.back().slots.begin(), w.members.back().slots.end(), member.slots.begin(),
+                         member.slots.end())) {
+        w.lost = true;
+      }
     }
-    if (!std::includes(lease->healthy.begin(), lease->healthy.end(), member.slots.begin(), member.slots.end())) lost = true;
-    desired.push_back({member.node, member.incarnation, lease->host, lease->healthy, 0});
-    newest_seen = std::max(newest_seen, lease->last_generation);
+    for (const auto& [node, incarnation] : benched) {
+      const NodeLease* lease = live(node, incarnation);
+      if (lease && static_cast<int>(w.members.size()) < config_.max_nodes) add(node, incarnation, *lease);
+    }
+    for (const auto& candidate : candidates_) {
+      const NodeLease* lease = live(candidate.node, candidate.incarnation);
+      if (!lease) continue;  // alive but no healthy slot yet
+      if (static_cast<int>(w.members.size()) >= config_.max_nodes) {
+        w.standby.push_back(candidate);
+        continue;
+      }
+      add(candidate.node, candidate.incarnation, *lease);
+    }
+    return w;
+  };
+  std::map<std::string, bool> out;  // node/slots in their cool-down
+  for (const auto& [key, e] : evictions) {
+    if (e.until_ms > now) out.emplace(key, true);
   }
-  // Candidates whose lease is gone or was replaced are dead; the others join in announcement order.
+  // Candidates whose lease is gone or was replaced are dead.
   std::erase_if(candidates_, [&](const Candidate& c) { return !leases.contains(keys::lease(c.node, c.incarnation)); });
-  std::vector<Candidate> standby;
-  for (const auto& candidate : candidates_) {
-    const NodeLease* lease = live(candidate.node, candidate.incarnation);
-    if (!lease) continue;  // alive but no healthy slot yet
-    if (static_cast<int>(desired.size()) >= config_.max_nodes) {
-      standby.push_back(candidate);
+
+  std::vector<Write> extra;  // evictions and their events, committed with the generation
+  Evictions next_evictions = evictions;
+  Wanted wanted = want(out);
+  for (const Eviction& e : *fresh) {
+    const std::string key = eviction_key(e.node, e.slot);
+    auto with = out;
+    with.emplace(key, true);
+    Wanted w = want(with);
+    if (static_cast<int>(w.members.size()) < config_.min_nodes) {
+      log()->warn("keeping {} ({}): evicting it would leave {} node(s), below the minimum of {}", key, e.reason,
+                  w.members.size(), config_.min_nodes);
+      extra.push_back(event_write("evict_refused", {{"node", e.node},
+                                                    {"slot", std::to_string(e.slot)},
+                                                    {"reason", e.reason},
+                                                    {"speed", std::to_string(e.speed)},
+                                                    {"why", "the job is at its minimum size"}}));
       continue;
     }
-    desired.push_back({candidate.node, candidate.incarnation, lease->host, lease->healthy, 0});
-    newest_seen = std::max(newest_seen, lease->last_generation);
+    out = std::move(with);
+    wanted = std::move(w);
+    next_evictions[key] = e;
+    log()->warn("evicting {} ({}{}) for {:.1f} s (eviction {} of this node/slot)", key, e.reason,
+                e.reason == "slow" ? ", speed " + std::to_string(e.speed) : std::string(), (e.until_ms - now) / 1000.0,
+                e.count);
+    extra.push_back(event_write("evict", {{"node", e.node},
+                                          {"slot", std::to_string(e.slot)},
+                                          {"reason", e.reason},
+                                          {"speed", std::to_string(e.speed)},
+                                          {"count", std::to_string(e.count)},
+                                          {"step", steps_[key] >= 0 ? std::to_string(steps_[key]) : "-"},
+                                          {"cooldown_s", std::to_string((e.until_ms - now) / 1000.0)},
+                                          {"until_ms", std::to_string(e.until_ms)}}));
+  }
+  // A cool-down never holds the job below its minimum: those in a cool-down come back early.
+  if (static_cast<int>(wanted.members.size()) < config_.min_nodes && !out.empty()) {
+    Wanted all = want({});
+    if (static_cast<int>(all.members.size()) >= config_.min_nodes) {
+      log()->warn("admitting evicted workers before their cool-down ends: the job is below its minimum of {} node(s)",
+                  config_.min_nodes);
+      wanted = std::move(all);
+      out.clear();
+    }
+  }
+  std::vector<Member> desired = std::move(wanted.members);
+  bool lost = wanted.lost;
+  // Evicted workers back in: readmitted, once their generation is published.
+  for (auto& [key, e] : next_evictions) {
+    if (e.readmitted || out.contains(key)) continue;
+    const bool in = std::any_of(desired.begin(), desired.end(), [&](const Member& m) {
+      return m.node == e.node && std::find(m.slots.begin(), m.slots.end(), e.slot) != m.slots.end();
+    });
+    if (!in) continue;
+    e.readmitted = true;
+    extra.push_back(event_write("readmit", {{"node", e.node}, {"slot", std::to_string(e.slot)},
+                                            {"count", std::to_string(e.count)}}));
   }
 
+  if (next_evictions.size() != evictions.size() ||
+      std::any_of(next_evictions.begin(), next_evictions.end(), [&](const auto& kv) {
+        auto it = evictions.find(kv.first);
+        return it == evictions.end() || it->second.count != kv.second.count ||
+               it->second.readmitted != kv.second.readmitted;
+      })) {
+    extra.push_back(Write::set(keys::kEvictions, encode(next_evictions)));
+  }
   const bool should_run = static_cast<int>(desired.size()) >= config_.min_nodes;
   const auto status = should_run ? GenerationStatus::kRunning : GenerationStatus::kWaiting;
   if (broken) {
     log()->warn("generation {} is broken ({}); publishing a new one", current_.number, quote_value(*head[2]));
     lost = true;
+  } else if (!fresh->empty()) {
+    // Every request is answered by a new generation, also when all were refused (the same
+    // members again: the ranks, which stopped at a step boundary to wait for it, continue from
+    // memory).
+    lost = true;
   } else if (same_members(desired, current_.members) && status == current_.status && current_.number > 0) {
     pending_since_.reset();
+    if (!extra.empty()) {
+      // Readmissions of workers already back (a cool-down cut short): fenced like a publication.
+      Transaction txn;
+      txn.require(keys::kGeneration, std::to_string(current_.number)).require(keys::kLeader, leader_id_);
+      for (auto& write : extra) txn.add(std::move(write));
+      commit_with_job_state(*store_, txn);
+    }
     return std::nullopt;
   }
   if (desired.empty() && current_.number == 0) return std::nullopt;
   if (!lost && desired.size() >= current_.members.size()) {
     // Joins only: wait for the settle window so that a wave of joins becomes one generation.
-    const auto now = Clock::now();
-    if (!pending_since_) pending_since_ = now;
+    const auto now_steady = Clock::now();
+    if (!pending_since_) pending_since_ = now_steady;
     // With no generation in the store (the job's first, or the store lost its data), wait for
     // every live agent: the returning ones' leases carry the numbers to publish above.
     const auto window = current_.number == 0 ? std::max(settle_, rejoin_window_) : settle_;
-    if (now - *pending_since_ < window) return std::nullopt;
+    if (now_steady - *pending_since_ < window) return std::nullopt;
   }
-  return publish(std::move(desired), newest_seen, standby);
+  const std::int64_t handled = current_.number;
+  auto published = publish(std::move(desired), wanted.newest_seen, wanted.standby, std::move(extra));
+  if (published) requests_handled_ = handled;
+  return published;
 }
 
 std::optional<std::int64_t> MembershipController::publish(std::vector<Member> members, std::int64_t newest_seen,
-                                                          const std::vector<Candidate>& standby) {
+                                                          const std::vector<Candidate>& standby,
+                                                          std::vector<Write> extra) {
   if (newest_seen >= kMaxGeneration) {
     // Every input was range-checked, so this takes 2^53 - 1 generations or a value written by
     // hand; wrapping around would hand every worker a negative fencing token. Refuse, loudly
@@ -249,6 +460,7 @@ std::optional<std::int64_t> MembershipController::publish(std::vector<Member> me
                                  {"status", encode(next.status)},
                                  {"members", node_list(next.members)},
                                  {"standby", std::to_string(standby.size())}}));
+  for (auto& write : extra) txn.add(std::move(write));
   if (!commit_with_job_state(*store_, txn)) return std::nullopt;  // another leader or a newer generation: re-read next tick
   log()->info("published generation {}: {} node(s), world size {}, {} [{}]", next.number, next.members.size(), world,
               encode(next.status), node_list(next.members));

@@ -18,6 +18,17 @@
 // agent is in the first generation published and it is numbered above all they saw (a job's first
 // generation waits the same: the leader cannot tell the two apart). The join counter, which then
 // starts again from 0, is read from its new start.
+// Evictions (membership.h): the controller alone writes `evictions`. Each tick it reads the current
+// generation's straggler requests (gen:<g>:stragglers) with the keys above, and when the
+// generation is broken, its abandon reports (gen:<g>:abandoned): if a collective timed out, the
+// members that never reported are hung (it waits for the live ones' reports: until all but one
+// member reported, or the longest collective timeout reported, at most kHungReportWait). An
+// evicted node/slot is left out of every generation published until its cool-down ends, then
+// admitted again like a join (after the settle window), an `evict`, `evict_refused` or `readmit`
+// event written in the publishing commit. An eviction that would leave fewer than min_nodes
+// nodes is refused, and a cool-down that would is cut short: the job keeps its slow rank
+// (the trainer plans around its speed) rather than stop. Every straggler request is answered by
+// a new generation at once, refused or not: the ranks wait for it at a step boundary.
 // Not thread-safe; tick() blocks on the store.
 #pragma once
 
@@ -38,6 +49,7 @@ class MembershipController {
   static constexpr std::chrono::seconds kJoinHoleWait{10};
   // Join announcements read per tick at most; more are read on the following ticks.
   static constexpr std::int64_t kJoinsPerTick = 1024;
+  static constexpr std::chrono::seconds kHungReportWait{30};
 
   MembershipController(std::shared_ptr<Store> job_store, std::string leader_id, JobConfig config,
                        Store::Duration settle, Store::Duration rejoin_window = Store::Duration::zero());
@@ -57,7 +69,12 @@ class MembershipController {
   void load_generation(std::int64_t number);
   void read_new_joins(std::int64_t join_count);
   std::optional<std::int64_t> publish(std::vector<Member> members, std::int64_t newest_seen_generation,
-                                      const std::vector<Candidate>& standby);
+                                      const std::vector<Candidate>& standby, std::vector<Write> extra);
+  // New evictions this tick asks for: the current generation's straggler requests (once per
+  // generation) and, when it broke on a timeout, its hung members. nullopt: wait for more reports.
+  std::optional<std::vector<Eviction>> new_evictions(bool broken, const std::optional<std::string>& requests,
+                                                     const Evictions& evictions);
+  Evictions read_evictions(const std::optional<std::string>& value);
 
   std::shared_ptr<Store> store_;
   std::string leader_id_;
@@ -73,6 +90,10 @@ class MembershipController {
   std::vector<Candidate> candidates_;         // announced, not yet members, not known dead
   std::optional<Clock::time_point> pending_since_;  // when a join-only change was first seen
   std::optional<Clock::time_point> exhausted_logged_;  // last "generation numbers exhausted" error
+  std::int64_t requests_handled_ = 0;          // the generation whose straggler requests were applied
+  std::optional<std::pair<std::int64_t, Clock::time_point>> broken_seen_;  // generation, first seen broken
+  std::optional<std::string> bad_evictions_;   // the last undecodable `evictions` value, logged once
+  std::map<std::string, std::int64_t> steps_;  // this tick's new evictions: the step a request named (-1: none)
 };
 
 }  // namespace hdp::elastic

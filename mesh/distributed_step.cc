@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <thread>
 
 #include "common/clock.h"
 #include "common/error.h"
@@ -58,6 +59,9 @@ DistributedStep::DistributedStep(ops::model::LlamaModel& model, ZeroOptimizer& o
 
 StepResult DistributedStep::run(const Plan& plan, std::span<const std::vector<std::int32_t>> batch) {
   validate_step_plan(plan, batch, comm_.size());
+  if (!(options_.slowdown >= 1 && options_.slowdown <= 1e6)) {
+    throw InvalidArgument("distributed step: slowdown must be in [1, 1e6], got " + std::to_string(options_.slowdown));
+  }
   const auto rank = static_cast<std::uint32_t>(comm_.rank());
   StepResult result;
   result.loss_tokens = global_targets(batch);
@@ -81,6 +85,11 @@ StepResult DistributedStep::run(const Plan& plan, std::span<const std::vector<st
       model_.backward(dloss);
     }
     timing.compute_ms = ms_since(start) - timing.comm_wait_ms;
+    if (options_.slowdown > 1) {
+      const double extra_ms = timing.compute_ms * (options_.slowdown - 1);
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(extra_ms));
+      timing.compute_ms += extra_ms;
+    }
     result.rank_tokens += timing.tokens;
     result.compute_ms += timing.compute_ms;
     result.comm_wait_ms += timing.comm_wait_ms;

@@ -33,6 +33,9 @@ struct StepOptions {
   ops::AdamWParams adamw;         // `step` is taken from the optimizer
   double max_grad_norm = 1.0;     // <= 0: no clipping
   std::chrono::milliseconds timeout{30000};  // every transfer and collective of the step
+  // Fault injection (tests, benchmarks): >= 1; after each micro-batch the rank sleeps
+  // (slowdown - 1) x its compute, counted in compute_ms, as if its device ran 1/slowdown as fast.
+  double slowdown = 1;
 };
 
 struct MicroBatchTiming {

@@ -42,6 +42,19 @@ class SpreadBuilder {
 
 }  // namespace
 
+std::vector<double> rank_work_ms(const PlanRequest& request, const Plan& plan) {
+  std::vector<double> work(plan.rank_queues.size(), 0.0);
+  std::vector<std::int64_t> lengths;
+  for (const MicroBatch& batch : plan.micro_batches) {
+    lengths.clear();
+    for (std::uint32_t s : batch.sequences) lengths.push_back(request.lengths[s]);
+    const double member_ms = request.cost.micro_batch_ms(lengths, static_cast<std::int64_t>(batch.ranks.size()));
+    for (std::uint32_t r : batch.ranks) work[r] += member_ms;
+    for (const LocalSequence& l : batch.local) work[l.rank] += request.cost.sequence_ms(request.lengths[l.sequence]);
+  }
+  return work;
+}
+
 std::uint64_t plan_digest(const Plan& plan) {
   Fnv1a hash;
   hash.add(static_cast<std::uint64_t>(plan.strategy));

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "mesh/bound.h"
 #include "mesh/plan.h"
@@ -31,6 +32,12 @@ struct PlanSummary {
 };
 
 PlanSummary summarize(const PlanRequest& request, const Plan& plan);
+
+// The cost at speed 1 (the cost model's ms) of each rank's work in the plan: every micro-batch in
+// its queue as one member runs it (CostModel::micro_batch_ms over the ring's size, γ included)
+// plus the whole sequences it runs beside a ring's shard. What a rank's measured compute time is
+// compared with to find its speed (SpeedTracker); 0 for a rank with nothing to run.
+std::vector<double> rank_work_ms(const PlanRequest& request, const Plan& plan);
 
 // FNV-1a 64 over every micro-batch (slot, ring, sequences, local sequences) and every rank's queue.
 std::uint64_t plan_digest(const Plan& plan);

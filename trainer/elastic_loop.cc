@@ -15,11 +15,17 @@ namespace {
 
 // The generation cannot go on: say so in the store (the leader will publish a new one even if
 // every member is still alive) and wait for the next.
-void abandon(elastic::ElasticContext& ctx, const elastic::Membership& m, const std::string& reason) {
+void abandon(elastic::ElasticContext& ctx, const LoopOptions& options, const elastic::Membership& m,
+             const RecoverableError& error) {
   const auto& who = ctx.identity();
   log()->warn("worker {}/{}: generation {}: {}; waiting for the next generation", who.node, who.local_rank, m.generation,
-              reason);
-  ctx.report_broken(m, who.node + "/" + std::to_string(who.local_rank) + ": " + reason);
+              error.what());
+  const elastic::AbandonReport report{.node = who.node,
+                                      .slot = who.local_rank,
+                                      .timed_out = dynamic_cast<const TimeoutError*>(&error) != nullptr,
+                                      .timeout_ms = options.connect_timeout.count(),
+                                      .cooldown = options.cooldown};
+  ctx.report_broken(m, who.node + "/" + std::to_string(who.local_rank) + ": " + error.what(), report);
 }
 
 // Aborts `comm` as soon as the store names a generation other than m's; stops when destroyed.
@@ -85,7 +91,7 @@ LoopResult run_elastic_loop(elastic::ElasticContext& ctx, const LoopOptions& opt
       SupersededWatch watch(ctx, membership, *comm, options.watch_every);
       if (body(membership, *comm) == BodyResult::kFinished) return LoopResult::kFinished;
     } catch (const RecoverableError& e) {
-      abandon(ctx, membership, e.what());
+      abandon(ctx, options, membership, e);
     }
   }
   return LoopResult::kStopped;

@@ -35,6 +35,9 @@ struct LoopOptions {
   // renumbered) does not abort it: the step in flight finishes and the body sees the change at
   // its boundary.
   std::chrono::milliseconds watch_every{200};
+  // The cool-down of this worker's peers should one of them hang (a generation abandoned on a
+  // timeout: ElasticContext::report_broken).
+  elastic::Cooldown cooldown;
 };
 
 enum class LoopResult { kFinished, kStopped };

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <set>
 
 #include "checkpoint/async_saver.h"
 #include "checkpoint/checkpoint_root.h"
@@ -23,12 +24,15 @@
 #include "mesh/communicator_factory.h"
 #include "mesh/distributed_step.h"
 #include "mesh/plan.h"
+#include "mesh/plan_summary.h"
+#include "mesh/speed_tracker.h"
 #include "mesh/zero.h"
 #include "ops/model/llama_model.h"
 #include "ops/model/llama_params.h"
 #include "trainer/checkpoint_group.h"
 #include "trainer/checkpoint_reporting.h"
 #include "trainer/data/batch_source.h"
+#include "trainer/cpu_throttle.h"
 #include "trainer/elastic_loop.h"
 
 namespace hdp::trainer {
@@ -66,7 +70,8 @@ class Trainer {
         layout_(checkpoint_layout(config.model)),
         source_(open_data(config), config.seed),
         cost_(trainer_cost_model(config)),
-        no_decay_(no_decay_ranges(config)) {
+        no_decay_(no_decay_ranges(config)),
+        speeds_({.slow_below = config.straggler_threshold}) {
     ckpt_options_.root = config.checkpoint_dir;
     ckpt_options_.model_config = config.model_json();
     ckpt_options_.keep = config.keep;
@@ -77,6 +82,7 @@ class Trainer {
     check_minimum_world();
     LoopOptions loop;
     loop.connect_timeout = config_.timeout;
+    loop.cooldown = config_.cooldown;
     run_elastic_loop(ctx_, loop, stop_, [this](const Membership& m, Communicator& comm) {
           try {
             const BodyResult result = generation(m, comm);
@@ -115,6 +121,7 @@ class Trainer {
     if (checkpoints()) ckpt_comm = mesh::connect_communicator(ctx_.bootstrap(m), "ckpt", config_.timeout);
 
     const std::int64_t furthest = start(m, comm);
+    share_speeds(m, comm);
 
     CheckpointReporter reporter(ctx_.store(), m.generation, m.rank);
     std::optional<CommunicatorGroup> group;
@@ -273,15 +280,30 @@ class Trainer {
     const int world = m.world_size;
     bool first = true;
     while (step_ < config_.steps) {
-      // The ranks leave together, at the same boundary: one rank leaving alone would break the
-      // others' next collective and cost them the state of the step they were in.
-      const Tensor agree = Tensor::from_vector<std::int64_t>({stop_ ? 1 : 0, ctx_.changed(m) ? 1 : 0}, {2});
-      comm.allreduce(agree, mesh::ReduceOp::kMax);
-      if (agree.data<std::int64_t>()[0] > 0) {
+      // One allgather per step: whether any rank must stop or saw a new generation (the ranks
+      // leave together, at the same boundary: one rank leaving alone would break the others' next
+      // collective and cost them the state of the step they were in), and every rank's compute
+      // time and plan digest of the step before (speeds; identical plans checked).
+      const std::int64_t compute_us = last_compute_ms_ < 0 ? -1 : std::llround(last_compute_ms_ * 1000);
+      const Tensor own = Tensor::from_vector<std::int64_t>(
+          // Rank 0 that asked for an eviction leaves with the others: the leader answers with a new generation.
+          {stop_ ? 1 : 0, ctx_.changed(m) || eviction_requested_ ? 1 : 0, compute_us,
+           static_cast<std::int64_t>(last_digest_)},
+          {kAgreed});
+      const Tensor agreed = Tensor::zeros({kAgreed * std::int64_t{world}}, ops::DType::kI64);
+      comm.allgather(own, agreed, std::vector<std::int64_t>(static_cast<std::size_t>(world), kAgreed));
+      const std::int64_t* a = agreed.data<std::int64_t>();
+      bool stop = false, changed = false;
+      for (int r = 0; r < world; ++r) {
+        stop = stop || a[kAgreed * r] > 0;
+        changed = changed || a[kAgreed * r + 1] > 0;
+      }
+      if (stop) {
         drain(m, comm, saver);
         return BodyResult::kFinished;
       }
-      if (agree.data<std::int64_t>()[1] > 0) return BodyResult::kGenerationChanged;
+      if (changed) return BodyResult::kGenerationChanged;
+      observe_speeds(m, a);
       inject_faults(m, step_ + 1);
 
       const auto started = SteadyClock::now();
@@ -289,11 +311,15 @@ class Trainer {
       const data::GlobalBatch batch = source_.next(next, config_.batch_tokens);
       mesh::PlanRequest request;
       request.lengths = batch.lengths();
-      request.speeds.assign(static_cast<std::size_t>(world), 1.0);
+      request.speeds = config_.speed_aware ? speeds_.plan_speeds(workers_)
+                                           : std::vector<double>(static_cast<std::size_t>(world), 1.0);
       request.capacity = config_.capacity;
       request.context = config_.context;
       request.cost = cost_;
       const mesh::Plan plan = mesh::make_plan(request, mesh::Strategy::kBalanced);
+      last_work_ = mesh::rank_work_ms(request, plan);
+      last_digest_ = mesh::plan_digest(plan);
+      last_plan_speeds_ = request.speeds;
 
       mesh::StepOptions options;
       const double lr = config_.lr.at(step_ + 1);
@@ -303,9 +329,11 @@ class Trainer {
                        .weight_decay = config_.weight_decay};
       options.max_grad_norm = config_.max_grad_norm;
       options.timeout = config_.timeout;
+      options.slowdown = slowdown(step_ + 1);
       mesh::DistributedStep step(model_, *zero_, comm, options);
       state_valid_ = false;  // until the step completed on this rank
       const mesh::StepResult result = step.run(plan, batch.sequences);
+      last_compute_ms_ = result.compute_ms;
       ++step_;
       position_ = next;
       state_valid_ = true;
@@ -369,7 +397,8 @@ class Trainer {
                                         {"lr", lr_text},
                                         {"grad_norm", norm},
                                         {"tokens", std::to_string(step_ * config_.batch_tokens)},
-                                        {"world_size", std::to_string(m.world_size)}});
+                                        {"world_size", std::to_string(m.world_size)},
+                                        {"speeds", speeds_text()}});
     } catch (const Error& e) {
       log()->warn("step {}: cannot report to the job state: {}", step_, e.what());
     }
@@ -381,7 +410,8 @@ class Trainer {
                                  {"world_size", m.world_size}, {"generation", m.generation},
                                  {"lr", lr},                 {"grad_norm", result.grad_norm},
                                  {"tokens_per_s", tokens_per_s}, {"step_ms", step_ms},
-                                 {"time_ms", elastic::now_ms()}};
+                                 {"compute_ms", result.compute_ms}, {"speeds", relative_},
+                                 {"plan_speeds", last_plan_speeds_}, {"time_ms", elastic::now_ms()}};
     // One write of a whole line in append mode: lines of successive rank-0 processes never mix.
     const std::string text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     const int fd = ::open(config_.metrics_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -391,10 +421,12 @@ class Trainer {
     if (fd >= 0) ::close(fd);
   }
 
+  // Not fenced: an event reports what this generation did (a restore, a straggler), true even
+  // once a newer generation exists, and tagged with its generation; it changes no state.
   void report_event(const Membership& m, const std::string& type, elastic::Fields fields) {
     fields.emplace_back("generation", std::to_string(m.generation));
     try {
-      job_.fenced_update(m.generation, {}, elastic::event_write(type, std::move(fields)));
+      job_.event(type, std::move(fields));
     } catch (const Error& e) {
       log()->warn("cannot record the {} event: {}", type, e.what());
     }
@@ -432,10 +464,165 @@ class Trainer {
     comm.barrier();
   }
 
+  bool is_me(const Fault& f) const { return f.node == ctx_.identity().node && f.slot == ctx_.identity().local_rank; }
+
+  // The slow: faults of this worker in force at `step`: the product of their 1/F.
+  double slowdown(std::int64_t step) const {
+    double factor = 1;
+    for (const Fault& f : config_.faults) {
+      if (f.kind == Fault::Kind::kSlow && is_me(f) && step >= f.step && (f.until == 0 || step <= f.until)) {
+        factor /= f.factor;
+      }
+    }
+    return factor;
+  }
+
+  // A new generation: every rank hands the others its own speed record (mesh/speed_tracker.h), so
+  // that all plan from identical speeds whoever joined; rank 0 reads how often each node/slot was
+  // evicted before (the strikes an eviction needs double with each).
+  void share_speeds(const Membership& m, Communicator& comm) {
+    workers_.clear();
+    places_.clear();
+    for (const auto& member : m.record.members) {
+      for (int slot : member.slots) {
+        workers_.push_back(member.node + "/" + member.incarnation + "/" + std::to_string(slot));
+        places_.push_back({member.node, member.incarnation, slot});
+      }
+    }
+    constexpr int kFields = 5;
+    const mesh::SpeedRecord mine = speeds_.record(workers_[static_cast<std::size_t>(m.rank)]);
+    const Tensor own = Tensor::from_vector<double>(
+        {mine.recent[0], mine.recent[1], mine.recent[2], mine.planned, mine.strikes}, {kFields});
+    const Tensor all = Tensor::zeros({kFields * std::int64_t{m.world_size}}, ops::DType::kF64);
+    comm.allgather(own, all, std::vector<std::int64_t>(static_cast<std::size_t>(m.world_size), kFields));
+    const double* x = all.data<double>();
+    for (int r = 0; r < m.world_size; ++r) {
+      const double* f = x + kFields * r;
+      // Strikes count within a generation: a resize (an eviction among them) starts them again.
+      speeds_.restore(workers_[static_cast<std::size_t>(r)], {.recent = {f[0], f[1], f[2]}, .planned = f[3], .strikes = 0});
+    }
+    last_compute_ms_ = -1;
+    last_work_.clear();
+    relative_.assign(static_cast<std::size_t>(m.world_size), 1.0);
+    eviction_requested_ = false;
+    kept_ = false;
+    prior_evictions_.clear();
+    if (lead(m)) {
+      try {
+        const auto values = ctx_.store()->multi_get({elastic::keys::kEvictions, elastic::keys::kConfig});
+        if (values[0]) {
+          for (const auto& [key, e] : elastic::decode_evictions(*values[0], elastic::keys::kEvictions)) {
+            prior_evictions_[key] = e.count;
+          }
+        }
+        if (values[1]) min_nodes_ = elastic::decode_job_config(*values[1], elastic::keys::kConfig).min_nodes;
+      } catch (const Error& e) {
+        log()->warn("cannot read the evictions record and the job's minimum size ({}): counting every worker as never "
+                    "evicted",
+                    e.what());
+      }
+    }
+  }
+
+  // The step before, as every rank measured it: the plans must have been identical; each rank's
+  // compute time over its planned work is its speed. Rank 0 reports a rank that turns slow and asks
+  // the leader to evict one that stayed slow.
+  void observe_speeds(const Membership& m, const std::int64_t* agreed) {
+    if (last_work_.empty()) return;  // the generation's first step: nothing measured yet
+    const int world = m.world_size;
+    for (int r = 1; r < world; ++r) {
+      if (agreed[kAgreed * r + 3] != agreed[3]) {
+        throw InvariantViolation("the ranks planned step " + std::to_string(step_) + " differently: rank " +
+                                 std::to_string(r) + "'s plan digest " + std::to_string(agreed[kAgreed * r + 3]) +
+                                 ", rank 0's " + std::to_string(agreed[3]));
+      }
+    }
+    for (int r = 0; r < world; ++r) {
+      const double planned = last_work_[static_cast<std::size_t>(r)];
+      const double measured = std::max(static_cast<double>(agreed[kAgreed * r + 2]) / 1000.0, planned > 0 ? 1e-3 : 0.0);
+      speeds_.report(workers_[static_cast<std::size_t>(r)], planned, measured);
+    }
+    relative_ = speeds_.end_step(workers_);
+    if (!lead(m)) return;
+    std::vector<elastic::StragglerRequest> requests;
+    for (int r = 0; r < world; ++r) {
+      const std::string& worker = workers_[static_cast<std::size_t>(r)];
+      const Place& p = places_[static_cast<std::size_t>(r)];
+      const std::int64_t strikes = speeds_.strikes(worker);
+      const double speed = relative_[static_cast<std::size_t>(r)];
+      if (strikes == 1) {
+        log()->warn("step {}: rank {} ({}/{}) is a straggler: {:.2f} of the median speed", step_, r, p.node, p.slot, speed);
+        report_event(m, "straggler", {{"rank", std::to_string(r)},
+                                      {"node", p.node},
+                                      {"slot", std::to_string(p.slot)},
+                                      {"speed", fixed3(speed)},
+                                      {"step", std::to_string(step_)}});
+      }
+      auto prior = prior_evictions_.find(elastic::eviction_key(p.node, p.slot));
+      const std::int64_t before = prior == prior_evictions_.end() ? 0 : prior->second;
+      const std::int64_t needed = std::int64_t{config_.straggler_strikes} << std::min<std::int64_t>(before, 20);
+      if (strikes >= needed) {
+        requests.push_back({.node = p.node, .incarnation = p.incarnation, .slot = p.slot, .rank = r, .speed = speed,
+                            .step = step_, .cooldown = config_.cooldown});
+      }
+    }
+    if (requests.empty() || !config_.evict_stragglers || eviction_requested_ || kept_) return;
+    // Never below the job's minimum number of nodes: then the slow ranks stay, planned at their
+    // speed (the leader refuses such an eviction too; asking would only cost a generation).
+    std::set<std::string> remaining;
+    for (std::size_t r = 0; r < places_.size(); ++r) {
+      const bool leaving = std::any_of(requests.begin(), requests.end(), [&](const auto& q) { return q.rank == static_cast<int>(r); });
+      if (!leaving) remaining.insert(places_[r].node);
+    }
+    if (static_cast<int>(remaining.size()) < min_nodes_) {
+      kept_ = true;
+      for (const auto& r : requests) {
+        log()->warn("step {}: keeping straggler rank {} ({}/{}): evicting it would leave {} node(s), below the job's "
+                    "minimum of {}",
+                    step_, r.rank, r.node, r.slot, remaining.size(), min_nodes_);
+        report_event(m, "evict_refused", {{"node", r.node},
+                                          {"slot", std::to_string(r.slot)},
+                                          {"reason", "slow"},
+                                          {"speed", fixed3(r.speed)},
+                                          {"why", "the job is at its minimum size"}});
+      }
+      return;
+    }
+    eviction_requested_ = true;
+    for (const auto& r : requests) {
+      log()->warn("step {}: asking the leader to evict rank {} ({}/{}): below {:.2f} of the median for {} steps", step_,
+                  r.rank, r.node, r.slot, config_.straggler_threshold, speeds_.strikes(workers_[static_cast<std::size_t>(r.rank)]));
+    }
+    try {
+      const bool written = ctx_.store()->commit(elastic::Transaction{}
+                                                    .require(elastic::keys::kGeneration, std::to_string(m.generation))
+                                                    .add(elastic::Write::set(elastic::keys::stragglers(m.generation),
+                                                                             elastic::encode(requests), std::chrono::hours(1))));
+      if (!written) log()->info("the eviction request came after a newer generation; not sent");
+    } catch (const Error& e) {
+      log()->warn("cannot send the eviction request: {}", e.what());
+      eviction_requested_ = false;  // the next step tries again
+    }
+  }
+
+  std::string speeds_text() const {
+    std::string text;
+    for (double speed : relative_) text += (text.empty() ? "" : ",") + fixed3(speed);
+    return text;
+  }
+
   void inject_faults(const Membership& m, std::int64_t step) {
     for (std::size_t i = 0; i < config_.faults.size(); ++i) {
       const Fault& f = config_.faults[i];
-      if (f.rank != m.rank || f.step != step) continue;
+      if (f.kind == Fault::Kind::kThrottle && f.step == step && is_me(f)) {
+        log()->warn("fault {}: limiting this worker to {} CPU(s) from step {}", f.spec, f.factor, step);
+        try {
+          throttle_self(f.factor);
+        } catch (const Error& e) {
+          log()->error("fault {}: {}", f.spec, e.what());
+        }
+      }
+      if (!f.claimed_once() || f.rank != m.rank || f.step != step) continue;
       bool claimed = false;
       try {
         claimed = ctx_.store()->compare_and_set("fault:" + std::to_string(i), std::nullopt, f.spec);
@@ -467,6 +654,9 @@ class Trainer {
           ::raise(SIGSTOP);
           break;
         }
+        case Fault::Kind::kSlow:
+        case Fault::Kind::kThrottle:
+          break;  // not claimed (above)
       }
     }
   }
@@ -491,6 +681,25 @@ class Trainer {
   std::int64_t last_saved_step_ = -1;
   std::optional<SteadyClock::time_point> interrupted_;
   bool completed_ = false;
+
+  // Speeds (share_speeds, observe_speeds). Every rank holds the same tracker contents.
+  static constexpr int kAgreed = 4;  // per rank: stop, changed, compute µs, plan digest
+  struct Place {
+    std::string node, incarnation;
+    int slot = 0;
+  };
+  mesh::SpeedTracker speeds_;
+  std::vector<std::string> workers_;   // this generation's, in rank order
+  std::vector<Place> places_;          // the same, as node, incarnation, slot
+  std::vector<double> last_work_;      // the step before: each rank's planned cost at speed 1 (ms)
+  std::uint64_t last_digest_ = 0;      // the step before: its plan's digest
+  double last_compute_ms_ = -1;        // the step before: this rank's compute; < 0 none in this generation
+  std::vector<double> relative_;       // each rank's speed relative to the median, last measured
+  std::vector<double> last_plan_speeds_;
+  std::map<std::string, std::int64_t> prior_evictions_;  // rank 0: evictions so far by node/slot
+  bool eviction_requested_ = false;    // rank 0: already asked in this generation
+  bool kept_ = false;                  // rank 0: kept its stragglers in this generation (minimum size)
+  int min_nodes_ = 1;                  // rank 0: the job's minimum number of nodes
 };
 
 }  // namespace

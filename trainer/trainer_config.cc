@@ -29,7 +29,8 @@ Fault parse_fault(std::string_view spec) {
   const auto colon = spec.find(':');
   const auto at = spec.find('@');
   if (colon == std::string_view::npos || at == std::string_view::npos || at < colon) {
-    throw InvalidArgument(quoted + " is not KIND:RANK@STEP (crash, kill-node) or hang:RANK@STEP:MS");
+    throw InvalidArgument(quoted + " is not KIND:RANK@STEP (crash, kill-node), hang:RANK@STEP:MS, "
+                          "slow:NODE/SLOT@STEP[-END]:F or throttle:NODE/SLOT@STEP:CPUS");
   }
   Fault fault;
   fault.spec = std::string(spec);
@@ -40,25 +41,66 @@ Fault parse_fault(std::string_view spec) {
     fault.kind = Fault::Kind::kKillNode;
   } else if (kind == "hang") {
     fault.kind = Fault::Kind::kHang;
+  } else if (kind == "slow") {
+    fault.kind = Fault::Kind::kSlow;
+  } else if (kind == "throttle") {
+    fault.kind = Fault::Kind::kThrottle;
   } else {
-    throw InvalidArgument(quoted + ": unknown fault '" + std::string(kind) + "' (crash, kill-node, hang)");
+    throw InvalidArgument(quoted + ": unknown fault '" + std::string(kind) + "' (crash, kill-node, hang, slow, throttle)");
   }
   std::string_view step_text = spec.substr(at + 1);
-  if (fault.kind == Fault::Kind::kHang) {
-    const auto ms = step_text.find(':');
-    std::int64_t hang_ms = 0;
-    if (ms == std::string_view::npos || !parse_number(step_text.substr(ms + 1), hang_ms) || hang_ms < 1 ||
-        hang_ms > 3'600'000) {
-      throw InvalidArgument(quoted + ": hang needs :MS with 1 <= MS <= 3600000 after the step");
-    }
-    fault.hang = std::chrono::milliseconds(hang_ms);
-    step_text = step_text.substr(0, ms);
+  // The part after the step: hang's MS, slow's F, throttle's CPUS.
+  std::string_view tail;
+  if (fault.kind == Fault::Kind::kHang || fault.kind == Fault::Kind::kSlow || fault.kind == Fault::Kind::kThrottle) {
+    const auto sep = step_text.find(':');
+    if (sep == std::string_view::npos) throw InvalidArgument(quoted + ": " + std::string(kind) + " needs a value after the step");
+    tail = step_text.substr(sep + 1);
+    step_text = step_text.substr(0, sep);
   }
-  if (!parse_number(spec.substr(colon + 1, at - colon - 1), fault.rank) || fault.rank < 0) {
-    throw InvalidArgument(quoted + ": the rank must be an integer >= 0");
+  const std::string_view who = spec.substr(colon + 1, at - colon - 1);
+  if (fault.claimed_once()) {
+    if (!parse_number(who, fault.rank) || fault.rank < 0) throw InvalidArgument(quoted + ": the rank must be an integer >= 0");
+  } else {
+    const auto slash = who.rfind('/');
+    if (slash == std::string_view::npos || slash == 0 || !parse_number(who.substr(slash + 1), fault.slot) ||
+        fault.slot < 0) {
+      throw InvalidArgument(quoted + ": " + std::string(kind) + " names a worker as NODE/SLOT (node id, local rank >= 0)");
+    }
+    fault.node = std::string(who.substr(0, slash));
+  }
+  if (fault.kind == Fault::Kind::kSlow) {
+    if (const auto dash = step_text.find('-'); dash != std::string_view::npos) {
+      if (!parse_number(step_text.substr(dash + 1), fault.until) || fault.until < 1) {
+        throw InvalidArgument(quoted + ": the last step must be an integer >= 1");
+      }
+      step_text = step_text.substr(0, dash);
+    }
   }
   if (!parse_number(step_text, fault.step) || fault.step < 1) {
     throw InvalidArgument(quoted + ": the step must be an integer >= 1");
+  }
+  if (fault.until != 0 && fault.until < fault.step) throw InvalidArgument(quoted + ": the range ends before it starts");
+  switch (fault.kind) {
+    case Fault::Kind::kHang: {
+      std::int64_t hang_ms = 0;
+      if (!parse_number(tail, hang_ms) || hang_ms < 1 || hang_ms > 3'600'000) {
+        throw InvalidArgument(quoted + ": hang needs :MS with 1 <= MS <= 3600000 after the step");
+      }
+      fault.hang = std::chrono::milliseconds(hang_ms);
+      break;
+    }
+    case Fault::Kind::kSlow:
+      if (!parse_number(tail, fault.factor) || !(fault.factor > 0 && fault.factor <= 1)) {
+        throw InvalidArgument(quoted + ": slow needs a speed F with 0 < F <= 1 after the step");
+      }
+      break;
+    case Fault::Kind::kThrottle:
+      if (!parse_number(tail, fault.factor) || !(fault.factor >= 0.01 && fault.factor <= 1024)) {
+        throw InvalidArgument(quoted + ": throttle needs a CPU count in [0.01, 1024] after the step");
+      }
+      break;
+    default:
+      break;
   }
   return fault;
 }
@@ -113,6 +155,16 @@ void TrainerConfig::validate() const {
     throw InvalidArgument("--timeout-ms " + std::to_string(timeout.count()) + " must be >= 100");
   }
   if (log_every < 1) throw InvalidArgument("--log-every " + std::to_string(log_every) + " must be >= 1");
+  if (!(straggler_threshold > 0 && straggler_threshold < 1)) {
+    throw InvalidArgument("--straggler-threshold " + std::to_string(straggler_threshold) + " must lie in (0, 1)");
+  }
+  if (straggler_strikes < 1 || straggler_strikes > 1000) {
+    throw InvalidArgument("--straggler-strikes " + std::to_string(straggler_strikes) + " must lie in [1, 1000]");
+  }
+  if (cooldown.base_ms < 1 || cooldown.max_ms < cooldown.base_ms || cooldown.max_ms > std::int64_t{1000} * 3600 * 24 * 365) {
+    throw InvalidArgument("--evict-cooldown-s " + std::to_string(cooldown.base_ms / 1000.0) + " and --evict-cooldown-max-s " +
+                          std::to_string(cooldown.max_ms / 1000.0) + " must satisfy 0.001 <= cool-down <= maximum <= a year");
+  }
   // Whatever the world size, a rank holds the full parameters, their gradients and a micro-batch's
   // activations: a model above the limit even then cannot run (the moments' shard is checked per
   // generation, check_world).

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/flat_layout.h"
+#include "elastic/membership.h"
 #include "mesh/cost_model.h"
 #include "mesh/zero.h"
 #include "ops/model/llama_config.h"
@@ -33,13 +34,27 @@ namespace hdp::trainer {
 //                   agent: PR_SET_PDEATHSIG), just before step S
 //   hang:R@S:MS     rank R stops itself (SIGSTOP) just before step S; a child it forked sends it
 //                   SIGCONT MS milliseconds later
+// and two conditions of a worker (its hardware), named by NODE/SLOT since ranks are renumbered at
+// every resize; they hold on every step in their range and are not claimed:
+//   slow:NODE/SLOT@S[-E]:F      from step S (to E, inclusive) the worker's compute takes 1/F as
+//                               long: after each micro-batch it sleeps (1/F - 1) x its compute
+//                               (0 < F <= 1; mesh::StepOptions::slowdown)
+//   throttle:NODE/SLOT@S:CPUS   at step S the worker moves itself into a new CPU cgroup limited to
+//                               CPUS cores (a real slowdown, not a sleep: the kernel's CFS quota;
+//                               needs a writable cpu cgroup, else it logs an error and does nothing)
 struct Fault {
-  enum class Kind { kCrash, kKillNode, kHang };
+  enum class Kind { kCrash, kKillNode, kHang, kSlow, kThrottle };
   Kind kind = Kind::kCrash;
-  int rank = 0;
+  int rank = 0;              // crash, kill-node, hang
+  std::string node;          // slow, throttle
+  int slot = 0;              // slow, throttle
   std::int64_t step = 1;
+  std::int64_t until = 0;    // slow: the last step (0: to the end)
+  double factor = 1;         // slow: the speed F; throttle: CPUS
   std::chrono::milliseconds hang{0};
   std::string spec;  // as written
+
+  bool claimed_once() const { return kind == Kind::kCrash || kind == Kind::kKillNode || kind == Kind::kHang; }
 };
 
 // Parses one of the forms above; InvalidArgument naming the spec.
@@ -78,6 +93,18 @@ struct TrainerConfig {
   std::filesystem::path metrics_file;
   int threads = 0;                    // OpenMP threads of this worker's kernels; 0: as the process has
   std::vector<Fault> faults;
+
+  // Stragglers (docs/architecture.md, "Stragglers"). Plans use measured speeds unless
+  // speed_aware is false (the benchmark's speed-blind baseline). A rank whose filtered speed stays
+  // below straggler_threshold of the median for straggler_strikes consecutive steps (twice as many
+  // for each earlier eviction of its node/slot) is handed to the leader for eviction, for
+  // cooldown.base_ms doubling per eviction up to cooldown.max_ms; never when evict_stragglers is
+  // false.
+  bool speed_aware = true;
+  double straggler_threshold = 0.35;
+  int straggler_strikes = 5;
+  bool evict_stragglers = true;
+  elastic::Cooldown cooldown;
 
   // InvalidArgument naming the first bad flag and its value (the world size is checked per
   // generation, see check_world).

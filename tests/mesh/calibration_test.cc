@@ -188,9 +188,9 @@ TEST(Calibration, FitPredictsMicroBatchesItWasNotFittedOn) {
       planned += fitted.micro_batch_ms(packings[i], 1);
       took += runs[i][k];
     }
-    SpeedTracker tracker(1, 1.0);
-    tracker.report(0, planned, took);
-    speeds.push_back(tracker.speeds()[0]);
+    SpeedTracker tracker;
+    tracker.report("round", planned, took);
+    speeds.push_back(tracker.filtered("round"));
   }
   double worst = 0;
   for (std::size_t i = fitted_on; i < packings.size(); ++i) {

@@ -20,18 +20,4 @@ PlanRequest drawn_request(const char* dist, std::int64_t context, std::int64_t t
   return request;
 }
 
-double rank_work_ms(const PlanRequest& request, const Plan& plan, std::uint32_t rank) {
-  double work = 0;
-  for (std::uint32_t index : plan.rank_queues[rank]) {
-    const MicroBatch& batch = plan.micro_batches[index];
-    std::vector<std::int64_t> lengths;
-    for (std::uint32_t s : batch.sequences) lengths.push_back(request.lengths[s]);
-    work += request.cost.micro_batch_ms(lengths, static_cast<std::int64_t>(batch.ranks.size()));
-    for (const LocalSequence& l : batch.local) {
-      if (l.rank == rank) work += request.cost.sequence_ms(request.lengths[l.sequence]);
-    }
-  }
-  return work;
-}
-
 }  // namespace hdp::mesh::test
