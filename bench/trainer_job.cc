@@ -20,7 +20,10 @@ std::vector<Line> read_lines(const fs::path& path) {
   for (std::string text; std::getline(in, text);) {
     try {
       const auto j = nlohmann::json::parse(text);
-      lines.push_back({j.at("step"), j.at("world_size"), j.at("time_ms"), j.at("step_ms"), j.at("tokens_per_s")});
+      Line line{j.at("step"), j.at("world_size"), j.at("time_ms"), j.at("step_ms"), j.at("tokens_per_s")};
+      if (j.contains("plan_speeds")) line.plan_speeds = j.at("plan_speeds").get<std::vector<double>>();
+      if (j.contains("speeds")) line.speeds = j.at("speeds").get<std::vector<double>>();
+      lines.push_back(std::move(line));
     } catch (const std::exception&) {
       // A line being written: read again next time.
     }

@@ -25,6 +25,8 @@ struct Line {
   std::int64_t time_ms = 0;  // wall clock when the step completed
   double step_ms = 0;
   double tokens_per_s = 0;
+  std::vector<double> plan_speeds;  // the speeds the step was planned with, per rank
+  std::vector<double> speeds;       // each rank's measured speed relative to the median
 };
 
 // The lines written so far (a line still being written is left for the next read).
