@@ -1,7 +1,9 @@
 // The elastic trainer end to end: real `hdp agent` processes with real `hdp train` workers (the
 // tiny model on this machine's C/C++ headers), a real redis-server, real HDF5 checkpoints.
 //
-// Equivalence: the same job (seed fixed, 2 agents x 2 workers, 300 steps) run
+// Equivalence: the same job (seed fixed, 2 agents x 2 workers, 300 steps, plans at equal speeds:
+// --no-speed-aware, since measured speeds would make the plans, and so the order in which
+// gradients are summed, depend on timing) run
 //   (a) without faults;
 //   (b) with a worker SIGKILLed at step 50 (`--fault crash:1@50`; its agent restarts it);
 //   (c) with a node SIGKILLed at step 50 (`--fault kill-node:2@50`: its agent and both workers)
@@ -75,7 +77,10 @@ std::vector<std::string> train_args(const std::filesystem::path& dir, std::vecto
                                    "--warmup-steps", "10",    "--seed",           "77",
                                    "--checkpoint-dir", (dir / "ckpt").string(), "--checkpoint-every", "10",
                                    "--metrics-file", (dir / "metrics.jsonl").string(), "--timeout-ms", "5000",
-                                   "--threads",      "1",     "--log-every",      "10"};
+                                   "--threads",      "1",     "--log-every",      "10",
+                                   // Equal speeds: a plan from measured speeds depends on timing, so
+                                   // two runs would sum the same gradients in another order.
+                                   "--no-speed-aware"};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }
