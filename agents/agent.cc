@@ -10,6 +10,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "agents/agent_metrics.h"
 #include "agents/systemd_notify.h"
 #include "agents/worker_supervisor.h"
 #include "common/error.h"
@@ -19,6 +20,7 @@
 #include "elastic/membership_agent.h"
 #include "elastic/worker_env.h"
 #include "hdp/config.h"
+#include "metrics/timed_store.h"
 
 namespace hdp::agents {
 namespace {
@@ -31,8 +33,8 @@ using std::chrono::milliseconds;
 // worker contract's environment for the incarnation being started.
 class SupervisedWorkers final : public NodeWorkers {
  public:
-  SupervisedWorkers(const AgentOptions& options, WorkerSupervisor& supervisor)
-      : options_(options), supervisor_(supervisor) {}
+  SupervisedWorkers(const AgentOptions& options, WorkerSupervisor& supervisor, AgentMetrics* metrics)
+      : options_(options), supervisor_(supervisor), metrics_(metrics) {}
 
   std::vector<int> healthy() const override { return supervisor_.healthy(); }
   void kill_all() override { supervisor_.kill_and_reap_all(); }
@@ -56,17 +58,23 @@ class SupervisedWorkers final : public NodeWorkers {
     values.nproc_per_node = options_.slots;
     values.advertise_address = options_.advertise_address;
     values.agent_pid = static_cast<int>(getpid());
+    if (metrics_) {
+      metrics_->worker_gone(slot);  // a new process: nothing of its predecessor's
+      values.metrics_file = metrics_->worker_file(slot).string();
+    }
     return elastic::worker_environment(values, environ);
   }
 
   const AgentOptions& options_;
   WorkerSupervisor& supervisor_;
+  AgentMetrics* metrics_;
 };
 
 class Agent {
  public:
-  Agent(const AgentOptions& options, std::shared_ptr<Store> store)
+  Agent(const AgentOptions& options, std::shared_ptr<Store> store, AgentMetrics* metrics)
       : options_(options),
+        metrics_(metrics),
         stop_signals_(io_, SIGTERM, SIGINT, SIGUSR1),
         child_signal_(io_, SIGCHLD),
         poll_timer_(io_),
@@ -75,7 +83,7 @@ class Agent {
         drain_timer_(io_),
         supervisor_(io_, {options.worker_command, options.slots, options.max_restarts},
                     [this](int slot, int status, bool exhausted) { on_final_exit(slot, status, exhausted); }),
-        workers_(options, supervisor_),
+        workers_(options, supervisor_, metrics),
         control_(control_options(options), std::move(store), workers_) {}
 
   AgentOutcome run() {
@@ -138,7 +146,17 @@ class Agent {
 
   void heartbeat() {
     const std::string member = control_.member_id();
+    const auto started = std::chrono::steady_clock::now();
     if (!control([&] { control_.heartbeat(); })) return;
+    if (metrics_) {
+      metrics_->update({.heartbeat_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
+                        .renewed = control_.last_renewed(),
+                        .view = control_.view(),
+                        .last_generation = control_.last_generation(),
+                        .leader = control_.leading(),
+                        .workers_running = static_cast<int>(supervisor_.healthy().size()),
+                        .restarts_total = supervisor_.restarts_total()});
+    }
     if (control_.member_id() != member) notify_status("re-registered as " + control_.member_id());
     if (control_.leading() && !leading_) {
       leading_ = true;
@@ -186,6 +204,12 @@ class Agent {
       int status = 0;
       pid_t pid;
       while ((pid = waitpid(-1, &status, WNOHANG)) > 0) supervisor_.on_exit(pid, status);
+      if (metrics_) {
+        const auto healthy = supervisor_.healthy();
+        for (int slot = 0; slot < options_.slots; ++slot) {
+          if (std::find(healthy.begin(), healthy.end(), slot) == healthy.end()) metrics_->worker_gone(slot);
+        }
+      }
       wait_for_children();
     });
   }
@@ -240,6 +264,7 @@ class Agent {
   }
 
   const AgentOptions& options_;
+  AgentMetrics* metrics_;  // null: no metrics
   asio::io_context io_;
   asio::signal_set stop_signals_;
   asio::signal_set child_signal_;
@@ -260,7 +285,19 @@ class Agent {
 AgentOutcome run_agent(const AgentOptions& options, std::shared_ptr<Store> job_store) {
   if (options.slots < 1) throw InvalidArgument("--nproc-per-node must be >= 1");
   if (options.worker_command.empty()) throw InvalidArgument("the worker command is empty");
-  Agent agent(options, std::move(job_store));
+  // The metrics endpoint first: a port in use fails the agent before it registers.
+  std::unique_ptr<AgentMetrics> metrics;
+  if (options.metrics_port) {
+    metrics = std::make_unique<AgentMetrics>(AgentMetricsOptions{.job = options.job,
+                                                                 .node = options.node_id,
+                                                                 .slots = options.slots,
+                                                                 .address = options.metrics_address,
+                                                                 .port = *options.metrics_port,
+                                                                 .lease = options.timing.lease});
+    job_store = std::make_shared<metrics::TimedStore>(std::move(job_store), metrics->registry(),
+                                                      metrics::Labels{{"hdp_job", options.job}, {"node", options.node_id}});
+  }
+  Agent agent(options, std::move(job_store), metrics.get());
   return agent.run();
 }
 

@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,10 @@ struct AgentOptions {
   int max_restarts = 3;
   std::chrono::milliseconds drain_timeout{30000};
   std::vector<std::string> worker_command;
+  // Prometheus metrics on http://metrics_address:metrics_port/metrics (agents/agent_metrics.h);
+  // nullopt: none. Port 0: a free one (logged).
+  std::optional<int> metrics_port;
+  std::string metrics_address = "0.0.0.0";
 };
 
 enum class AgentOutcome {
@@ -52,7 +57,7 @@ enum class AgentOutcome {
 // Runs until the job completes, fails or the agent is drained. Throws for agent errors:
 // elastic::NodeIdInUse for a node id held by another live agent (also when found on re-registering
 // after an eviction), hdp::Error when every slot is out of restarts (`hdp agent` exits 1 for both),
-// InvalidArgument for a job configuration that conflicts with the job's (exit 2).
+// InvalidArgument for a job configuration that conflicts with the job's, or a metrics port in use (exit 2).
 AgentOutcome run_agent(const AgentOptions& options, std::shared_ptr<elastic::Store> job_store);
 
 }  // namespace hdp::agents

@@ -88,7 +88,8 @@ bool EmbeddedRedis::try_start() {
       pid_ = -1;
       return false;  // it exited: most likely the port was taken
     }
-    if (accepts_connections(port_)) return true;
+    // The server opens its TCP listener before its unix socket: ready once both exist.
+    if (accepts_connections(port_) && (!options_.unix_socket || std::filesystem::exists(socket_path()))) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   kill();

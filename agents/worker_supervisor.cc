@@ -50,6 +50,7 @@ bool WorkerSupervisor::on_exit(pid_t pid, int status) {
       on_final_exit_(slot, status, false);
     } else {
       ++s.restarts;
+      ++restarts_total_;
       const auto delay = s.backoff->next();
       log()->warn("worker {} (pid {}) failed: {}; restart {}/{} in {} ms", slot, pid, describe_status(status),
                   s.restarts, options_.max_restarts, delay.count());

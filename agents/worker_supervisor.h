@@ -43,6 +43,7 @@ class WorkerSupervisor {
 
   std::vector<int> healthy() const;  // slots whose worker is running
   bool all_exited() const;
+  int restarts_total() const { return restarts_total_; }  // every restart so far, all slots
   void signal_all(int signo);  // to every running worker's process group
   // SIGKILL every worker's group and reap them now (blocks until they are gone: SIGKILL cannot be
   // ignored, so this is quick). Pending restarts are cancelled.
@@ -63,6 +64,7 @@ class WorkerSupervisor {
   ExitHandler on_final_exit_;
   Environment environment_;
   std::vector<Slot> slots_;
+  int restarts_total_ = 0;
 };
 
 }  // namespace hdp::agents

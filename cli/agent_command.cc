@@ -34,6 +34,8 @@ struct AgentFlags {
   int settle_ms = 1000;
   int max_restarts = 3;
   int drain_timeout_s = 30;
+  int metrics_port = -1;
+  std::string metrics_address = "0.0.0.0";
   std::vector<std::string> worker;
 };
 
@@ -98,6 +100,15 @@ void add_agent_command(CLI::App& app) {
   command->add_option("--drain-timeout", flags->drain_timeout_s, "Seconds workers get to checkpoint and exit on a drain")
       ->check(CLI::Range(0, 86400))
       ->capture_default_str();
+  command->add_option("--metrics-port", flags->metrics_port,
+                      "Serve Prometheus metrics of the agent and its workers on http://ADDR:PORT/metrics "
+                      "(-1: off; 0: a free port, logged)")
+      ->envname("HDP_METRICS_PORT")
+      ->check(CLI::Range(-1, 65535))
+      ->capture_default_str();
+  command->add_option("--metrics-address", flags->metrics_address, "Address the metrics endpoint listens on")
+      ->envname("HDP_METRICS_ADDRESS")
+      ->capture_default_str();
   command->add_option("worker", flags->worker, "Worker command after -- (default: hdp train, configured by HDP_* variables)");
   command->callback([flags] {
     agents::AgentOptions options;
@@ -115,6 +126,8 @@ void add_agent_command(CLI::App& app) {
     options.settle = std::chrono::milliseconds(flags->settle_ms);
     options.max_restarts = flags->max_restarts;
     options.drain_timeout = std::chrono::seconds(flags->drain_timeout_s);
+    if (flags->metrics_port >= 0) options.metrics_port = flags->metrics_port;
+    options.metrics_address = flags->metrics_address;
     options.worker_command = flags->worker.empty() ? std::vector<std::string>{self_executable(), "train"}
                                                    : flags->worker;
     // The first connection: no lease exists yet, so it may wait longer than a store call may once

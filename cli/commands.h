@@ -17,5 +17,6 @@ void add_status_command(CLI::App& app);
 void add_run_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 void add_ckpt_command(CLI::App& app);
+void add_dashboard_command(CLI::App& app);
 
 }  // namespace hdp::cli

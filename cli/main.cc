@@ -23,6 +23,7 @@ int run(int argc, char** argv) {
   add_agent_command(app);
   add_train_command(app);
   add_status_command(app);
+  add_dashboard_command(app);
   add_run_command(app);
   add_plan_command(app);
   add_ckpt_command(app);

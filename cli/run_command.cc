@@ -77,16 +77,18 @@ struct RunFlags {
   int lease_ms = 5000;
   std::string kill_node;
   std::string run_dir = "hdp-runs";
+  int metrics_port = -1;
   std::vector<std::string> worker;
 };
 
 // The job `hdp run` trains when no worker command is given: the demo model on this machine's C/C++
-// headers, about a minute and a half on two cores, checkpoints under <run dir>/<job>/.
-std::vector<std::string> default_worker(const std::string& self, const std::filesystem::path& checkpoints) {
+// headers, about a minute and a half on two cores, checkpoints and TensorBoard event files under
+// <run dir>/<job>/.
+std::vector<std::string> default_worker(const std::string& self, const std::filesystem::path& job_dir) {
   return {self,           "train",          "--model",      "demo", "--steps",     "100",
           "--context",    "512",            "--capacity",   "512",  "--batch-tokens", "4096",
-          "--lr",         "1e-3",           "--warmup-steps", "10", "--checkpoint-dir", checkpoints.string(),
-          "--checkpoint-every", "10",       "--log-every",  "5"};
+          "--lr",         "1e-3",           "--warmup-steps", "10", "--checkpoint-dir", (job_dir / "checkpoints").string(),
+          "--checkpoint-every", "10",       "--log-every",  "5",    "--tensorboard-dir", (job_dir / "tb").string()};
 }
 
 // One line whenever the job's generation or status changes (the workers print the steps).
@@ -198,9 +200,10 @@ int run_job(const RunFlags& flags) {
   const std::string self = self_executable();
   std::vector<std::string> worker = flags.worker;
   if (worker.empty()) {
-    const auto checkpoints = std::filesystem::absolute(flags.run_dir) / job / "checkpoints";
-    worker = default_worker(self, checkpoints);
-    std::cout << "hdp run: training the demo model; checkpoints in " << checkpoints.string() << std::endl;
+    const auto job_dir = std::filesystem::absolute(flags.run_dir) / job;
+    worker = default_worker(self, job_dir);
+    std::cout << "hdp run: training the demo model; checkpoints in " << (job_dir / "checkpoints").string()
+              << ", TensorBoard event files in " << (job_dir / "tb").string() << std::endl;
   }
   std::map<std::string, std::vector<std::string>> argv_of;  // by node id
   std::map<pid_t, std::string> agents_running;              // pid -> node id
@@ -208,7 +211,13 @@ int run_job(const RunFlags& flags) {
     const std::string node = "node" + std::to_string(i);
     std::vector<std::string> argv = {self,      "agent", "--job",           job,    "--redis",         url,
                                      "--node-id", node,  "--nproc-per-node", std::to_string(flags.nproc),
-                                     "--nnodes", nnodes, "--lease-ms",      std::to_string(flags.lease_ms), "--"};
+                                     "--nnodes", nnodes, "--lease-ms",      std::to_string(flags.lease_ms)};
+    if (flags.metrics_port >= 0) {
+      const int port = flags.metrics_port == 0 ? 0 : flags.metrics_port + i;
+      argv.insert(argv.end(), {"--metrics-port", std::to_string(port), "--metrics-address", "127.0.0.1"});
+      if (port > 0) std::cout << "hdp run: " << node << " serves metrics on http://127.0.0.1:" << port << "/metrics" << std::endl;
+    }
+    argv.push_back("--");
     argv.insert(argv.end(), worker.begin(), worker.end());
     argv_of[node] = argv;
     agents_running[agents::spawn({argv, {}})] = node;
@@ -313,7 +322,10 @@ void add_run_command(CLI::App& app) {
   command->add_option("--kill-node", flags->kill_node,
                       "Fault demo: SIGKILL NODE's agent and workers at STEP, start it again SECONDS later "
                       "(NODE@STEP[+SECONDS], e.g. node2@40+10)");
-  command->add_option("--run-dir", flags->run_dir, "Where the default job keeps <job>/checkpoints")->capture_default_str();
+  command->add_option("--run-dir", flags->run_dir, "Where the default job keeps <job>/checkpoints and <job>/tb")->capture_default_str();
+  command->add_option("--metrics-port", flags->metrics_port,
+                      "Agent i serves Prometheus metrics on 127.0.0.1:PORT+i (-1: off; 0: free ports, logged)")
+      ->check(CLI::Range(-1, 65535 - 1024));
   command->add_option("worker", flags->worker,
                       "Worker command after -- (default: hdp train of the demo model for 100 steps)");
   command->callback([flags] {

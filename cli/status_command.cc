@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/job_json.h"
 #include "cli/job_options.h"
 #include "common/error.h"
 #include "elastic/job_state.h"
@@ -23,75 +24,13 @@ struct StatusFlags {
   bool json = false;
   bool watch = false;
   int events = 10;
+  int samples = 0;
   int interval_ms = 1000;
 };
 
 std::string field_or_dash(const std::map<std::string, std::string>& state, const char* name) {
   auto it = state.find(name);
   return it == state.end() ? "-" : it->second;
-}
-
-// The evicted node/slots: `active` while the cool-down runs (the leader keeps the slot out).
-nlohmann::json evictions_json(const elastic::Evictions& evictions) {
-  nlohmann::json list = nlohmann::json::array();
-  const std::int64_t now = elastic::now_ms();
-  for (const auto& [key, e] : evictions) {
-    list.push_back({{"node", e.node},
-                    {"slot", e.slot},
-                    {"count", e.count},
-                    {"reason", e.reason},
-                    {"speed", e.speed},
-                    {"until_ms", e.until_ms},
-                    {"active", e.until_ms > now},
-                    {"readmitted", e.readmitted}});
-  }
-  return list;
-}
-
-nlohmann::json to_json(const std::string& job, const elastic::JobSnapshot& s) {
-  nlohmann::json members = nlohmann::json::array();
-  if (s.members) {
-    for (const auto& m : s.members->members) {
-      auto lease = s.leases.find(m.node);
-      members.push_back({{"node", m.node},
-                         {"incarnation", m.incarnation},
-                         {"host", m.host},
-                         {"first_rank", m.first_rank},
-                         {"slots", m.slots},
-                         {"lease", lease != s.leases.end() && lease->second.incarnation == m.incarnation}});
-    }
-  }
-  nlohmann::json events = nlohmann::json::array();
-  for (const auto& e : s.events) {
-    nlohmann::json fields = nlohmann::json::object();
-    for (const auto& [k, v] : e.fields) fields[k] = v;
-    events.push_back({{"id", e.id}, {"fields", fields}});
-  }
-  // Numeric fields as JSON numbers (validated by JobState::snapshot), the others as text.
-  nlohmann::json state = nlohmann::json::object();
-  for (const auto& [field, value] : s.state) {
-    if (std::find(std::begin(elastic::kIntegerStateFields), std::end(elastic::kIntegerStateFields), field) !=
-        std::end(elastic::kIntegerStateFields)) {
-      state[field] = std::stoll(value);
-    } else if (std::find(std::begin(elastic::kNumberStateFields), std::end(elastic::kNumberStateFields), field) !=
-               std::end(elastic::kNumberStateFields)) {
-      state[field] = std::stod(value);
-    } else if (std::find(std::begin(elastic::kNumberListStateFields), std::end(elastic::kNumberListStateFields),
-                         field) != std::end(elastic::kNumberListStateFields)) {
-      state[field] = elastic::parse_number_list(field, value);
-    } else {
-      state[field] = value;
-    }
-  }
-  return {{"job", job},
-          {"generation", s.generation},
-          {"generation_status", s.members ? nlohmann::json(elastic::encode(s.members->status)) : nlohmann::json()},
-          {"world_size", s.members ? s.members->world_size() : 0},
-          {"leader", s.leader ? nlohmann::json(*s.leader) : nlohmann::json()},
-          {"state", state},
-          {"members", members},
-          {"evictions", evictions_json(s.evictions)},
-          {"events", events}};
 }
 
 std::string format_time(const std::string& ms_text) {
@@ -181,6 +120,9 @@ void add_status_command(CLI::App& app) {
   command->add_flag("--json", flags->json, "Print the same facts as JSON");
   command->add_flag("--watch", flags->watch, "Refresh in place until interrupted");
   command->add_option("--events", flags->events, "Recent events to show")->check(CLI::Range(0, 1000))->capture_default_str();
+  command->add_option("--samples", flags->samples, "With --json: the newest training-curve samples to include")
+      ->check(CLI::Range(0, static_cast<int>(elastic::kSamplesKept)))
+      ->capture_default_str();
   command->add_option("--interval-ms", flags->interval_ms, "Refresh interval of --watch")
       ->check(CLI::Range(100, 3600000))
       ->capture_default_str();
@@ -192,10 +134,11 @@ void add_status_command(CLI::App& app) {
       throw InvalidArgument("no job '" + job + "' in redis at " + elastic::parse_redis_url(flags->job.redis.url).display());
     }
     do {
-      const auto snapshot = state.snapshot(static_cast<std::size_t>(flags->events));
+      const auto snapshot = state.snapshot(static_cast<std::size_t>(flags->events),
+                                           flags->json ? static_cast<std::size_t>(flags->samples) : 0);
       if (flags->watch) std::cout << "\033[H\033[2J";  // home + clear: redraw in place
       if (flags->json) {
-        std::cout << to_json(job, snapshot).dump(flags->watch ? -1 : 2) << std::endl;
+        std::cout << job_json(job, snapshot).dump(flags->watch ? -1 : 2) << std::endl;
       } else {
         std::cout << to_table(job, snapshot) << std::flush;
       }

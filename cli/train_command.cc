@@ -38,7 +38,7 @@ struct TrainFlags {
   long warmup = -1, decay_steps = 0;
   long max_rank_memory_mb = -1;
   int threads = 0;
-  std::string checkpoint_dir, metrics_file;
+  std::string checkpoint_dir, metrics_file, tensorboard_dir;
   std::vector<std::string> faults;
   double cooldown_s = 60, cooldown_max_s = 3600;
   trainer::TrainerConfig config;
@@ -64,6 +64,7 @@ trainer::TrainerConfig make_config(TrainFlags& f, int nproc_per_node) {
   c.lr.warmup = f.warmup >= 0 ? f.warmup : std::min<long>(100, f.steps / 10);
   c.checkpoint_dir = f.checkpoint_dir;
   c.metrics_file = f.metrics_file;
+  c.tensorboard_dir = f.tensorboard_dir;
   c.timeout = std::chrono::milliseconds(f.timeout_ms);
   const long memory_mb = f.max_rank_memory_mb >= 0 ? f.max_rank_memory_mb : default_rank_memory_mb(nproc_per_node);
   c.max_rank_memory_bytes = static_cast<std::int64_t>(memory_mb) << 20;
@@ -132,6 +133,8 @@ void add_train_command(CLI::App& app) {
       ->check(CLI::Range(0, 1024));
   opt("--metrics-file", f.metrics_file, "Rank 0 appends a JSON line per step (step, exact loss, world size, ...)",
       "HDP_METRICS_FILE");
+  opt("--tensorboard-dir", f.tensorboard_dir, "Rank 0 writes the training curves here as TensorBoard event files",
+      "HDP_TENSORBOARD_DIR");
   opt("--log-every", c.log_every, "Rank 0 prints a line every this many steps", "HDP_LOG_EVERY");
   command->add_flag("--speed-aware,!--no-speed-aware", c.speed_aware,
                     "Plan every step with the ranks' measured speeds (default on; off: equal speeds, the "

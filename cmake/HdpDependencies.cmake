@@ -5,6 +5,8 @@ find_package(spdlog REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(Boost 1.74 REQUIRED)
+# TensorBoard's event files: protobuf messages (trainer/tensorboard.proto).
+find_package(Protobuf REQUIRED)
 find_package(Gloo REQUIRED)
 find_package(HDF5 REQUIRED COMPONENTS C)
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)

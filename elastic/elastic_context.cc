@@ -37,6 +37,7 @@ ElasticContext ElasticContext::from_environment() {
   identity.advertise_address = env.advertise_address;
   identity.nproc_per_node = env.nproc_per_node;
   identity.agent_pid = env.agent_pid;
+  identity.metrics_file = env.metrics_file;
   RedisEndpoint endpoint = parse_redis_url(env.redis_url);
   if (!env.redis_password_file.empty()) endpoint.password = read_password_file(env.redis_password_file);
   RedisStoreOptions options;

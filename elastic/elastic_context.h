@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -38,6 +39,7 @@ struct WorkerIdentity {
   std::string advertise_address = "127.0.0.1";
   int nproc_per_node = 1;
   int agent_pid = 0;  // the agent that started this worker; 0 when none did (tests)
+  std::filesystem::path metrics_file;  // where to keep this worker's metrics for its agent; empty: none
 };
 
 // This worker's place in one generation.

@@ -15,6 +15,7 @@ inline constexpr const char* kLeader = "leader";      // "<node>/<incarnation>" 
 inline constexpr const char* kJoinCount = "joins";    // counter of join announcements
 inline constexpr const char* kState = "state";        // hash: status, generation, world_size, step, ...
 inline constexpr const char* kEvents = "events";      // capped stream
+inline constexpr const char* kSamples = "samples";    // capped stream: one entry per training step (rank 0)
 inline constexpr const char* kOutcome = "outcome";    // "completed" once the job is done; ends publishing
 inline constexpr const char* kEvictions = "evictions";  // JSON: evicted node/slots and their cool-downs (leader)
 

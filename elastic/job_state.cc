@@ -25,13 +25,16 @@ Write event_write(const std::string& type, Fields details) {
   return Write::stream_append(keys::kEvents, std::move(fields), kEventsKept);
 }
 
+Write sample_write(Fields fields) { return Write::stream_append(keys::kSamples, std::move(fields), kSamplesKept); }
+
 CommitResult commit_with_job_state(Store& store, const Transaction& txn) {
   try {
     return store.commit(txn);
   } catch (const WrongType& e) {
-    if (e.key() != keys::kState && e.key() != keys::kEvents) throw;
+    if (e.key() != keys::kState && e.key() != keys::kEvents && e.key() != keys::kSamples) throw;
     log()->warn("erasing Redis key {}: it holds a value of another type than the job's {} ({})", quote_value(e.key()),
-                e.key() == keys::kState ? "state hash" : "event stream", e.what());
+                e.key() == keys::kState ? "state hash" : e.key() == keys::kEvents ? "event stream" : "sample stream",
+                e.what());
     store.erase(e.key());
     return store.commit(txn);
   }
@@ -41,11 +44,11 @@ void JobState::event(const std::string& type, Fields details) {
   commit_with_job_state(*store_, Transaction{}.add(event_write(type, std::move(details))));
 }
 
-bool JobState::fenced_update(std::int64_t generation, Fields fields, std::optional<Write> event) {
+bool JobState::fenced_update(std::int64_t generation, Fields fields, std::vector<Write> writes) {
   fields.emplace_back("updated_at_ms", std::to_string(now_ms()));
   Transaction txn;
   txn.require(keys::kGeneration, std::to_string(generation)).add(Write::hash_set(keys::kState, std::move(fields)));
-  if (event) txn.add(std::move(*event));
+  for (auto& write : writes) txn.add(std::move(write));
   return commit_with_job_state(*store_, txn);
 }
 
@@ -124,6 +127,20 @@ void validate_event(const StreamEntry& entry) {
   }
 }
 
+void validate_sample(const StreamEntry& entry) {
+  for (const auto& [field, value] : entry.fields) {
+    double number = 0;
+    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), number);
+    const bool known = std::find_if(std::begin(kSampleFields), std::end(kSampleFields),
+                                    [&](const char* name) { return field == name; }) != std::end(kSampleFields);
+    if (!known || value.empty() || ec != std::errc() || end != value.data() + value.size() || !std::isfinite(number)) {
+      throw InvalidArgument("invalid value in Redis key 'samples': entry " + quote_value(entry.id) + " field " +
+                            quote_value(field) + " is " + quote_value(value) +
+                            (known ? ", not a finite number" : ", not a field of a sample"));
+    }
+  }
+}
+
 bool job_completed(Store& job_store) {
   try {
     return job_store.get(keys::kOutcome) == "completed";
@@ -138,7 +155,7 @@ bool JobState::exists() {
   return values[0] || values[1] || !store_->hash_get_all(keys::kState).empty();
 }
 
-JobSnapshot JobState::snapshot(std::size_t event_count) {
+JobSnapshot JobState::snapshot(std::size_t event_count, std::size_t sample_count) {
   JobSnapshot snapshot;
   // get, not multi_get: a key of another type must be named, not read as missing.
   if (auto number = store_->get(keys::kGeneration)) snapshot.generation = decode_generation_number(*number, keys::kGeneration);
@@ -168,6 +185,10 @@ JobSnapshot JobState::snapshot(std::size_t event_count) {
   for (const auto& [field, value] : snapshot.state) validate_state_field(field, value);
   snapshot.events = store_->stream_tail(keys::kEvents, event_count);
   for (const auto& entry : snapshot.events) validate_event(entry);
+  if (sample_count > 0) {
+    snapshot.samples = store_->stream_tail(keys::kSamples, sample_count);
+    for (const auto& entry : snapshot.samples) validate_sample(entry);
+  }
   return snapshot;
 }
 

@@ -18,6 +18,11 @@
 namespace hdp::elastic {
 
 inline constexpr std::size_t kEventsKept = 1000;
+// The per-step history of the training curves (`samples`): about 2,000 × 200 bytes in Redis.
+inline constexpr std::size_t kSamplesKept = 2000;
+// The fields of a sample: all finite numbers (validated on read).
+inline constexpr const char* kSampleFields[] = {"step",       "loss",       "tokens_per_s", "step_ms", "lr",
+                                                "grad_norm",  "world_size", "generation",   "time_ms"};
 
 // The statuses of the state hash's `status` field.
 inline constexpr const char* kStatuses[] = {"waiting",  "running",   "resizing", "restoring",
@@ -38,6 +43,8 @@ std::int64_t now_ms();  // wall clock, milliseconds since the epoch
 
 // A write that appends one event {type, time_ms, ...details} to the capped stream.
 Write event_write(const std::string& type, Fields details);
+// A write that appends one training step's sample (kSampleFields) to the capped `samples` stream.
+Write sample_write(Fields fields);
 
 // store.commit(txn) for a transaction that writes the `state` hash or appends to `events`. No hdp
 // process decides anything from those two keys (they are for people and tools), so one that holds
@@ -58,6 +65,7 @@ struct JobSnapshot {
   std::map<std::string, NodeLease> leases;  // live leases of the members, by node
   Evictions evictions;                      // every node/slot evicted so far (membership.h)
   std::vector<StreamEntry> events;          // newest last
+  std::vector<StreamEntry> samples;         // oldest first; every field validated
 };
 
 class JobState {
@@ -66,9 +74,10 @@ class JobState {
 
   // Appends an event; no fencing (agents report joins and leaves whatever the generation).
   void event(const std::string& type, Fields details);
-  // Sets state fields (updated_at_ms added) and optionally appends an event, only while
-  // `generation` is current. Returns false when a newer generation exists (the write is stale).
-  bool fenced_update(std::int64_t generation, Fields fields, std::optional<Write> event = std::nullopt);
+  // Sets state fields (updated_at_ms added) and applies `writes` (an event, a sample) in the same
+  // commit, only while `generation` is current. Returns false when a newer generation exists (the
+  // write is stale).
+  bool fenced_update(std::int64_t generation, Fields fields, std::vector<Write> writes = {});
 
   // Marks the job completed at `step` (state, `outcome` key, event), only while `generation` is
   // current. Once `outcome` exists the leader publishes no further generation, so nothing can
@@ -76,7 +85,7 @@ class JobState {
   bool complete(std::int64_t generation, std::int64_t step);
 
   // Reads and validates everything; throws InvalidArgument naming the first bad key or field.
-  JobSnapshot snapshot(std::size_t event_count);
+  JobSnapshot snapshot(std::size_t event_count, std::size_t sample_count = 0);
   // True when the job has never been seen in this store (no generation, no state, no config).
   bool exists();
 
@@ -90,5 +99,7 @@ void validate_state_field(const std::string& field, const std::string& value);
 // Validates one entry of the events stream (every field name and value UTF-8); throws
 // InvalidArgument naming the key, the entry and the field.
 void validate_event(const StreamEntry& entry);
+// Validates one entry of the samples stream (kSampleFields only, each a finite number).
+void validate_sample(const StreamEntry& entry);
 
 }  // namespace hdp::elastic

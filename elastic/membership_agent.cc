@@ -83,6 +83,7 @@ void MembershipAgent::heartbeat() {
     if (!registration_.registered()) return complete_registration();
     auto beat = registration_.heartbeat(workers_.healthy(), last_generation_);
     if (beat.alive) {
+      last_renewed_ = std::chrono::steady_clock::now();
       observe_generation(beat.generation);
       check_membership(beat.generation);
       return contend_for_leadership(beat.leader);
@@ -145,6 +146,7 @@ void MembershipAgent::check_membership(const std::optional<std::string>& value) 
   }
   if (number != checked_generation_) {
     bool member = false;
+    View view{.generation = number};
     if (number > 0) {
       const std::string key = keys::generation(number);
       auto record = store_->get(key);
@@ -154,9 +156,13 @@ void MembershipAgent::check_membership(const std::optional<std::string>& value) 
       member = std::any_of(generation.members.begin(), generation.members.end(), [&](const Member& m) {
         return m.node == mine.node && m.incarnation == mine.incarnation;
       });
+      view.world_size = generation.world_size();
+      view.nodes = static_cast<int>(generation.members.size());
     }
     checked_generation_ = number;
     member_ = member;
+    view.member = member;
+    view_ = view;
   }
   const std::vector<int> healthy = workers_.healthy();
   if (member_ || healthy.empty()) return;

@@ -88,6 +88,16 @@ class MembershipAgent {
   Store& store() const { return *store_; }  // the job's namespace
   std::string member_id() const { return registration_.member_id(); }
   std::int64_t last_generation() const { return last_generation_; }
+  // For the agent's metrics: when a heartbeat last found the lease alive and renewed it (none
+  // yet: nullopt); the generation last checked, whether this incarnation is a member of it, and
+  // its size.
+  std::optional<std::chrono::steady_clock::time_point> last_renewed() const { return last_renewed_; }
+  struct View {
+    std::int64_t generation = 0;
+    bool member = false;
+    int world_size = 0, nodes = 0;
+  };
+  View view() const { return view_; }
 
  private:
   void register_incarnation();
@@ -119,6 +129,8 @@ class MembershipAgent {
   bool member_ = false;
   std::optional<std::int64_t> announced_generation_;
   std::chrono::steady_clock::time_point announced_at_{};
+  std::optional<std::chrono::steady_clock::time_point> last_renewed_;
+  View view_;
 };
 
 }  // namespace hdp::elastic

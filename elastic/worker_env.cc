@@ -51,6 +51,7 @@ std::vector<std::string> worker_environment(const WorkerEnvironment& values, con
   set(env::kNprocPerNode, std::to_string(values.nproc_per_node));
   set(env::kAdvertiseAddr, values.advertise_address);
   if (values.agent_pid > 0) set(env::kAgentPid, std::to_string(values.agent_pid));
+  if (!values.metrics_file.empty()) set(env::kMetricsFile, values.metrics_file);
   return result;
 }
 
@@ -72,6 +73,7 @@ WorkerEnvironment read_worker_environment(const std::function<const char*(const 
   }
   if (auto address = optional(env::kAdvertiseAddr); !address.empty()) values.advertise_address = std::string(address);
   if (auto pid = optional(env::kAgentPid); !pid.empty()) values.agent_pid = non_negative(env::kAgentPid, pid);
+  values.metrics_file = std::string(optional(env::kMetricsFile));
   return values;
 }
 

@@ -29,10 +29,15 @@ inline constexpr const char* kLocalRank = "HDP_LOCAL_RANK";
 inline constexpr const char* kNprocPerNode = "HDP_NPROC_PER_NODE";
 inline constexpr const char* kAdvertiseAddr = "HDP_ADVERTISE_ADDR";
 inline constexpr const char* kAgentPid = "HDP_AGENT_PID";
+// Set only when the agent serves /metrics: the file where the worker keeps its metrics (a
+// metrics::Registry as JSON, replaced atomically), which the agent reads at every scrape. (Not
+// HDP_METRICS_FILE: that is `hdp train --metrics-file`, a setting the agent passes through.)
+inline constexpr const char* kMetricsFile = "HDP_AGENT_METRICS_FILE";
 // Every variable of the contract: none of them is ever inherited by a worker.
-inline constexpr std::array<const char*, 9> kAll = {kJobId,    kRedisUrl,     kRedisPasswordFile,
-                                                    kNodeId,   kNodeIncarnation, kLocalRank,
-                                                    kNprocPerNode, kAdvertiseAddr, kAgentPid};
+inline constexpr std::array<const char*, 10> kAll = {kJobId,    kRedisUrl,     kRedisPasswordFile,
+                                                     kNodeId,   kNodeIncarnation, kLocalRank,
+                                                     kNprocPerNode, kAdvertiseAddr, kAgentPid,
+                                                     kMetricsFile};
 }  // namespace worker_env
 
 // What an agent tells one worker.
@@ -46,6 +51,7 @@ struct WorkerEnvironment {
   int nproc_per_node = 1;
   std::string advertise_address = "127.0.0.1";
   int agent_pid = 0;  // 0: not started by an agent (tests); the variable is then not written
+  std::string metrics_file;  // empty: the agent serves no metrics; the variable is then not written
 };
 
 // The worker's whole environment as "NAME=value" entries: `inherited` (a null-terminated array

@@ -10,6 +10,8 @@ packages=(
   libopenblas-dev nlohmann-json3-dev libcli11-dev libxxhash-dev
   libsystemd-dev systemd redis-server redis-tools procps
   iproute2 util-linux
+  libprotobuf-dev protobuf-compiler python3 python3-protobuf python3-crc32c
+  prometheus chromium python3-websocket
 )
 # The local Slurm cluster of the system tests; optional (those tests skip without it).
 optional_packages=(slurm-wlm munge)

@@ -44,7 +44,7 @@ void CheckpointReporter::record_commit(const checkpoint::CommitInfo& info) noexc
                        {"ms", std::to_string(std::llround(info.seconds * 1000))},
                        {"generation", std::to_string(generation_)},
                        {"rank", std::to_string(rank_)}});
-    if (job_.fenced_update(generation_, {{"last_ckpt_step", step}, {"last_ckpt_path", path}}, std::move(event))) {
+    if (job_.fenced_update(generation_, {{"last_ckpt_step", step}, {"last_ckpt_path", path}}, {std::move(event)})) {
       ++recorded_;
       return;
     }

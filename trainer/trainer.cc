@@ -34,6 +34,8 @@
 #include "trainer/data/batch_source.h"
 #include "trainer/cpu_throttle.h"
 #include "trainer/elastic_loop.h"
+#include "trainer/tensorboard.h"
+#include "trainer/worker_metrics.h"
 
 namespace hdp::trainer {
 namespace {
@@ -71,7 +73,8 @@ class Trainer {
         source_(open_data(config), config.seed),
         cost_(trainer_cost_model(config)),
         no_decay_(no_decay_ranges(config)),
-        speeds_({.slow_below = config.straggler_threshold}) {
+        speeds_({.slow_below = config.straggler_threshold}),
+        metrics_(ctx.identity().metrics_file) {
     ckpt_options_.root = config.checkpoint_dir;
     ckpt_options_.model_config = config.model_json();
     ckpt_options_.keep = config.keep;
@@ -129,6 +132,10 @@ class Trainer {
     if (checkpoints()) {
       checkpoint::CheckpointOptions options = ckpt_options_;
       options.hooks = reporter.hooks();
+      options.hooks.on_commit = [this, report = options.hooks.on_commit](const checkpoint::CommitInfo& info) {
+        metrics_.checkpoint_saved(info.seconds, info.bytes);
+        if (report) report(info);
+      };
       group.emplace(*ckpt_comm, config_.timeout);
       saver.emplace(options, layout_, *group);
     }
@@ -217,6 +224,10 @@ class Trainer {
     state_rank_ = m.rank;
     state_world_ = m.world_size;
     const double seconds = ms_since(started) / 1000.0;
+    if (restored) {
+      // What this rank read: its range of the parameters and of both optimizer moments, fp32.
+      metrics_.checkpoint_restored(seconds, 3 * static_cast<std::uint64_t>(zero_->count()) * sizeof(float));
+    }
     if (lead(m)) {
       log()->info("generation {}: {} at step {} on {} rank(s) in {:.2f} s{}", m.generation,
                   restored ? "restored " + restored->path.string() : std::string("initialised from the seed"), step_,
@@ -362,8 +373,9 @@ class Trainer {
     const std::int64_t mine = interrupted_ ? static_cast<std::int64_t>(ms_since(*interrupted_)) : 0;
     interrupted_.reset();
     const std::int64_t ms = comm.allreduce_max(mine);
+    const std::int64_t lost = furthest >= step_ - 1 ? furthest - (step_ - 1) : 0;
+    if (ms > 0) metrics_.recovered(static_cast<double>(ms) / 1000.0, lost);
     if (ms > 0 && lead(m)) {
-      const std::int64_t lost = furthest >= step_ - 1 ? furthest - (step_ - 1) : 0;
       log()->info("generation {}: recovered in {:.2f} s, {} step(s) lost", m.generation, ms / 1000.0, lost);
       report_event(m, "recovered",
                    {{"step", std::to_string(step_)},
@@ -374,14 +386,29 @@ class Trainer {
   }
 
   void report(const Membership& m, const mesh::StepResult& result, double step_ms, double lr) {
-    if (!lead(m)) return;
     const double tokens_per_s = result.step_tokens / (step_ms / 1000.0);
+    metrics_.step({.step = step_,
+                   .loss = result.loss(),
+                   .tokens_per_s = tokens_per_s,
+                   .lr = lr,
+                   .grad_norm = result.grad_norm,
+                   .step_s = step_ms / 1000.0,
+                   .compute_s = result.compute_ms / 1000.0,
+                   .comm_wait_s = result.comm_wait_ms / 1000.0,
+                   .tokens = result.step_tokens,
+                   .world_size = m.world_size,
+                   .rank = m.rank,
+                   .generation = m.generation,
+                   .speed = static_cast<std::size_t>(m.rank) < relative_.size() ? relative_[static_cast<std::size_t>(m.rank)] : 1.0});
+    metrics_.publish();
+    if (!lead(m)) return;
     if (step_ % config_.log_every == 0 || step_ == config_.steps) {
       log()->info("step {}/{}  loss {:.4f}  lr {:.2e}  {:.0f} tokens/s  world {}  {:.0f} ms (compute {:.0f}, wait {:.0f})",
                   step_, config_.steps, result.loss(), lr, tokens_per_s, m.world_size, step_ms, result.compute_ms,
                   result.comm_wait_ms);
     }
     if (!config_.metrics_file.empty()) write_metrics(m, result, step_ms, lr, tokens_per_s);
+    if (!config_.tensorboard_dir.empty()) write_tensorboard(m, result, step_ms, lr, tokens_per_s);
     char loss[32], rate[32], ms[32], lr_text[32], norm[32];
     std::snprintf(loss, sizeof loss, "%.6f", result.loss());
     std::snprintf(rate, sizeof rate, "%.1f", tokens_per_s);
@@ -398,7 +425,16 @@ class Trainer {
                                         {"grad_norm", norm},
                                         {"tokens", std::to_string(step_ * config_.batch_tokens)},
                                         {"world_size", std::to_string(m.world_size)},
-                                        {"speeds", speeds_text()}});
+                                        {"speeds", speeds_text()}},
+                        {elastic::sample_write({{"step", std::to_string(step_)},
+                                                {"loss", loss},
+                                                {"tokens_per_s", rate},
+                                                {"step_ms", ms},
+                                                {"lr", lr_text},
+                                                {"grad_norm", norm},
+                                                {"world_size", std::to_string(m.world_size)},
+                                                {"generation", std::to_string(m.generation)},
+                                                {"time_ms", std::to_string(elastic::now_ms())}})});
     } catch (const Error& e) {
       log()->warn("step {}: cannot report to the job state: {}", step_, e.what());
     }
@@ -419,6 +455,25 @@ class Trainer {
       log()->warn("cannot append to --metrics-file {}: {}", config_.metrics_file.string(), std::strerror(errno));
     }
     if (fd >= 0) ::close(fd);
+  }
+
+  // Rank 0's curves for TensorBoard; a failure to write is logged once a file and never stops training.
+  void write_tensorboard(const Membership& m, const mesh::StepResult& result, double step_ms, double lr,
+                         double tokens_per_s) {
+    try {
+      if (tensorboard_failed_) return;
+      if (!tensorboard_) tensorboard_ = std::make_unique<TensorBoardWriter>(config_.tensorboard_dir);
+      tensorboard_->scalars(step_, {{"train/loss", result.loss()},
+                                    {"train/lr", lr},
+                                    {"train/tokens_per_s", tokens_per_s},
+                                    {"train/world_size", m.world_size},
+                                    {"train/step_ms", step_ms},
+                                    {"train/grad_norm", result.grad_norm}});
+    } catch (const Error& e) {
+      if (!tensorboard_failed_) log()->warn("TensorBoard: {}; no further event files from this process", e.what());
+      tensorboard_failed_ = true;
+      tensorboard_.reset();
+    }
   }
 
   // Not fenced: an event reports what this generation did (a restore, a straggler), true even
@@ -681,6 +736,8 @@ class Trainer {
   std::int64_t last_saved_step_ = -1;
   std::optional<SteadyClock::time_point> interrupted_;
   bool completed_ = false;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;  // rank 0, created at its first step
+  bool tensorboard_failed_ = false;
 
   // Speeds (share_speeds, observe_speeds). Every rank holds the same tracker contents.
   static constexpr int kAgreed = 4;  // per rank: stop, changed, compute µs, plan digest
@@ -689,6 +746,7 @@ class Trainer {
     int slot = 0;
   };
   mesh::SpeedTracker speeds_;
+  WorkerMetrics metrics_;  // every rank, for its agent's /metrics
   std::vector<std::string> workers_;   // this generation's, in rank order
   std::vector<Place> places_;          // the same, as node, incarnation, slot
   std::vector<double> last_work_;      // the step before: each rank's planned cost at speed 1 (ms)

@@ -91,6 +91,9 @@ struct TrainerConfig {
   // world_size, generation, lr, grad_norm, tokens_per_s, step_ms, time_ms (wall clock when the
   // step completed, ms since the epoch). Empty: none.
   std::filesystem::path metrics_file;
+  // Rank 0 writes loss, lr, tokens/s, world size, step time and grad norm per step as TensorBoard
+  // scalars (trainer/tensorboard.h) into a new event file here. Empty: none.
+  std::filesystem::path tensorboard_dir;
   int threads = 0;                    // OpenMP threads of this worker's kernels; 0: as the process has
   std::vector<Fault> faults;
 

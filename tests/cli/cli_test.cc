@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "elastic/worker_env.h"
 #include "tests/support/child_process.h"
 #include "tests/support/redis_server.h"
 #include "tests/support/temp_dir.h"
@@ -24,6 +25,18 @@ CommandResult hdp(std::vector<std::string> args, std::vector<std::string> env = 
 }
 
 int line_count(const std::string& text) { return static_cast<int>(std::count(text.begin(), text.end(), '\n')); }
+
+// The agent strips the contract's variables from what its workers inherit and sets its own
+// (elastic/worker_env.h), so a trainer setting read from one of those names would be lost, or
+// clobbered (HDP_METRICS_FILE was once both `--metrics-file` and the agent's metrics file).
+TEST(Cli, NoTrainerSettingSharesANameWithTheAgentWorkerContract) {
+  auto r = hdp({"train", "--help"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_NE(r.out.find("Env:HDP_METRICS_FILE"), std::string::npos) << "the help no longer names env variables:\n" << r.out;
+  for (const char* name : elastic::worker_env::kAll) {
+    EXPECT_EQ(r.out.find(std::string("Env:") + name + ")"), std::string::npos) << name << " is also a trainer setting";
+  }
+}
 
 TEST(Cli, VersionPrintsVersionAndFeatures) {
   auto r = hdp({"version"});

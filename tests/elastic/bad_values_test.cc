@@ -362,3 +362,43 @@ TEST_F(BadValues, AStringInTheStateHashOrTheEventStreamStopsNoWriter) {
 
 }  // namespace
 }  // namespace hdp::elastic
+
+namespace hdp::elastic {
+namespace {
+
+// The training curves' history: rank 0's fenced report appends one sample per step, Redis keeps
+// the newest kSamplesKept, the snapshot reads and validates them, and a string written over the
+// stream stops no writer.
+TEST(Samples, AppendedWithTheFencedReportCappedAndValidated) {
+  auto store = std::make_shared<MemoryStore>();
+  store->set(keys::kGeneration, "3");
+  JobState job(store);
+  const std::size_t total = kSamplesKept + 5;
+  for (std::size_t step = 1; step <= total; ++step) {
+    ASSERT_TRUE(job.fenced_update(3, {{"step", std::to_string(step)}},
+                                  {sample_write({{"step", std::to_string(step)}, {"loss", "2.5"}, {"world_size", "4"}})}));
+  }
+  EXPECT_FALSE(job.fenced_update(2, {{"step", "1"}}, {sample_write({{"step", "1"}})})) << "a stale report wrote";
+  store->erase(keys::kGeneration);  // a snapshot reads the record `gen` names; this test has none
+  const JobSnapshot snapshot = job.snapshot(0, kSamplesKept + 100);
+  ASSERT_EQ(snapshot.samples.size(), kSamplesKept);
+  EXPECT_EQ(snapshot.samples.front().fields[0], (std::pair<std::string, std::string>{"step", "6"}));
+  EXPECT_EQ(snapshot.samples.back().fields[0], (std::pair<std::string, std::string>{"step", std::to_string(total)}));
+  EXPECT_TRUE(job.snapshot(0).samples.empty()) << "samples are read only when asked for";
+
+  store->commit(Transaction{}.add(sample_write({{"loss", "nan"}})));
+  std::string message = message_of([&] { job.snapshot(0, 10); });
+  EXPECT_NE(message.find("'samples'"), std::string::npos) << message;
+  EXPECT_NE(message.find("field 'loss' is 'nan', not a finite number"), std::string::npos) << message;
+  store->commit(Transaction{}.add(sample_write({{"password", "1"}})));
+  message = message_of([&] { job.snapshot(0, 1); });
+  EXPECT_NE(message.find("not a field of a sample"), std::string::npos) << message;
+
+  store->set(keys::kSamples, "garbage");
+  store->set(keys::kGeneration, "3");
+  EXPECT_TRUE(job.fenced_update(3, {{"step", "9"}}, {sample_write({{"step", "9"}})}));
+  EXPECT_EQ(store->stream_tail(keys::kSamples, 10).size(), 1u);
+}
+
+}  // namespace
+}  // namespace hdp::elastic

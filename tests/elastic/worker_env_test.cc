@@ -95,6 +95,7 @@ TEST(WorkerEnvironment, PasswordFileIsWrittenWhenTheAgentHasOne) {
 TEST(WorkerEnvironment, WorkerReadsBackWhatTheAgentWrote) {
   WorkerEnvironment values = agent_values();
   values.redis_password_file = "/etc/hdp/redis.password";
+  values.metrics_file = "/run/hdp/metrics/worker-1.json";
   const auto inherited = as_environ(kInherited);
   const auto env = worker_environment(values, inherited.data());
   const WorkerEnvironment read = read_worker_environment([&](const char* name) { return first_match(env, name); });
@@ -107,11 +108,12 @@ TEST(WorkerEnvironment, WorkerReadsBackWhatTheAgentWrote) {
   EXPECT_EQ(read.nproc_per_node, values.nproc_per_node);
   EXPECT_EQ(read.advertise_address, values.advertise_address);
   EXPECT_EQ(read.agent_pid, values.agent_pid);
+  EXPECT_EQ(read.metrics_file, values.metrics_file);
 }
 
 TEST(WorkerEnvironment, NullInheritedEnvironmentGivesOnlyTheContract) {
   const auto env = worker_environment(agent_values(), nullptr);
-  EXPECT_EQ(env.size(), worker_env::kAll.size() - 1);  // all but the password file
+  EXPECT_EQ(env.size(), worker_env::kAll.size() - 2);  // all but the password and metrics files
 }
 
 TEST(WorkerEnvironment, MissingOrMalformedVariablesAreNamed) {

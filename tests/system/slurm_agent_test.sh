@@ -130,6 +130,8 @@ export HDP_BIN=$hdp_bin
 export HDP_NPROC_PER_NODE=1
 export HDP_LEASE_MS=$LEASE_MS
 export HDP_DRAIN_TIMEOUT=20
+# Several agents may share one network namespace here: each takes a free metrics port.
+export HDP_METRICS_PORT=0
 export HDP_NNODES=1:$NNODES
 readonly STEPS=300
 ckpt=$CLUSTER_DIR/ckpt

@@ -86,7 +86,7 @@ for node in "${CLUSTER_NODES[@]}"; do
   expect_eq "HDP_JOB_ID on $node" "$(report_value "$r" HDP_JOB_ID)" "$job"
   expect_eq "HDP_REDIS_URL on $node" "$(report_value "$r" HDP_REDIS_URL)" "$HDP_REDIS_URL"
   expect_eq "HDP_NNODES on $node" "$(report_value "$r" HDP_NNODES)" "1:3"
-  expect_eq "agent arguments on $node" "$(report_value "$r" args)" "agent --drain-timeout 90 -- worker --flag two words"
+  expect_eq "agent arguments on $node" "$(report_value "$r" args)" "agent --drain-timeout 90 --metrics-port 9464 -- worker --flag two words"
 done
 expect_in_file "$log_file" '^hdp\.sbatch: job [0-9]+ \(Slurm job [0-9]+\), restart 0,' "the batch script logs restart 0"
 expect_in_file "$log_file" 'ignoring HDP_NODE_ID=one-id-for-all' "the batch script warns about a job-wide HDP_NODE_ID"
@@ -130,7 +130,7 @@ wait_final "$job" 20
 for node in n1 n2; do
   r=$reports/$job.0.$node
   expect_eq "drain signals that reached the agent on $node" "$(report_value "$r" signals)" 1
-  expect_eq "agent arguments on $node" "$(report_value "$r" args)" "agent --drain-timeout 90"
+  expect_eq "agent arguments on $node" "$(report_value "$r" args)" "agent --drain-timeout 90 --metrics-port 9464"
 done
 expect_eq "job $job state after a drain" "$(cluster_job_field "$job" JobState)" FAILED
 expect_eq "job $job exit code after a drain" "$(cluster_job_field "$job" ExitCode)" "4:0"

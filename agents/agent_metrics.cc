@@ -1,0 +1,141 @@
+#include "agents/agent_metrics.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+
+#include <fstream>
+#include <sstream>
+
+#include "common/error.h"
+#include "common/log.h"
+
+namespace hdp::agents {
+
+using metrics::Type;
+using Clock = std::chrono::steady_clock;
+
+AgentMetrics::AgentMetrics(AgentMetricsOptions options) : options_(std::move(options)) {
+  auto& r = registry_;
+  r.describe("hdp_agent_lease_age_seconds", Type::kGauge, "Time since the agent's heartbeat last renewed its lease");
+  r.describe("hdp_agent_lease_duration_seconds", Type::kGauge, "The lease: a node silent this long leaves the job");
+  r.describe("hdp_agent_heartbeat_seconds", Type::kHistogram, "Wall time of one heartbeat (its Redis round trips)");
+  r.describe("hdp_agent_generation", Type::kGauge, "Highest generation the agent has seen");
+  r.describe("hdp_agent_member", Type::kGauge, "1 when the node is a member of the generation last read");
+  r.describe("hdp_agent_leader", Type::kGauge, "1 while the agent holds the leader lease");
+  r.describe("hdp_job_world_size", Type::kGauge, "Ranks of the generation the agent last read");
+  r.describe("hdp_job_nodes", Type::kGauge, "Nodes of the generation the agent last read");
+  r.describe("hdp_agent_workers_running", Type::kGauge, "The node's worker processes running");
+  r.describe("hdp_agent_worker_restarts_total", Type::kCounter, "Workers the agent restarted after a failure");
+  r.describe("hdp_agent_worker_metrics_errors_total", Type::kCounter,
+             "Scrapes that found a worker's metrics file unreadable (the worker's metrics were left out)");
+  r.set_gauge("hdp_agent_lease_duration_seconds", labels(), static_cast<double>(options_.lease.count()) / 1000.0);
+  r.add_counter("hdp_agent_worker_restarts_total", labels(), 0);
+  r.add_counter("hdp_agent_worker_metrics_errors_total", labels(), 0);
+
+  remove_stale_directories();
+  const std::string prefix = "hdp-agent-metrics-" + std::to_string(::getpid()) + "-";
+  std::string pattern = (std::filesystem::temp_directory_path() / (prefix + "XXXXXX")).string();
+  if (!::mkdtemp(pattern.data())) throw Error("cannot create a directory for the workers' metrics under " + pattern);
+  dir_ = pattern;
+  try {
+    server_ = std::make_unique<metrics::HttpServer>(options_.address, options_.port, [this](const metrics::HttpRequest& request) {
+      if (request.path == "/metrics") {
+        return metrics::HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", scrape()};
+      }
+      if (request.path == "/") return metrics::HttpResponse{200, "text/plain; charset=utf-8", "hdp agent: see /metrics\n"};
+      return metrics::HttpResponse{404, "text/plain; charset=utf-8", "not found\n"};
+    });
+  } catch (...) {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+    throw;
+  }
+  log()->info("node {}: serving metrics on http://{}:{}/metrics", options_.node, options_.address, port());
+}
+
+// A SIGKILLed agent cannot remove its directory: the next agent on the machine removes every one
+// whose agent (the pid in its name) is gone.
+void AgentMetrics::remove_stale_directories() {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::temp_directory_path(), ec)) {
+    const std::string name = entry.path().filename().string();
+    constexpr std::string_view kPrefix = "hdp-agent-metrics-";
+    if (!name.starts_with(kPrefix)) continue;
+    const std::string rest = name.substr(kPrefix.size());
+    int pid = 0;
+    auto [end, parse] = std::from_chars(rest.data(), rest.data() + rest.size(), pid);
+    if (parse != std::errc() || end == rest.data() || *end != '-' || pid <= 0) continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
+    std::error_code ignored;
+    std::filesystem::remove_all(entry.path(), ignored);
+  }
+}
+
+AgentMetrics::~AgentMetrics() {
+  server_.reset();
+  std::error_code ignored;
+  std::filesystem::remove_all(dir_, ignored);
+}
+
+std::filesystem::path AgentMetrics::worker_file(int slot) const {
+  return dir_ / ("worker-" + std::to_string(slot) + ".json");
+}
+
+metrics::Labels AgentMetrics::labels(metrics::Labels more) const {
+  more["hdp_job"] = options_.job;
+  more["node"] = options_.node;
+  return more;
+}
+
+void AgentMetrics::update(const Sample& s) {
+  auto& r = registry_;
+  const auto l = labels();
+  r.observe("hdp_agent_heartbeat_seconds", l, s.heartbeat_seconds);
+  if (s.renewed) {
+    renewed_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(s.renewed->time_since_epoch()).count();
+  }
+  r.set_gauge("hdp_agent_generation", l, static_cast<double>(s.last_generation));
+  r.set_gauge("hdp_agent_member", l, s.view.member ? 1 : 0);
+  r.set_gauge("hdp_agent_leader", l, s.leader ? 1 : 0);
+  r.set_gauge("hdp_job_world_size", l, s.view.world_size);
+  r.set_gauge("hdp_job_nodes", l, s.view.nodes);
+  r.set_gauge("hdp_agent_workers_running", l, s.workers_running);
+  if (s.restarts_total > restarts_seen_) {
+    r.add_counter("hdp_agent_worker_restarts_total", l, s.restarts_total - restarts_seen_);
+    restarts_seen_ = s.restarts_total;
+  }
+}
+
+void AgentMetrics::worker_gone(int slot) {
+  std::error_code ignored;
+  std::filesystem::remove(worker_file(slot), ignored);
+}
+
+std::string AgentMetrics::scrape() const {
+  metrics::Registry out(registry_);
+  const std::int64_t renewed = renewed_ns_;
+  if (renewed >= 0) {
+    const auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+    out.set_gauge("hdp_agent_lease_age_seconds", labels(), static_cast<double>(now - renewed) / 1e9);
+  }
+  for (int slot = 0; slot < options_.slots; ++slot) {
+    std::ifstream in(worker_file(slot), std::ios::binary);
+    if (!in) continue;  // no worker, or it has not completed a step yet
+    std::ostringstream text;
+    text << in.rdbuf();
+    try {
+      out.merge(metrics::Registry::from_json(text.str()), labels({{"slot", std::to_string(slot)}}));
+    } catch (const Error& e) {
+      ++worker_errors_;
+      log()->warn("node {}: the metrics of worker {} are unreadable: {}", options_.node, slot, e.what());
+    }
+  }
+  out.add_counter("hdp_agent_worker_metrics_errors_total", labels(), static_cast<double>(worker_errors_.load()));
+  return out.text();
+}
+
+}  // namespace hdp::agents

@@ -1,0 +1,108 @@
+// `hdp dashboard --job J --redis URL [--port P] [--address A]`: a live web page of the job, served
+// over HTTP (metrics/http_server.h) from the job state in Redis. Two routes: `/` is the page (one
+// self-contained file, cli/dashboard/index.html, built into the binary: it loads nothing from
+// anywhere else) and `/api/job` the job as JSON (cli/job_json.h, plus `exists`, `redis`, `now_ms`,
+// `error`), which the page polls. A job that does not exist is a page that says so; Redis errors
+// are shown on the page, which keeps polling. Runs until SIGINT or SIGTERM. A port in use exits 2.
+#include <signal.h>
+
+#include <iostream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/dashboard_page.h"
+#include "cli/job_json.h"
+#include "cli/job_options.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "elastic/job_state.h"
+#include "metrics/http_server.h"
+
+namespace hdp::cli {
+namespace {
+
+struct DashboardFlags {
+  JobOptions job;
+  int port = 8265;
+  std::string address = "127.0.0.1";
+  int events = 100;
+};
+
+class Dashboard {
+ public:
+  Dashboard(std::string job, std::string redis_display, std::shared_ptr<elastic::Store> store, int events)
+      : job_(std::move(job)), redis_(std::move(redis_display)), state_(std::move(store)), events_(events) {}
+
+  metrics::HttpResponse handle(const metrics::HttpRequest& request) {
+    if (request.path == "/" || request.path == "/index.html") {
+      return {200, "text/html; charset=utf-8", kDashboardPage};
+    }
+    if (request.path == "/api/job") return {200, "application/json", api().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
+    if (request.path == "/healthz") return {200, "text/plain; charset=utf-8", "ok\n"};
+    return {404, "text/plain; charset=utf-8", "not found\n"};
+  }
+
+ private:
+  nlohmann::json api() {
+    nlohmann::json out;
+    try {
+      if (!state_.exists()) {
+        out = {{"exists", false}};
+      } else {
+        out = job_json(job_, state_.snapshot(static_cast<std::size_t>(events_), elastic::kSamplesKept));
+        out["exists"] = true;
+      }
+      out["error"] = nullptr;
+    } catch (const Error& e) {
+      // Redis unreachable, or a value that does not parse: the page shows it and polls on.
+      out = {{"exists", nullptr}, {"error", e.what()}};
+    }
+    out["job"] = job_;
+    out["redis"] = redis_;
+    out["now_ms"] = elastic::now_ms();
+    return out;
+  }
+
+  const std::string job_, redis_;
+  elastic::JobState state_;
+  const int events_;
+};
+
+}  // namespace
+
+void add_dashboard_command(CLI::App& app) {
+  auto flags = std::make_shared<DashboardFlags>();
+  CLI::App* command = app.add_subcommand("dashboard", "Serve a live web page of a job (curves, members, events)");
+  flags->job.add_to(*command);
+  command->add_option("--port", flags->port, "Port of the page (0: a free one, printed)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  command->add_option("--address", flags->address, "Address to listen on (0.0.0.0: every interface)")
+      ->capture_default_str();
+  command->add_option("--events", flags->events, "Recent events the page shows")
+      ->check(CLI::Range(0, static_cast<int>(elastic::kEventsKept)))
+      ->capture_default_str();
+  command->callback([flags] {
+    const std::string job = flags->job.job_id();
+    // SIGINT and SIGTERM are taken by sigwait() below; blocked before the server's thread starts,
+    // so that it inherits the mask and never receives them.
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+    Dashboard dashboard(job, elastic::parse_redis_url(flags->job.redis.url).display(), flags->job.connect_job(),
+                        flags->events);
+    metrics::HttpServer server(flags->address, flags->port,
+                               [&dashboard](const metrics::HttpRequest& request) { return dashboard.handle(request); });
+    const std::string host = flags->address == "0.0.0.0" ? "127.0.0.1" : flags->address;
+    std::cout << "hdp dashboard: job " << job << " at http://" << host << ":" << server.port() << "/" << std::endl;
+    int signo = 0;
+    sigwait(&stop, &signo);
+    std::cout << "hdp dashboard: " << strsignal(signo) << ", stopping" << std::endl;
+  });
+}
+
+}  // namespace hdp::cli

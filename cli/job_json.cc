@@ -1,0 +1,89 @@
+#include "cli/job_json.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace hdp::cli {
+namespace {
+
+// The evicted node/slots: `active` while the cool-down runs (the leader keeps the slot out).
+nlohmann::json evictions_json(const elastic::Evictions& evictions) {
+  nlohmann::json list = nlohmann::json::array();
+  const std::int64_t now = elastic::now_ms();
+  for (const auto& [key, e] : evictions) {
+    list.push_back({{"node", e.node},
+                    {"slot", e.slot},
+                    {"count", e.count},
+                    {"reason", e.reason},
+                    {"speed", e.speed},
+                    {"until_ms", e.until_ms},
+                    {"active", e.until_ms > now},
+                    {"readmitted", e.readmitted}});
+  }
+  return list;
+}
+
+}  // namespace
+
+nlohmann::json job_json(const std::string& job, const elastic::JobSnapshot& s) {
+  nlohmann::json members = nlohmann::json::array();
+  if (s.members) {
+    for (const auto& m : s.members->members) {
+      auto lease = s.leases.find(m.node);
+      members.push_back({{"node", m.node},
+                         {"incarnation", m.incarnation},
+                         {"host", m.host},
+                         {"first_rank", m.first_rank},
+                         {"slots", m.slots},
+                         {"lease", lease != s.leases.end() && lease->second.incarnation == m.incarnation}});
+    }
+  }
+  nlohmann::json events = nlohmann::json::array();
+  for (const auto& e : s.events) {
+    nlohmann::json fields = nlohmann::json::object();
+    for (const auto& [k, v] : e.fields) fields[k] = v;
+    events.push_back({{"id", e.id}, {"fields", fields}});
+  }
+  // Samples (validated: every field a finite number), oldest first; integers stay integers.
+  nlohmann::json samples = nlohmann::json::array();
+  for (const auto& e : s.samples) {
+    nlohmann::json sample = nlohmann::json::object();
+    for (const auto& [k, v] : e.fields) {
+      const double number = std::stod(v);
+      if (number == std::floor(number) && std::abs(number) < 9.0e15) {
+        sample[k] = static_cast<std::int64_t>(number);
+      } else {
+        sample[k] = number;
+      }
+    }
+    samples.push_back(std::move(sample));
+  }
+  // Numeric fields as JSON numbers (validated by JobState::snapshot), the others as text.
+  nlohmann::json state = nlohmann::json::object();
+  for (const auto& [field, value] : s.state) {
+    if (std::find(std::begin(elastic::kIntegerStateFields), std::end(elastic::kIntegerStateFields), field) !=
+        std::end(elastic::kIntegerStateFields)) {
+      state[field] = std::stoll(value);
+    } else if (std::find(std::begin(elastic::kNumberStateFields), std::end(elastic::kNumberStateFields), field) !=
+               std::end(elastic::kNumberStateFields)) {
+      state[field] = std::stod(value);
+    } else if (std::find(std::begin(elastic::kNumberListStateFields), std::end(elastic::kNumberListStateFields),
+                         field) != std::end(elastic::kNumberListStateFields)) {
+      state[field] = elastic::parse_number_list(field, value);
+    } else {
+      state[field] = value;
+    }
+  }
+  return {{"job", job},
+          {"generation", s.generation},
+          {"generation_status", s.members ? nlohmann::json(elastic::encode(s.members->status)) : nlohmann::json()},
+          {"world_size", s.members ? s.members->world_size() : 0},
+          {"leader", s.leader ? nlohmann::json(*s.leader) : nlohmann::json()},
+          {"state", state},
+          {"members", members},
+          {"evictions", evictions_json(s.evictions)},
+          {"events", events},
+          {"samples", samples}};
+}
+
+}  // namespace hdp::cli
