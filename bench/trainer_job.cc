@@ -52,10 +52,13 @@ Job::~Job() {
   fs::remove_all(dir_, ignored);
 }
 
-void Job::start_agent(const std::string& node, int nproc, const std::string& nnodes) {
+void Job::start_agent(const std::string& node, int nproc, const std::string& nnodes,
+                      const std::vector<std::string>& agent_flags) {
   std::string command = "exec '" + hdp_ + "' agent --job " + job_ + " --redis " + redis_.url() + " --node-id " + node +
                         " --nproc-per-node " + std::to_string(nproc) + " --nnodes " + nnodes +
-                        " --settle-ms 300 --lease-ms " + std::to_string(lease_.count()) + " -- '" + hdp_ + "' train";
+                        " --settle-ms 300 --lease-ms " + std::to_string(lease_.count());
+  for (const auto& flag : agent_flags) command += " '" + flag + "'";
+  command += " -- '" + hdp_ + "' train";
   for (const auto& arg : train_) command += " '" + arg + "'";
   command += " --checkpoint-dir '" + (dir_ / "ckpt").string() + "' --metrics-file '" + metrics().string() +
              "' >>'" + (dir_ / (node + ".log")).string() + "' 2>&1";

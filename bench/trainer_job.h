@@ -44,7 +44,9 @@ class Job {
   agents::EmbeddedRedis& redis() { return redis_; }
   std::filesystem::path metrics() const { return dir_ / "metrics.jsonl"; }
 
-  void start_agent(const std::string& node, int nproc, const std::string& nnodes);
+  // `agent_flags` go to `hdp agent` before the worker command (e.g. --metrics-port P).
+  void start_agent(const std::string& node, int nproc, const std::string& nnodes,
+                   const std::vector<std::string>& agent_flags = {});
   pid_t agent(const std::string& node) const { return agents_.at(node); }
   void kill_agent(const std::string& node);
   // The agent's worker processes (its children).

@@ -78,6 +78,7 @@ struct RunFlags {
   std::string kill_node;
   std::string run_dir = "hdp-runs";
   int metrics_port = -1;
+  int dashboard_port = -1;
   std::vector<std::string> worker;
 };
 
@@ -227,6 +228,12 @@ int run_job(const RunFlags& flags) {
                           std::to_string(flags.nodes - 1) + ")");
   }
 
+  pid_t dashboard = -1;
+  if (flags.dashboard_port >= 0) {
+    dashboard = agents::spawn({{self, "dashboard", "--job", job, "--redis", url, "--port", std::to_string(flags.dashboard_port)}, {}});
+    std::cout << "hdp run: dashboard (pid " << dashboard << ") on http://127.0.0.1:" << flags.dashboard_port << "/" << std::endl;
+  }
+
   struct sigaction action {};
   action.sa_handler = count_signal;
   sigaction(SIGINT, &action, nullptr);
@@ -246,6 +253,11 @@ int run_job(const RunFlags& flags) {
     }
     int status = 0;
     pid_t done = waitpid(-1, &status, WNOHANG);
+    if (done > 0 && done == dashboard) {
+      std::cout << "hdp run: the dashboard ended (" << agents::describe_status(status) << ")" << std::endl;
+      dashboard = -1;
+      continue;
+    }
     if (done > 0) {
       const std::string node = agents_running.count(done) ? agents_running.at(done) : "?";
       agents_running.erase(done);
@@ -285,6 +297,10 @@ int run_job(const RunFlags& flags) {
   }
   progress.update();
   print_summary(*job_store, progress);
+  if (dashboard > 0) {
+    kill(dashboard, SIGTERM);
+    waitpid(dashboard, nullptr, 0);
+  }
   // The job's outcome decides: losing an agent on the way is what elasticity is for.
   if (elastic::job_completed(*job_store)) {
     std::cout << "hdp run: job " << job << " completed";
@@ -326,6 +342,9 @@ void add_run_command(CLI::App& app) {
   command->add_option("--metrics-port", flags->metrics_port,
                       "Agent i serves Prometheus metrics on 127.0.0.1:PORT+i (-1: off; 0: free ports, logged)")
       ->check(CLI::Range(-1, 65535 - 1024));
+  command->add_option("--dashboard-port", flags->dashboard_port,
+                      "Serve the job's live dashboard (hdp dashboard) on 127.0.0.1:PORT while it runs (-1: off)")
+      ->check(CLI::Range(-1, 65535));
   command->add_option("worker", flags->worker,
                       "Worker command after -- (default: hdp train of the demo model for 100 steps)");
   command->callback([flags] {

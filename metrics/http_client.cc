@@ -1,4 +1,4 @@
-#include "tests/support/http_get.h"
+#include "metrics/http_client.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -9,7 +9,7 @@
 #include <cctype>
 #include <cstdio>
 
-namespace hdp::test {
+namespace hdp::metrics {
 
 std::string http_exchange(int port, const std::string& request, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -60,4 +60,4 @@ std::string url_encode(const std::string& text) {
   return out;
 }
 
-}  // namespace hdp::test
+}  // namespace hdp::metrics

@@ -1,0 +1,180 @@
+// `hdp dashboard` in a real browser (headless Chromium driven over the DevTools protocol by
+// tests/support/browser.py), against a running job: real `hdp agent` processes with real
+// `hdp train` workers (the tiny model), a private redis-server.
+//   - the page loads, draws the curves, and what its DOM shows equals the job state in Redis (the
+//     step within what rank 0 reported around the read, the loss of that step's sample, the
+//     members and their ranks, the last checkpoint, every sample drawn);
+//   - after a node is SIGKILLed, the page marks the resize on the curves (a marker labelled with the
+//     new world size) and lists the one member left;
+//   - a job that does not exist is a page that says so; a port in use exits 2.
+// Screenshots go to the test's directory, and to $HDP_DASHBOARD_SCREENSHOTS when set (docs/images).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "elastic/job_keys.h"
+#include "elastic/job_state.h"
+#include "tests/agents/agent_cluster.h"
+#include "tests/support/child_process.h"
+#include "tests/support/http_get.h"
+#include "tests/support/redis_server.h"
+#include "tests/support/temp_dir.h"
+
+namespace hdp::test {
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+constexpr const char* kChromium = "/usr/bin/chromium";
+
+// What the page shows, read from its DOM.
+constexpr const char* kReadPage = R"JS((() => {
+  const s = document.querySelector('#summary').dataset;
+  const curve = (id) => document.querySelector(id + ' path.curve').dataset;
+  const markers = [...document.querySelectorAll('#loss-chart line.marker.resize')].map(m => ({step: m.dataset.step, world: m.dataset.worldSize}));
+  const members = [...document.querySelectorAll('#members tr.member')].map(r => ({node: r.dataset.node, ranks: r.dataset.ranks, lease: r.dataset.lease}));
+  return {step: s.step, loss: s.loss, world: s.worldSize, generation: s.generation, status: s.status, job: s.job,
+          points: curve('#loss-chart').points, tpsPoints: curve('#tps-chart').points, lastStep: curve('#loss-chart').lastStep,
+          markers, members, checkpoint: document.querySelector('#checkpoint').dataset.step,
+          events: document.querySelectorAll('#events li.event').length,
+          notFound: document.querySelector('#not-found').hidden ? '' : document.querySelector('#not-found').textContent};
+})())JS";
+
+class DashboardInABrowser : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(kChromium)) GTEST_SKIP() << kChromium << " is not installed (scripts/install-deps.sh)";
+  }
+  std::string hdp() const { return std::string(std::getenv("HDP_BIN_DIR")) + "/hdp"; }
+  // Runs the browser on `url` until `wait_for` holds; the page's data (kReadPage).
+  json browse(const std::string& url, const std::string& wait_for, const std::string& screenshot) {
+    const fs::path shot = dir_.path() / screenshot;
+    const auto r = run_command({"/usr/bin/python3", std::string(HDP_SOURCE_DIR) + "/tests/support/browser.py", url,
+                                "--wait-for", wait_for, "--eval", kReadPage, "--screenshot", shot.string(), "--timeout",
+                                "60"},
+                               {}, 120s);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    if (r.exit_code != 0) return json();
+    if (const char* keep = std::getenv("HDP_DASHBOARD_SCREENSHOTS")) {
+      fs::copy_file(shot, fs::path(keep) / screenshot, fs::copy_options::overwrite_existing);
+    }
+    EXPECT_GT(fs::file_size(shot), 10000u) << "an empty screenshot";
+    return json::parse(r.out)["value"];
+  }
+  std::map<std::string, std::string> state() { return cluster_->state(); }
+  void TearDown() override {
+    if (HasFailure() && cluster_) std::cerr << cluster_->all_logs().substr(0, 100000);
+  }
+
+  TempDir dir_;
+  std::unique_ptr<AgentCluster> cluster_;
+};
+
+TEST_F(DashboardInABrowser, ShowsTheJobStateAndMarksAResize) {
+  ClusterOptions o;
+  o.nnodes = "1:2";
+  o.nproc = 1;
+  o.train_args = {"--model",          "tiny", "--steps",   "1000000", "--context", "128", "--capacity", "128",
+                  "--batch-tokens",   "4096", "--data",    "synthetic:github",    "--threads", "1",
+                  "--checkpoint-dir", (dir_.path() / "ckpt").string(), "--checkpoint-every", "10",
+                  "--timeout-ms",     "3000", "--log-every", "50"};
+  cluster_ = std::make_unique<AgentCluster>(o);
+  cluster_->start_agent("n1");
+  cluster_->start_agent("n2");
+  ASSERT_GE(cluster_->wait_for_members({"n1", "n2"}, 30s), 0);
+  ASSERT_GE(cluster_->wait_until([&] { return cluster_->step() >= 25; }, 60s), 0) << "no training";
+
+  const int port = free_loopback_port();
+  ChildProcess dashboard({hdp(), "dashboard", "--job", cluster_->job(), "--redis", cluster_->redis().url(), "--port",
+                          std::to_string(port)},
+                         (dir_.path() / "dashboard.log").string());
+  ASSERT_GE(cluster_->wait_until([&] { return http_get(port, "/healthz", 1s).status == 200; }, 20s), 0);
+  const std::string url = "http://127.0.0.1:" + std::to_string(port) + "/?interval=250";
+
+  const std::int64_t before = cluster_->step();
+  const json page = browse(url, "document.body.dataset.loaded === 'true' && +document.querySelector('#loss-chart path.curve').dataset.points >= 20",
+                           "dashboard-running.png");
+  const std::int64_t after = cluster_->step();
+  ASSERT_TRUE(page.is_object());
+  // The step the page showed lies between what rank 0 had reported before and after the read.
+  const std::int64_t shown = std::stoll(page["step"].get<std::string>());
+  EXPECT_GE(shown, before);
+  EXPECT_LE(shown, after);
+  EXPECT_EQ(page["job"], cluster_->job());
+  EXPECT_EQ(page["status"], "running");
+  EXPECT_EQ(page["world"], "2");
+  EXPECT_EQ(page["generation"], std::to_string(cluster_->generation()));
+  // The loss shown is that step's sample's loss, as written (6 decimals).
+  bool found = false;
+  for (const auto& e : cluster_->store()->stream_tail(elastic::keys::kSamples, elastic::kSamplesKept)) {
+    std::map<std::string, std::string> f(e.fields.begin(), e.fields.end());
+    if (std::stoll(f["step"]) != shown) continue;
+    found = true;
+    EXPECT_DOUBLE_EQ(std::stod(page["loss"].get<std::string>()), std::stod(f["loss"]));
+  }
+  EXPECT_TRUE(found) << "no sample of step " << shown;
+  // Every step so far is drawn (one sample a step, none redone yet), on both curves.
+  EXPECT_EQ(std::stoll(page["points"].get<std::string>()), shown);
+  EXPECT_EQ(page["tpsPoints"], page["points"]);
+  EXPECT_EQ(page["lastStep"], page["step"]);
+  EXPECT_TRUE(page["markers"].empty()) << page.dump();
+  ASSERT_EQ(page["members"].size(), 2u) << page.dump();
+  std::set<std::string> nodes;
+  for (const auto& m : page["members"]) {
+    nodes.insert(m["node"]);
+    EXPECT_EQ(m["lease"], "alive");
+    EXPECT_TRUE(m["ranks"] == "0-0" || m["ranks"] == "1-1") << m.dump();
+  }
+  EXPECT_EQ(nodes, (std::set<std::string>{"n1", "n2"}));
+  const std::string ckpt = page["checkpoint"];
+  ASSERT_FALSE(ckpt.empty());
+  EXPECT_EQ(std::stoll(ckpt) % 10, 0);
+  EXPECT_LE(std::stoll(ckpt), shown);
+  EXPECT_GT(page["events"].get<int>(), 0);
+
+  // SIGKILL n2's agent (its worker goes with it): the job shrinks to n1 and rolls back to its
+  // last checkpoint; the page marks the resize where the new generation's steps begin.
+  const std::int64_t generation = cluster_->generation();
+  cluster_->agent("n2").kill();
+  ASSERT_GE(cluster_->wait_until([&] { return cluster_->generation() > generation && state()["world_size"] == "1"; }, 60s), 0);
+  const std::int64_t resized_at = cluster_->step();
+  ASSERT_GE(cluster_->wait_until([&] { return cluster_->step() >= resized_at + 10; }, 60s), 0);
+  const json resized = browse(url, "document.body.dataset.loaded === 'true' && document.querySelectorAll('#loss-chart line.marker.resize').length >= 1 && document.querySelectorAll('#members tr.member').length === 1",
+                              "dashboard-resized.png");
+  ASSERT_TRUE(resized.is_object());
+  ASSERT_EQ(resized["markers"].size(), 1u) << resized.dump();
+  EXPECT_EQ(resized["markers"][0]["world"], "1");
+  EXPECT_EQ(resized["world"], "1");
+  ASSERT_EQ(resized["members"].size(), 1u);
+  EXPECT_EQ(resized["members"][0]["node"], "n1");
+  EXPECT_EQ(resized["members"][0]["ranks"], "0-0");
+}
+
+TEST_F(DashboardInABrowser, AJobThatDoesNotExistIsSaidSoAndAPortInUseExitsTwo) {
+  RedisServer redis;
+  const int port = free_loopback_port();
+  ChildProcess dashboard({hdp(), "dashboard", "--job", "nope", "--redis", redis.url(), "--port", std::to_string(port)},
+                         (dir_.path() / "dashboard.log").string());
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (http_get(port, "/healthz", 1s).status != 200 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(50ms);
+  }
+  const json page = browse("http://127.0.0.1:" + std::to_string(port) + "/",
+                           "document.body.dataset.loaded === 'true' && !document.querySelector('#not-found').hidden",
+                           "dashboard-not-found.png");
+  ASSERT_TRUE(page.is_object());
+  EXPECT_NE(page["notFound"].get<std::string>().find("no job 'nope' in redis at"), std::string::npos) << page.dump();
+
+  const auto second = run_command({hdp(), "dashboard", "--job", "nope", "--redis", redis.url(), "--port", std::to_string(port)}, {}, 20s);
+  EXPECT_EQ(second.exit_code, 2);
+  EXPECT_NE(second.err.find("port " + std::to_string(port) + " on 127.0.0.1 is in use"), std::string::npos) << second.err;
+}
+
+}  // namespace
+}  // namespace hdp::test
