@@ -30,12 +30,14 @@ nlohmann::json job_json(const std::string& job, const elastic::JobSnapshot& s) {
   if (s.members) {
     for (const auto& m : s.members->members) {
       auto lease = s.leases.find(m.node);
-      members.push_back({{"node", m.node},
-                         {"incarnation", m.incarnation},
-                         {"host", m.host},
-                         {"first_rank", m.first_rank},
-                         {"slots", m.slots},
-                         {"lease", lease != s.leases.end() && lease->second.incarnation == m.incarnation}});
+      const bool live = lease != s.leases.end() && lease->second.incarnation == m.incarnation;
+      nlohmann::json member = {{"node", m.node},        {"incarnation", m.incarnation}, {"host", m.host},
+                               {"first_rank", m.first_rank}, {"slots", m.slots},      {"lease", live}};
+      // Seconds since the lease was last renewed (absent for an expired lease or an older agent).
+      if (auto age = s.lease_ages.find(m.node); live && age != s.lease_ages.end()) {
+        member["lease_age_s"] = static_cast<double>(age->second.count()) / 1000.0;
+      }
+      members.push_back(std::move(member));
     }
   }
   nlohmann::json events = nlohmann::json::array();

@@ -42,6 +42,16 @@ std::string format_time(const std::string& ms_text) {
   return out.str();
 }
 
+// "alive 0.4s" (the time since the agent last renewed it, when the lease records its TTL), "expired".
+std::string lease_text(const elastic::JobSnapshot& s, const std::string& node, bool live) {
+  if (!live) return "expired";
+  auto age = s.lease_ages.find(node);
+  if (age == s.lease_ages.end()) return "alive";
+  char text[32];
+  std::snprintf(text, sizeof text, "alive %.1fs", static_cast<double>(age->second.count()) / 1000.0);
+  return text;
+}
+
 std::string to_table(const std::string& job, const elastic::JobSnapshot& s) {
   std::ostringstream out;
   out << "job " << job << ": " << field_or_dash(s.state, "status") << ", generation " << s.generation << ", world size "
@@ -60,7 +70,7 @@ std::string to_table(const std::string& job, const elastic::JobSnapshot& s) {
     speeds = elastic::parse_number_list("speeds", it->second);
   }
   out << std::left << std::setw(20) << "NODE" << std::setw(18) << "INCARNATION" << std::setw(16) << "HOST"
-      << std::setw(10) << "RANKS" << std::setw(8) << "LEASE" << "SPEEDS\n";
+      << std::setw(10) << "RANKS" << std::setw(14) << "LEASE" << "SPEEDS\n";
   if (s.members) {
     for (const auto& m : s.members->members) {
       auto lease = s.leases.find(m.node);
@@ -75,7 +85,7 @@ std::string to_table(const std::string& job, const elastic::JobSnapshot& s) {
         speed_text += (speed_text.empty() ? "" : " ") + (rank < speeds.size() ? std::string(one) : std::string("-"));
       }
       out << std::setw(20) << m.node << std::setw(18) << m.incarnation << std::setw(16) << m.host << std::setw(10)
-          << ranks << std::setw(8) << (live ? "alive" : "expired") << speed_text << "\n";
+          << ranks << std::setw(14) << lease_text(s, m.node, live) << speed_text << "\n";
     }
   }
   const std::int64_t now = elastic::now_ms();

@@ -49,6 +49,9 @@ class ForwardingStore : public Store {
   std::vector<std::optional<std::string>> multi_get(const std::vector<std::string>& k) override {
     return forward("multi_get", [&] { return inner_->multi_get(k); });
   }
+  std::vector<std::optional<Duration>> remaining_ttl(const std::vector<std::string>& k) override {
+    return forward("remaining_ttl", [&] { return inner_->remaining_ttl(k); });
+  }
   std::map<std::string, std::string> hash_get_all(std::string_view k) override {
     return forward("hash_get_all", [&] { return inner_->hash_get_all(k); });
   }

@@ -176,8 +176,15 @@ JobSnapshot JobState::snapshot(std::size_t event_count, std::size_t sample_count
     std::vector<std::string> lease_keys;
     for (const auto& member : snapshot.members->members) lease_keys.push_back(keys::lease(member.node, member.incarnation));
     auto leases = store_->multi_get(lease_keys);
+    const auto left = store_->remaining_ttl(lease_keys);
     for (std::size_t i = 0; i < leases.size(); ++i) {
-      if (leases[i]) snapshot.leases.emplace(snapshot.members->members[i].node, decode_node_lease(*leases[i], lease_keys[i]));
+      if (!leases[i]) continue;
+      const std::string& node = snapshot.members->members[i].node;
+      const NodeLease lease = decode_node_lease(*leases[i], lease_keys[i]);
+      if (lease.lease_ms > 0 && i < left.size() && left[i]) {
+        snapshot.lease_ages[node] = std::max(Store::Duration(0), Store::Duration(lease.lease_ms) - *left[i]);
+      }
+      snapshot.leases.emplace(node, lease);
     }
   }
   if (auto evictions = store_->get(keys::kEvictions)) snapshot.evictions = decode_evictions(*evictions, keys::kEvictions);

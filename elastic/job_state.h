@@ -5,6 +5,7 @@
 // through fenced_update(), which is refused once a newer generation exists.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -63,6 +64,9 @@ struct JobSnapshot {
   std::map<std::string, std::string> state; // the state hash, every field validated
   std::optional<std::string> leader;
   std::map<std::string, NodeLease> leases;  // live leases of the members, by node
+  // By node: how long ago each live lease was last renewed (its TTL less the time it has left),
+  // where the lease records its TTL.
+  std::map<std::string, std::chrono::milliseconds> lease_ages;
   Evictions evictions;                      // every node/slot evicted so far (membership.h)
   std::vector<StreamEntry> events;          // newest last
   std::vector<StreamEntry> samples;         // oldest first; every field validated

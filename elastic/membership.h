@@ -30,6 +30,7 @@ struct NodeLease {
   int slots = 0;
   std::vector<int> healthy;          // local ranks whose worker is running
   std::int64_t last_generation = 0;  // highest generation this agent has seen (survives Redis data loss)
+  std::int64_t lease_ms = 0;         // the lease's TTL (for its age: TTL less the time left); 0: not recorded
 };
 
 struct Member {

@@ -1,5 +1,6 @@
 #include "elastic/memory_store.h"
 
+#include <algorithm>
 #include <charconv>
 
 #include "common/error.h"
@@ -153,6 +154,23 @@ void MemoryStore::wait(const std::vector<std::string>& keys, Duration timeout) {
     throw TimeoutError("wait: " + std::to_string(keys.size()) + " key(s) not all present after " +
                        std::to_string(timeout.count()) + " ms");
   }
+}
+
+std::vector<std::optional<Store::Duration>> MemoryStore::remaining_ttl(const std::vector<std::string>& keys) {
+  std::lock_guard lock(mutex_);
+  const auto now = Clock::now();
+  std::vector<std::optional<Duration>> ttls;
+  ttls.reserve(keys.size());
+  for (const auto& key : keys) {
+    Entry* entry = find_live(key);
+    if (!entry || !entry->expires) {
+      ttls.push_back(std::nullopt);
+    } else {
+      // Like Redis' PTTL: whole milliseconds, at least 1 while the key lives.
+      ttls.push_back(std::max(Duration(1), std::chrono::ceil<Duration>(*entry->expires - now)));
+    }
+  }
+  return ttls;
 }
 
 std::vector<std::optional<std::string>> MemoryStore::multi_get(const std::vector<std::string>& keys) {

@@ -24,6 +24,7 @@ std::string new_incarnation() {
 NodeRegistration::NodeRegistration(std::shared_ptr<Store> job_store, NodeLease lease, Store::Duration ttl)
     : store_(std::move(job_store)), lease_(std::move(lease)), ttl_(ttl) {
   if (ttl_.count() < 100) throw InvalidArgument("lease must be at least 100 ms");
+  lease_.lease_ms = ttl_.count();  // recorded in the lease, so that readers can tell its age
 }
 
 void NodeRegistration::register_new_incarnation(Store::Duration wait_for_previous) {

@@ -63,6 +63,10 @@ std::vector<std::optional<std::string>> PrefixStore::multi_get(const std::vector
   return inner_->multi_get(scoped(keys));
 }
 
+std::vector<std::optional<Store::Duration>> PrefixStore::remaining_ttl(const std::vector<std::string>& keys) {
+  return inner_->remaining_ttl(scoped(keys));
+}
+
 std::map<std::string, std::string> PrefixStore::hash_get_all(std::string_view key) {
   return unscoped_errors([&] { return inner_->hash_get_all(scoped(key)); });
 }

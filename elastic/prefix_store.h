@@ -30,6 +30,7 @@ class PrefixStore final : public Store {
   std::vector<std::string> keys(std::string_view prefix) override;
   void wait(const std::vector<std::string>& keys, Duration timeout) override;
   std::vector<std::optional<std::string>> multi_get(const std::vector<std::string>& keys) override;
+  std::vector<std::optional<Duration>> remaining_ttl(const std::vector<std::string>& keys) override;
   std::map<std::string, std::string> hash_get_all(std::string_view key) override;
   std::vector<StreamEntry> stream_tail(std::string_view key, std::size_t count) override;
   CommitResult commit(const Transaction& transaction) override;

@@ -346,6 +346,20 @@ std::vector<std::optional<std::string>> RedisStore::multi_get(const std::vector<
   return string_values(checked(command(args, true), "MGET"));
 }
 
+std::vector<std::optional<Store::Duration>> RedisStore::remaining_ttl(const std::vector<std::string>& keys) {
+  if (keys.empty()) return {};
+  std::vector<std::vector<std::string_view>> commands;
+  for (const auto& key : keys) commands.push_back({"PTTL", key});
+  std::vector<RedisReply> replies = pipeline(commands, true);
+  std::vector<std::optional<Duration>> ttls;
+  for (std::size_t i = 0; i < replies.size(); ++i) {
+    const RedisReply reply = checked(std::move(replies[i]), "PTTL", keys[i]);
+    // -2: no such key; -1: no TTL.
+    ttls.push_back(reply.integer > 0 ? std::optional(Duration(reply.integer)) : std::nullopt);
+  }
+  return ttls;
+}
+
 std::map<std::string, std::string> RedisStore::hash_get_all(std::string_view key) {
   RedisReply reply = checked(command({"HGETALL", key}, true), "HGETALL", key);
   std::map<std::string, std::string> fields;

@@ -14,6 +14,7 @@
 //  - keys(prefix) lists the live keys starting with `prefix`, sorted bytewise.
 //  - wait() blocks until every key exists, or throws TimeoutError after `timeout`.
 //  - An expired key is indistinguishable from one never written.
+//  - remaining_ttl() gives each key's time to live, nullopt for a key that is missing or has none.
 //  - commit() is the one atomic multi-key primitive (etcd's Txn, a Lua script on Redis): if every
 //    condition holds, every write is applied, all at once; otherwise nothing is. Fencing by
 //    generation, leader leases and generation publication are all commit()s. Conditions compare
@@ -84,6 +85,10 @@ class Store {
 
   // One round trip for many keys; a missing key reads as nullopt.
   virtual std::vector<std::optional<std::string>> multi_get(const std::vector<std::string>& keys) = 0;
+  // One round trip for many keys: each key's remaining time to live (> 0), nullopt when the key is
+  // missing or has no TTL. Lease ages for people (`hdp status`, the dashboard); nothing decides
+  // from it.
+  virtual std::vector<std::optional<Duration>> remaining_ttl(const std::vector<std::string>& keys) = 0;
   // All fields of a hash written by Write::hash_set; empty when the key is missing.
   virtual std::map<std::string, std::string> hash_get_all(std::string_view key) = 0;
   // The newest `count` entries of a stream written by Write::stream_append, oldest first.

@@ -137,6 +137,16 @@ TEST_F(DashboardInABrowser, ShowsTheJobStateAndMarksAResize) {
   EXPECT_EQ(std::stoll(ckpt) % 10, 0);
   EXPECT_LE(std::stoll(ckpt), shown);
   EXPECT_GT(page["events"].get<int>(), 0);
+  // The API the page polls: each live member's lease age, under its lease (2 s; renewed every 667 ms).
+  const json api = json::parse(http_get(port, "/api/job", 5s).body, nullptr, false);
+  ASSERT_TRUE(api.is_object());
+  ASSERT_EQ(api["members"].size(), 2u);
+  for (const auto& m : api["members"]) {
+    ASSERT_TRUE(m.contains("lease_age_s")) << m.dump();
+    EXPECT_GE(m["lease_age_s"].get<double>(), 0);
+    EXPECT_LT(m["lease_age_s"].get<double>(), 2.0) << m.dump();
+  }
+  EXPECT_EQ(api["redis"].get<std::string>().find("redis://"), std::string::npos);
 
   // SIGKILL n2's agent (its worker goes with it): the job shrinks to n1 and rolls back to its
   // last checkpoint; the page marks the resize where the new generation's steps begin.

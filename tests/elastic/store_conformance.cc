@@ -177,6 +177,27 @@ TEST_P(StoreConformance, RefreshTtlRewritesTheValueAndReadsOtherKeys) {
   EXPECT_EQ(gone.values, (std::vector<std::optional<std::string>>{"n1/abc"}));
 }
 
+TEST_P(StoreConformance, RemainingTtlOfLeasedPermanentMissingAndExpiredKeys) {
+  store_->set_with_ttl("lease", "v", 10s);
+  store_->set("permanent", "v");
+  store_->set_with_ttl("short", "v", 50ms);
+  store_->commit(elastic::Transaction{}.add(elastic::Write::hash_set("hash", {{"a", "1"}})));
+  std::this_thread::sleep_for(200ms);
+  const auto ttls = store_->remaining_ttl({"lease", "permanent", "missing", "short", "hash"});
+  ASSERT_EQ(ttls.size(), 5u);
+  ASSERT_TRUE(ttls[0].has_value());
+  // At most the TTL; at least the TTL less the 200 ms slept and a loaded machine's slack.
+  EXPECT_LE(*ttls[0], 10s);
+  EXPECT_GE(*ttls[0], 7s);
+  EXPECT_EQ(ttls[1], std::nullopt) << "no TTL";
+  EXPECT_EQ(ttls[2], std::nullopt) << "missing";
+  EXPECT_EQ(ttls[3], std::nullopt) << "expired";
+  EXPECT_EQ(ttls[4], std::nullopt) << "a hash without a TTL";
+  ASSERT_TRUE(store_->refresh_ttl("lease", 20s, std::nullopt, {}).alive);
+  EXPECT_GT(*store_->remaining_ttl({"lease"})[0], 10s) << "a refresh extends it";
+  EXPECT_TRUE(store_->remaining_ttl({}).empty());
+}
+
 TEST_P(StoreConformance, PlainSetRemovesTheTtl) {
   store_->set_with_ttl("k", "leased", 150ms);
   store_->set("k", "permanent");

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "elastic/forwarding_store.h"
 #include "elastic/prefix_store.h"
 #include "elastic/redis_store.h"
 #include "elastic/redis_url.h"
@@ -33,38 +34,18 @@ using Clock = std::chrono::steady_clock;
 
 // Rank 0's store: a PrefixStore whose write of rank 0's addresses first waits for rank 1's and
 // stops rank 1.
-class StopPeerBeforeAddresses final : public elastic::Store {
+class StopPeerBeforeAddresses final : public elastic::ForwardingStore {
  public:
-  StopPeerBeforeAddresses(std::shared_ptr<elastic::Store> inner, pid_t peer) : inner_(std::move(inner)), peer_(peer) {}
+  StopPeerBeforeAddresses(std::shared_ptr<elastic::Store> inner, pid_t peer)
+      : ForwardingStore(inner), inner_(std::move(inner)), peer_(peer) {}
   void set(std::string_view key, std::string_view value) override {
     before_write(key);
-    inner_->set(key, value);
+    ForwardingStore::set(key, value);
   }
   void set_with_ttl(std::string_view key, std::string_view value, Duration ttl) override {
     before_write(key);
-    inner_->set_with_ttl(key, value, ttl);
+    ForwardingStore::set_with_ttl(key, value, ttl);
   }
-  elastic::Refresh refresh_ttl(std::string_view key, Duration ttl, std::optional<std::string_view> new_value,
-                      const std::vector<std::string>& also_get) override {
-    return inner_->refresh_ttl(key, ttl, new_value, also_get);
-  }
-  std::optional<std::string> get(std::string_view key) override { return inner_->get(key); }
-  std::int64_t add(std::string_view key, std::int64_t delta) override { return inner_->add(key, delta); }
-  bool compare_and_set(std::string_view key, std::optional<std::string_view> expected,
-                       std::string_view desired) override {
-    return inner_->compare_and_set(key, expected, desired);
-  }
-  bool erase(std::string_view key) override { return inner_->erase(key); }
-  std::vector<std::string> keys(std::string_view prefix) override { return inner_->keys(prefix); }
-  void wait(const std::vector<std::string>& keys, Duration timeout) override { inner_->wait(keys, timeout); }
-  std::vector<std::optional<std::string>> multi_get(const std::vector<std::string>& keys) override {
-    return inner_->multi_get(keys);
-  }
-  std::map<std::string, std::string> hash_get_all(std::string_view key) override { return inner_->hash_get_all(key); }
-  std::vector<elastic::StreamEntry> stream_tail(std::string_view key, std::size_t count) override {
-    return inner_->stream_tail(key, count);
-  }
-  elastic::CommitResult commit(const elastic::Transaction& transaction) override { return inner_->commit(transaction); }
 
   bool stopped() const { return stopped_; }
 
