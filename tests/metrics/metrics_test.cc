@@ -141,7 +141,8 @@ TEST(HttpServer, ServesGetHeadAnd404And405) {
   const std::string boom = http(server.port(), "GET /boom HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
   EXPECT_TRUE(contains(boom, "500")) << boom;
   // Garbage instead of a request: the connection is dropped, the server serves on.
-  http(server.port(), std::string("\x16\x03\x01\x02\x00garbage\r\n\r\n", 20), 2s);
+  static constexpr char kGarbage[] = "\x16\x03\x01\x02\x00garbage\r\n\r\n";  // a TLS hello's first bytes, a NUL
+  http(server.port(), std::string(kGarbage, sizeof kGarbage - 1), 2s);
   EXPECT_TRUE(contains(http(server.port(), "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), "200 OK"));
 }
 
