@@ -11,6 +11,41 @@ namespace hdp::mesh {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using Range = ZeroOptimizer::Range;
+
+// `ranges` (sorted by begin, merged) clipped to [lo, hi).
+std::vector<Range> clip(const std::vector<Range>& ranges, std::int64_t lo, std::int64_t hi) {
+  std::vector<Range> out;
+  for (const Range& r : ranges) {
+    const Range clipped{std::max(r.begin, lo), std::min(r.end, hi)};
+    if (clipped.end > clipped.begin) out.push_back(clipped);
+  }
+  return out;
+}
+
+// AdamW over a shard [offset, offset + p.numel()) of the flat buffer, in segments that alternate
+// between decayed and exempt (`exempt`: sorted, merged, within the shard), each with its own weight
+// decay; one segment, the whole shard, when nothing is exempt. The same segments for an original
+// and its copy, so that both run exactly the same float operations.
+void adamw_segments(const ops::Tensor& p, const ops::Tensor& g, const ops::Tensor& m, const ops::Tensor& v,
+                    std::int64_t offset, const std::vector<Range>& exempt, ops::AdamWParams adamw, double grad_norm,
+                    double max_grad_norm) {
+  auto update = [&](std::int64_t begin, std::int64_t end, float weight_decay) {
+    if (end <= begin) return;
+    const std::int64_t at = begin - offset, len = end - begin;
+    ops::AdamWParams segment = adamw;
+    segment.weight_decay = weight_decay;
+    ops::adamw_step(p.view(at, {len}), g.view(at, {len}), m.view(at, {len}), v.view(at, {len}), segment, grad_norm,
+                    max_grad_norm);
+  };
+  std::int64_t cursor = offset;
+  for (const Range& r : exempt) {
+    update(cursor, r.begin, adamw.weight_decay);
+    update(r.begin, r.end, 0.0f);
+    cursor = r.end;
+  }
+  update(cursor, offset + p.numel(), adamw.weight_decay);
+}
 
 }  // namespace
 
@@ -25,7 +60,7 @@ std::vector<std::int64_t> shard_counts(std::int64_t n, int world_size) {
 }
 
 ZeroOptimizer::ZeroOptimizer(std::int64_t n, int rank, int world_size, ops::DType dtype, ops::Device device)
-    : n_(n), rank_(rank), counts_(shard_counts(n, world_size)) {
+    : n_(n), rank_(rank), counts_(shard_counts(n, world_size)), dtype_(dtype), device_(device) {
   if (rank < 0 || rank >= world_size) {
     throw InvalidArgument("ZeroOptimizer: rank " + std::to_string(rank) + " of " + std::to_string(world_size));
   }
@@ -43,18 +78,66 @@ void ZeroOptimizer::set_no_decay(std::vector<Range> ranges) {
     }
   }
   std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
-  no_decay_.clear();
-  const std::int64_t lo = offset_, hi = offset_ + count();
+  all_no_decay_.clear();
   for (const Range& r : ranges) {
-    const Range clipped{std::max(r.begin, lo), std::min(r.end, hi)};
-    if (clipped.end <= clipped.begin) continue;
-    if (!no_decay_.empty() && clipped.begin <= no_decay_.back().end) {
-      no_decay_.back().end = std::max(no_decay_.back().end, clipped.end);
+    if (r.end <= r.begin) continue;
+    if (!all_no_decay_.empty() && r.begin <= all_no_decay_.back().end) {
+      all_no_decay_.back().end = std::max(all_no_decay_.back().end, r.end);
     } else {
-      no_decay_.push_back(clipped);
+      all_no_decay_.push_back(r);
     }
   }
+  no_decay_ = clip(all_no_decay_, offset_, offset_ + count());
 }
+
+void ZeroOptimizer::set_replicas(const BuddyPlan& plan) {
+  const std::size_t world = counts_.size();
+  if (plan.holder.size() != world || plan.held.size() != world) {
+    throw InvalidArgument("ZeroOptimizer::set_replicas: a plan for " + std::to_string(plan.holder.size()) +
+                          " ranks, not " + std::to_string(world));
+  }
+  holder_ = plan.holder[static_cast<std::size_t>(rank_)];
+  if (holder_ == rank_ || holder_ >= static_cast<int>(world)) {
+    throw InvalidArgument("ZeroOptimizer::set_replicas: rank " + std::to_string(rank_) + " cannot hold its own copy");
+  }
+  std::vector<Replica> replicas;
+  for (int owner : plan.held[static_cast<std::size_t>(rank_)]) {
+    if (owner < 0 || owner >= static_cast<int>(world) || owner == rank_ ||
+        plan.holder[static_cast<std::size_t>(owner)] != rank_) {
+      throw InvalidArgument("ZeroOptimizer::set_replicas: rank " + std::to_string(rank_) + " is not the holder of " +
+                            std::to_string(owner) + "'s copy");
+    }
+    Replica r;
+    r.owner = owner;
+    for (int o = 0; o < owner; ++o) r.offset += counts_[static_cast<std::size_t>(o)];
+    const std::int64_t count = counts_[static_cast<std::size_t>(owner)];
+    // Kept when the plan keeps it (a plan given again before every step must not reset the copy).
+    if (auto kept = std::find_if(replicas_.begin(), replicas_.end(), [&](const Replica& x) { return x.owner == owner; });
+        kept != replicas_.end()) {
+      replicas.push_back(std::move(*kept));
+      continue;
+    }
+    r.m = ops::Tensor::zeros({count}, dtype_, device_);
+    r.v = ops::Tensor::zeros({count}, dtype_, device_);
+    r.grad = ops::Tensor::zeros({count}, dtype_, device_);
+    r.scratch = ops::Tensor::zeros({count}, dtype_, device_);
+    replicas.push_back(std::move(r));
+  }
+  replicas_ = std::move(replicas);
+  replica_owners_.clear();
+  for (const Replica& r : replicas_) replica_owners_.push_back(r.owner);
+}
+
+const ZeroOptimizer::Replica& ZeroOptimizer::replica(int owner) const {
+  for (const Replica& r : replicas_) {
+    if (r.owner == owner) return r;
+  }
+  throw InvalidArgument("ZeroOptimizer: rank " + std::to_string(rank_) + " holds no copy of rank " +
+                        std::to_string(owner) + "'s shard");
+}
+
+const ops::Tensor& ZeroOptimizer::replica_exp_avg(int owner) const { return replica(owner).m; }
+const ops::Tensor& ZeroOptimizer::replica_exp_avg_sq(int owner) const { return replica(owner).v; }
 
 void ZeroOptimizer::set_steps_taken(std::int64_t steps) {
   if (steps < 0) throw InvalidArgument("ZeroOptimizer::set_steps_taken: " + std::to_string(steps) + " < 0");
@@ -84,27 +167,34 @@ ZeroOptimizer::Result ZeroOptimizer::step(const ops::Tensor& params, const ops::
   start = Clock::now();
   const double local = count() > 0 ? ops::sum_squares(grad_) : 0.0;
   result.grad_norm = std::sqrt(comm.allreduce_sum(local, timeout));
-  const ops::Tensor shard = params.reshape({n_}).view(offset_, {count()});
+  const ops::Tensor flat = params.reshape({n_});
+  const ops::Tensor shard = flat.view(offset_, {count()});
   adamw.step = steps_ + 1;
-  // The shard in segments that alternate between decayed and exempt (no_decay_), each updated
-  // with its own weight decay; one segment, the whole shard, when nothing is exempt.
-  auto update = [&](std::int64_t begin, std::int64_t end, float weight_decay) {
-    if (end <= begin) return;
-    const std::int64_t at = begin - offset_, len = end - begin;
-    ops::AdamWParams p = adamw;
-    p.weight_decay = weight_decay;
-    ops::adamw_step(shard.view(at, {len}), grad_.view(at, {len}), m_.view(at, {len}), v_.view(at, {len}), p,
-                    result.grad_norm, max_grad_norm);
-  };
-  std::int64_t cursor = offset_;
-  for (const Range& exempt : no_decay_) {
-    update(cursor, exempt.begin, adamw.weight_decay);
-    update(exempt.begin, exempt.end, 0.0f);
-    cursor = exempt.end;
-  }
-  update(cursor, offset_ + count(), adamw.weight_decay);
-  ++steps_;
   result.update_ms = ms_since(start);
+
+  // The copies' gradients travel while this rank updates its own shard.
+  start = Clock::now();
+  std::vector<std::unique_ptr<Work>> exchange;
+  for (Replica& r : replicas_) {
+    if (r.grad.numel() > 0) exchange.push_back(comm.irecv(r.grad, r.owner, kReplicaGradTag));
+  }
+  if (holder_ >= 0 && count() > 0) exchange.push_back(comm.isend(grad_, holder_, kReplicaGradTag));
+  result.replica_ms = ms_since(start);
+
+  start = Clock::now();
+  adamw_segments(shard, grad_, m_, v_, offset_, no_decay_, adamw, result.grad_norm, max_grad_norm);
+  result.update_ms += ms_since(start);
+
+  start = Clock::now();
+  for (auto& work : exchange) work->wait(timeout);
+  for (Replica& r : replicas_) {
+    // The owner's range of `params` still holds the step's input: this rank updated only its own.
+    r.scratch.copy_from(flat.view(r.offset, {r.grad.numel()}));
+    adamw_segments(r.scratch, r.grad, r.m, r.v, r.offset, clip(all_no_decay_, r.offset, r.offset + r.grad.numel()),
+                   adamw, result.grad_norm, max_grad_norm);
+  }
+  result.replica_ms += ms_since(start);
+  ++steps_;
 
   start = Clock::now();
   comm.allgather(shard, params.reshape({n_}), counts_, timeout);

@@ -14,6 +14,13 @@
 //      LLaMA recipes) are updated with weight decay 0 (AdamW is element-wise, so running it per
 //      segment of the shard changes nothing else);
 //   4. all-gather the updated shards into every rank's full parameter buffer.
+// With replicas (set_replicas, mesh/buddies.h), between 3 and 4 each rank also sends its shard's
+// summed gradient to the rank that holds a copy of its state, receives the gradients of the shards
+// it holds copies of, and runs the same AdamW on each copy (with a scratch copy of that shard's
+// parameters, which the all-gather then overwrites with the owner's identical result): the copies
+// stay bitwise equal to the originals, so that a node's loss leaves every shard's state alive.
+// Cost per step: one shard's gradient sent and received per copy, one more AdamW per copy; memory:
+// exp_avg, exp_avg_sq and a gradient buffer per copy.
 // The gradients must already be normalised: the model's backward(1 / global token count) makes the
 // summed buffer the gradient of the global batch's mean token loss, however many micro-batches and
 // tokens each rank ran.
@@ -23,6 +30,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "mesh/buddies.h"
 #include "mesh/communicator.h"
 #include "ops/adamw.h"
 #include "ops/tensor.h"
@@ -31,6 +39,10 @@ namespace hdp::mesh {
 
 // Element counts of the W shards of an N-element buffer.
 std::vector<std::int64_t> shard_counts(std::int64_t n, int world_size);
+
+// The point-to-point tag of a replica's gradient: above every ring-attention tag (< 2^54,
+// mesh/ring_attention.cc), below the communicator's own (kMaxTag).
+inline constexpr Tag kReplicaGradTag = Tag{1} << 55;
 
 class ZeroOptimizer {
  public:
@@ -61,11 +73,22 @@ class ZeroOptimizer {
   // caller, and the step count is set here (the bias correction's t continues from it).
   void set_steps_taken(std::int64_t steps);
 
+  // Redundancy (see above): this rank keeps copies of the states of plan.held[rank] and sends its
+  // gradient shard to plan.holder[rank]. Every rank of the communicator must be given the same
+  // plan, and the same before every step. The copies start zeroed, like a fresh state; a restore
+  // writes them in place like its own shard. A plan for another world size: InvalidArgument.
+  void set_replicas(const BuddyPlan& plan);
+  const std::vector<int>& replica_owners() const { return replica_owners_; }
+  // The copy of `owner`'s shard (counts()[owner] elements each); InvalidArgument when not held.
+  const ops::Tensor& replica_exp_avg(int owner) const;
+  const ops::Tensor& replica_exp_avg_sq(int owner) const;
+
   struct Result {
     double grad_norm = 0;      // global, before clipping
     double reduce_ms = 0;      // reduce-scatter
     double update_ms = 0;      // norm all-reduce + AdamW
     double gather_ms = 0;      // all-gather
+    double replica_ms = 0;     // gradients to and from the copies' holders, AdamW on the copies
   };
   // Steps 1-4 above; `params.step` is replaced by steps_taken() + 1. `params` and `grads` are the
   // full flat buffers (n elements, the dtype given at construction).
@@ -80,6 +103,19 @@ class ZeroOptimizer {
   ops::Tensor m_, v_, grad_;
   std::int64_t steps_ = 0;
   std::vector<Range> no_decay_;  // sorted by begin, merged, clipped to this shard
+  std::vector<Range> all_no_decay_;  // sorted by begin, merged, over the whole buffer (for copies)
+
+  struct Replica {
+    int owner = -1;
+    std::int64_t offset = 0;
+    ops::Tensor m, v, grad, scratch;
+  };
+  const Replica& replica(int owner) const;
+  int holder_ = -1;  // the rank holding the copy of this shard; -1: none
+  std::vector<int> replica_owners_;
+  std::vector<Replica> replicas_;
+  ops::DType dtype_;
+  ops::Device device_;
 };
 
 }  // namespace hdp::mesh

@@ -38,6 +38,15 @@ double sample(const std::string& text, const std::string& name, const std::strin
   return -1;
 }
 
+// The state letter of /proc/<pid>/stat ('R', 'S', 'T' for stopped, ...); '?' when unreadable.
+char process_state(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const auto end = line.rfind(") ");
+  return end != std::string::npos && end + 2 < line.size() ? line[end + 2] : '?';
+}
+
 class AgentMetrics : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -133,6 +142,12 @@ TEST_F(AgentMetrics, AKilledWorkerIsCountedAPausedAgentAnswersNoScrapeUntilResum
       << log();
 
   a->signal(SIGSTOP);
+  // SIGSTOP takes effect asynchronously: wait until the kernel shows the agent stopped ('T').
+  const auto stop_deadline = std::chrono::steady_clock::now() + 5s;
+  while (process_state(a->pid()) != 'T' && std::chrono::steady_clock::now() < stop_deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_EQ(process_state(a->pid()), 'T');
   EXPECT_EQ(http_get(port, "/metrics", 2s).status, 0) << "a stopped agent answered";
   a->signal(SIGCONT);
   const auto resumed = std::chrono::steady_clock::now();
