@@ -145,6 +145,12 @@ void add_train_command(CLI::App& app) {
   opt("--straggler-strikes", c.straggler_strikes,
       "Consecutive straggler steps before eviction (doubled per earlier eviction of the node/slot)",
       "HDP_STRAGGLER_STRIKES");
+  command->add_flag("--redundant-shards,!--no-redundant-shards", c.redundant_shards,
+                    "Keep a copy of every rank's optimizer shard on a rank of another node, updated every step "
+                    "(default off)")
+      ->envname("HDP_REDUNDANT_SHARDS");
+  opt("--verify-replicas-every", c.verify_replicas_every,
+      "Compare checksums of every shard and its copy every this many steps (0: never)", "HDP_VERIFY_REPLICAS_EVERY");
   command->add_flag("--evict-stragglers,!--no-evict-stragglers", c.evict_stragglers,
                     "Ask the leader to evict persistent stragglers for a cool-down (default on)")
       ->envname("HDP_EVICT_STRAGGLERS");

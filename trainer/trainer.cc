@@ -15,6 +15,7 @@
 #include "checkpoint/async_saver.h"
 #include "checkpoint/checkpoint_root.h"
 #include "checkpoint/flat_layout.h"
+#include "checkpoint/checksum.h"
 #include "checkpoint/restorer.h"
 #include "common/clock.h"
 #include "common/error.h"
@@ -125,6 +126,7 @@ class Trainer {
 
     const std::int64_t furthest = start(m, comm);
     share_speeds(m, comm);
+    if (config_.redundant_shards) place_replicas(m, comm);
 
     CheckpointReporter reporter(ctx_.store(), m.generation, m.rank);
     std::optional<CommunicatorGroup> group;
@@ -243,6 +245,80 @@ class Trainer {
     return furthest;
   }
 
+  // Redundant shards (config_.redundant_shards): the generation's buddy plan, and every shard
+  // sent whole to its holder, so that the copies start equal to the originals whatever happened
+  // before (a restore, renumbered ranks); every step then keeps them equal (mesh/zero.h).
+  void place_replicas(const Membership& m, Communicator& comm) {
+    std::vector<std::string> node_of_rank(static_cast<std::size_t>(m.world_size));
+    for (const auto& member : m.record.members) {
+      for (std::size_t i = 0; i < member.slots.size(); ++i) {
+        node_of_rank[static_cast<std::size_t>(member.first_rank) + i] = member.node;
+      }
+    }
+    const mesh::BuddyPlan plan = mesh::plan_buddies(node_of_rank);
+    zero_->set_replicas(plan);
+    constexpr mesh::Tag kCopyExpAvg = mesh::kReplicaGradTag + 1, kCopyExpAvgSq = mesh::kReplicaGradTag + 2;
+    std::vector<std::unique_ptr<mesh::Work>> work;
+    for (int owner : zero_->replica_owners()) {
+      work.push_back(comm.irecv(zero_->replica_exp_avg(owner), owner, kCopyExpAvg));
+      work.push_back(comm.irecv(zero_->replica_exp_avg_sq(owner), owner, kCopyExpAvgSq));
+    }
+    if (const int holder = plan.holder[static_cast<std::size_t>(m.rank)]; holder >= 0) {
+      work.push_back(comm.isend(zero_->exp_avg(), holder, kCopyExpAvg));
+      work.push_back(comm.isend(zero_->exp_avg_sq(), holder, kCopyExpAvgSq));
+    }
+    for (auto& w : work) w->wait(config_.timeout);
+    if (lead(m)) {
+      log()->info("generation {}: every optimizer shard copied to a rank of another node{}", m.generation,
+                  plan.complete() ? std::string() : std::string(" (none: the job runs on one node)"));
+    }
+  }
+
+  // Every rank's checksums of its shard and of the copies it holds, gathered: each copy must equal
+  // its original. A mismatch is logged as an error naming both ranks; training goes on.
+  void verify_replicas(const Membership& m, Communicator& comm) {
+    const int world = m.world_size;
+    // Per rank a row of 2·world checksums: its own shard at its rank's place, its copies at
+    // their owners' places, 0 elsewhere.
+    std::vector<std::int64_t> row(2 * static_cast<std::size_t>(world), 0);
+    auto sum = [](const ops::Tensor& t) {
+      return static_cast<std::int64_t>(checkpoint::xxh3(std::span<const float>(t.data<float>(), static_cast<std::size_t>(t.numel()))));
+    };
+    row[2 * static_cast<std::size_t>(m.rank)] = sum(zero_->exp_avg());
+    row[2 * static_cast<std::size_t>(m.rank) + 1] = sum(zero_->exp_avg_sq());
+    const ops::Tensor own = ops::Tensor::from_vector<std::int64_t>(row, {2 * std::int64_t{world}});
+    std::fill(row.begin(), row.end(), 0);
+    for (int owner : zero_->replica_owners()) {
+      row[2 * static_cast<std::size_t>(owner)] = sum(zero_->replica_exp_avg(owner));
+      row[2 * static_cast<std::size_t>(owner) + 1] = sum(zero_->replica_exp_avg_sq(owner));
+    }
+    const ops::Tensor copies = ops::Tensor::from_vector<std::int64_t>(row, {2 * std::int64_t{world}});
+    const std::int64_t cells = 2 * std::int64_t{world} * world;
+    const ops::Tensor owns = ops::Tensor::zeros({cells}, ops::DType::kI64);
+    const ops::Tensor held = ops::Tensor::zeros({cells}, ops::DType::kI64);
+    const std::vector<std::int64_t> counts(static_cast<std::size_t>(world), 2 * std::int64_t{world});
+    comm.allgather(own, owns, counts);
+    comm.allgather(copies, held, counts);
+    if (!lead(m)) return;
+    const std::int64_t* o = owns.data<std::int64_t>();
+    const std::int64_t* h = held.data<std::int64_t>();
+    int checked = 0, wrong = 0;
+    for (int holder = 0; holder < world; ++holder) {
+      for (int owner = 0; owner < world; ++owner) {
+        const std::size_t cell = 2 * (static_cast<std::size_t>(holder) * world + owner);
+        if (owner == holder || (h[cell] == 0 && h[cell + 1] == 0)) continue;
+        const std::size_t original = 2 * (static_cast<std::size_t>(owner) * world + owner);
+        ++checked;
+        if (h[cell] != o[original] || h[cell + 1] != o[original + 1]) {
+          ++wrong;
+          log()->error("step {}: the copy of rank {}'s optimizer shard held by rank {} differs from the original",
+                       step_, owner, holder);
+        }
+      }
+    }
+    if (wrong == 0) log()->info("step {}: {} optimizer shard copies verified equal to their originals", step_, checked);
+  }
+
   // The ranks were renumbered: this rank's shard (of its old rank) goes to the rank that now
   // owns that range, and this rank's new shard comes from the rank that held it. Every rank that
   // moved does both, with point-to-point transfers; the optimizer's step count is the same on all.
@@ -355,6 +431,7 @@ class Trainer {
         recovered(m, comm, furthest);
       }
       report(m, result, step_ms, lr);
+      if (config_.verify_replicas_every > 0 && step_ % config_.verify_replicas_every == 0) verify_replicas(m, comm);
       if (saver && (step_ % config_.checkpoint_every == 0 || step_ == config_.steps)) save(*saver);
     }
     if (saver && !saver->wait()) log()->error("the final checkpoint at step {} failed on this rank", step_);

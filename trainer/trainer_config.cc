@@ -137,6 +137,12 @@ void TrainerConfig::validate() const {
   if (capacity < 1) throw InvalidArgument("--capacity " + std::to_string(capacity) + " must be >= 1 token");
   if (batch_tokens < 1) throw InvalidArgument("--batch-tokens " + std::to_string(batch_tokens) + " must be >= 1");
   if (steps < 1) throw InvalidArgument("--steps " + std::to_string(steps) + " must be >= 1");
+  if (verify_replicas_every < 0) {
+    throw InvalidArgument("--verify-replicas-every " + std::to_string(verify_replicas_every) + " must be >= 0");
+  }
+  if (verify_replicas_every > 0 && !redundant_shards) {
+    throw InvalidArgument("--verify-replicas-every needs --redundant-shards");
+  }
   lr.validate();
   if (!(beta1 >= 0 && beta1 < 1)) throw InvalidArgument("--beta1 " + std::to_string(beta1) + " must lie in [0, 1)");
   if (!(beta2 >= 0 && beta2 < 1)) throw InvalidArgument("--beta2 " + std::to_string(beta2) + " must lie in [0, 1)");

@@ -109,6 +109,14 @@ struct TrainerConfig {
   bool evict_stragglers = true;
   elastic::Cooldown cooldown;
 
+  // Redundant optimizer shards (mesh/buddies.h, docs/data-plane.md): every rank's shard also kept,
+  // bitwise equal, by a rank of another node (none on a single node). Each generation starts by
+  // sending every shard to its holder; every step keeps the copies current. Every
+  // verify_replicas_every steps (0: never) the ranks compare checksums of every shard and its copy
+  // and log an error naming both ranks on a mismatch. Off by default until recovery uses the copies.
+  bool redundant_shards = false;
+  int verify_replicas_every = 0;
+
   // InvalidArgument naming the first bad flag and its value (the world size is checked per
   // generation, see check_world).
   void validate() const;
