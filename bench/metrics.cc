@@ -81,12 +81,8 @@ Run run(const Settings& s, const std::string& hdp, bool metrics, int index) {
     std::cerr << "bench_metrics: run " << index << " did not finish\n";
     return r;
   }
-  std::vector<double> step_ms;
-  for (const auto& line : hdp::bench::read_lines(job.metrics())) {
-    if (line.step >= s.from) step_ms.push_back(line.step_ms);
-  }
-  r.median_step_ms = hdp::median(step_ms);
-  r.ok = !step_ms.empty() && (!metrics || !r.scrape_ms.empty());
+  r.median_step_ms = hdp::bench::median_step_ms(hdp::bench::read_lines(job.metrics()), s.from);
+  r.ok = r.median_step_ms > 0 && (!metrics || !r.scrape_ms.empty());
   return r;
 }
 

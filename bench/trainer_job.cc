@@ -1,5 +1,7 @@
 #include "bench/trainer_job.h"
 
+#include "common/median.h"
+
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -50,6 +52,14 @@ Job::~Job() {
   }
   std::error_code ignored;
   fs::remove_all(dir_, ignored);
+}
+
+double median_step_ms(const std::vector<Line>& lines, std::int64_t from) {
+  std::vector<double> ms;
+  for (const auto& line : lines) {
+    if (line.step >= from) ms.push_back(line.step_ms);
+  }
+  return ms.empty() ? 0 : median(ms);
 }
 
 void Job::start_agent(const std::string& node, int nproc, const std::string& nnodes,

@@ -31,6 +31,8 @@ struct Line {
 
 // The lines written so far (a line still being written is left for the next read).
 std::vector<Line> read_lines(const std::filesystem::path& path);
+// The median step time of the lines of step `from` on (ms); 0 when there are none.
+double median_step_ms(const std::vector<Line>& lines, std::int64_t from);
 
 class Job {
  public:
