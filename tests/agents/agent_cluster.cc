@@ -15,6 +15,17 @@
 
 namespace hdp::test {
 
+std::vector<std::string> tiny_trainer_args(const std::string& checkpoints, std::int64_t batch_tokens,
+                                           int checkpoint_every, std::vector<std::string> extra) {
+  std::vector<std::string> args = {"--model",          "tiny",       "--steps",    "1000000", "--context", "128",
+                                   "--capacity",       "128",        "--batch-tokens", std::to_string(batch_tokens),
+                                   "--data",           "synthetic:github", "--threads", "1",
+                                   "--checkpoint-dir", checkpoints,  "--checkpoint-every", std::to_string(checkpoint_every),
+                                   "--timeout-ms",     "3000",       "--log-every", "50"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
 std::vector<std::string> node_names(const elastic::Generation& generation) {
   std::vector<std::string> nodes;
   for (const auto& member : generation.members) nodes.push_back(member.node);

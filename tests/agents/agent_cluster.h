@@ -77,6 +77,12 @@ class AgentCluster {
 
 std::vector<std::string> node_names(const elastic::Generation& generation);
 
+// `hdp train` flags for a long job of the tiny model on synthetic documents (context and capacity
+// 128, 1 thread a worker, collective timeout 3 s), checkpointing into `checkpoints` every
+// `checkpoint_every` steps; `extra` flags follow.
+std::vector<std::string> tiny_trainer_args(const std::string& checkpoints, std::int64_t batch_tokens,
+                                           int checkpoint_every, std::vector<std::string> extra = {});
+
 // Waits for the job to make `steps` more steps of progress (the smoke workers are training).
 void expect_progress(AgentCluster& cluster, std::int64_t steps, std::chrono::milliseconds within);
 // Starts one agent per node and waits until they train together.

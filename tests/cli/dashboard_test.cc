@@ -80,10 +80,7 @@ TEST_F(DashboardInABrowser, ShowsTheJobStateAndMarksAResize) {
   ClusterOptions o;
   o.nnodes = "1:2";
   o.nproc = 1;
-  o.train_args = {"--model",          "tiny", "--steps",   "1000000", "--context", "128", "--capacity", "128",
-                  "--batch-tokens",   "4096", "--data",    "synthetic:github",    "--threads", "1",
-                  "--checkpoint-dir", (dir_.path() / "ckpt").string(), "--checkpoint-every", "10",
-                  "--timeout-ms",     "3000", "--log-every", "50"};
+  o.train_args = tiny_trainer_args((dir_.path() / "ckpt").string(), 4096, 10);
   cluster_ = std::make_unique<AgentCluster>(o);
   cluster_->start_agent("n1");
   cluster_->start_agent("n2");

@@ -64,10 +64,7 @@ TEST_F(PrometheusScrape, StepLossAndRecoveriesOfARunningJob) {
   ClusterOptions o;
   o.nnodes = "1:2";
   o.nproc = 1;
-  o.train_args = {"--model",          "tiny", "--steps",   "1000000", "--context", "128", "--capacity", "128",
-                  "--batch-tokens",   "2048", "--data",    "synthetic:github",    "--threads", "1",
-                  "--checkpoint-dir", (dir_.path() / "ckpt").string(), "--checkpoint-every", "20",
-                  "--timeout-ms",     "3000", "--log-every", "50"};
+  o.train_args = tiny_trainer_args((dir_.path() / "ckpt").string(), 2048, 20);
   cluster_ = std::make_unique<AgentCluster>(o);
   const int port1 = free_loopback_port(), port2 = free_loopback_port();
   for (const auto& [node, port] : {std::pair{"n1", port1}, std::pair{"n2", port2}}) {

@@ -26,10 +26,8 @@ TEST(RedundantShards, CopiesStayEqualAcrossStepsAndAreReplacedAfterANodeReturns)
   ClusterOptions o;
   o.nnodes = "1:2";
   o.nproc = 2;
-  o.train_args = {"--model", "tiny", "--steps", "1000000", "--context", "128", "--capacity", "128",
-                  "--batch-tokens", "2048", "--data", "synthetic:github", "--threads", "1",
-                  "--checkpoint-dir", (dir.path() / "ckpt").string(), "--checkpoint-every", "10",
-                  "--timeout-ms", "3000", "--log-every", "100", "--redundant-shards", "--verify-replicas-every", "5"};
+  o.train_args = tiny_trainer_args((dir.path() / "ckpt").string(), 2048, 10,
+                                   {"--redundant-shards", "--verify-replicas-every", "5"});
   AgentCluster cluster(o);
   cluster.start_agent("n1");
   cluster.start_agent("n2");
