@@ -55,7 +55,7 @@ class Dashboard {
         out["exists"] = true;
       }
       out["error"] = nullptr;
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       // Redis unreachable, or a value that does not parse: the page shows it and polls on.
       out = {{"exists", nullptr}, {"error", e.what()}};
     }

@@ -5,6 +5,7 @@
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
@@ -20,12 +21,19 @@ namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
 constexpr std::chrono::seconds kConnectionDeadline{10};
+// Connections served at once: more are closed on arrival, so that idle clients cannot take the
+// process's descriptors (an agent needs them for Redis and its workers).
+constexpr int kMaxSessions = 64;
 
 // One connection: read a request, answer, repeat while the client keeps it alive, all before
 // the deadline (renewed per request).
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, const HttpHandler& handler) : stream_(std::move(socket)), handler_(handler) {}
+  Session(tcp::socket socket, const HttpHandler& handler, int& sessions)
+      : stream_(std::move(socket)), handler_(handler), sessions_(sessions) {
+    ++sessions_;
+  }
+  ~Session() { --sessions_; }
 
   void start() { read(); }
 
@@ -83,20 +91,37 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::flat_buffer buffer_;
   http::request<http::string_body> request_;
   const HttpHandler& handler_;
+  int& sessions_;  // the server's count (its I/O thread only)
 };
 
 }  // namespace
 
 struct HttpServer::Impl {
   HttpHandler handler;
+  int sessions = 0;
+  int port = 0;
   asio::io_context io{1};
   tcp::acceptor acceptor{io};
+  asio::steady_timer retry{io};
   std::thread thread;
 
   void accept() {
     acceptor.async_accept([this](beast::error_code ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted) return;
-      if (!ec) std::make_shared<Session>(std::move(socket), handler)->start();
+      if (ec) {
+        // Out of descriptors, say: try again in a moment rather than at once, in a loop.
+        retry.expires_after(std::chrono::milliseconds(100));
+        retry.async_wait([this](beast::error_code timer) {
+          if (!timer) accept();
+        });
+        return;
+      }
+      if (sessions < kMaxSessions) {
+        std::make_shared<Session>(std::move(socket), handler, sessions)->start();
+      } else {
+        beast::error_code ignored;
+        socket.close(ignored);
+      }
       accept();
     });
   }
@@ -118,6 +143,7 @@ HttpServer::HttpServer(const std::string& address, int port, HttpHandler handler
   }
   if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) throw Error("cannot listen on " + address + ":" + std::to_string(port) + ": " + ec.message());
+  impl_->port = acceptor.local_endpoint().port();
   impl_->accept();
   impl_->thread = std::thread([impl = impl_.get()] { impl->io.run(); });
 }
@@ -126,11 +152,12 @@ HttpServer::~HttpServer() {
   asio::post(impl_->io, [impl = impl_.get()] {
     beast::error_code ignored;
     impl->acceptor.close(ignored);
+    impl->retry.cancel();
     impl->io.stop();
   });
   if (impl_->thread.joinable()) impl_->thread.join();
 }
 
-int HttpServer::port() const { return impl_->acceptor.local_endpoint().port(); }
+int HttpServer::port() const { return impl_->port; }
 
 }  // namespace hdp::metrics

@@ -2,8 +2,8 @@
 //
 // A small HTTP/1.1 server for /metrics and the dashboard, over Boost.Beast (its types stay in
 // http_server.cc). It serves GET and HEAD on its own thread, one request at a time, each
-// connection bounded by a deadline (a client that stalls is dropped after 10 s), and stops when
-// destroyed. The handler runs on the server's thread; an exception it throws becomes a 500.
+// connection bounded by a deadline (a client that stalls is dropped after 10 s), at most 64
+// connections at once (more are closed on arrival), and stops when destroyed. The handler runs on the server's thread; an exception it throws becomes a 500.
 #pragma once
 
 #include <functional>

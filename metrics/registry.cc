@@ -70,6 +70,21 @@ std::string label_text(const Labels& labels, const char* extra_name = nullptr, c
   return out + "}";
 }
 
+// JSON has no NaN or infinities (nlohmann writes them as null): they travel as Prometheus spells
+// them, "NaN", "+Inf", "-Inf".
+json encode_number(double value) { return std::isfinite(value) ? json(value) : json(number(value)); }
+
+double decode_number(const json& value) {
+  if (value.is_number()) return value.get<double>();
+  if (value.is_string()) {
+    const auto text = value.get<std::string>();
+    if (text == "NaN") return std::numeric_limits<double>::quiet_NaN();
+    if (text == "+Inf") return std::numeric_limits<double>::infinity();
+    if (text == "-Inf") return -std::numeric_limits<double>::infinity();
+  }
+  throw InvalidArgument("metrics: " + quote_value(value.dump()) + " is not a number");
+}
+
 void check_labels(const std::string& metric, const Labels& labels) {
   for (const auto& [name, value] : labels) {
     if (!valid_label_name(name) || name == "le") {
@@ -183,7 +198,9 @@ void Registry::observe(const std::string& name, const Labels& labels, double val
     h.bounds = f.buckets;
     h.counts.assign(f.buckets.size() + 1, 0);
   }
-  const auto bucket = std::lower_bound(h.bounds.begin(), h.bounds.end(), value) - h.bounds.begin();
+  // NaN belongs to no finite bucket: only to +Inf (as Prometheus' own clients count it).
+  const auto bucket = std::isnan(value) ? static_cast<std::ptrdiff_t>(h.bounds.size())
+                                        : std::lower_bound(h.bounds.begin(), h.bounds.end(), value) - h.bounds.begin();
   ++h.counts[static_cast<std::size_t>(bucket)];
   h.sum += value;
   ++h.count;
@@ -229,9 +246,9 @@ std::string Registry::to_json() const {
   json families = json::object();
   for (const auto& [name, f] : families_) {
     json samples = json::array();
-    for (const auto& [labels, value] : f.values) samples.push_back({{"labels", labels}, {"value", value}});
+    for (const auto& [labels, value] : f.values) samples.push_back({{"labels", labels}, {"value", encode_number(value)}});
     for (const auto& [labels, h] : f.histograms) {
-      samples.push_back({{"labels", labels}, {"counts", h.counts}, {"sum", h.sum}, {"count", h.count}});
+      samples.push_back({{"labels", labels}, {"counts", h.counts}, {"sum", encode_number(h.sum)}, {"count", h.count}});
     }
     families[name] = {{"type", type_name(f.type)}, {"help", f.help}, {"buckets", f.buckets}, {"samples", samples}};
   }
@@ -256,7 +273,7 @@ Registry Registry::from_json(std::string_view text) {
           HistogramValue h;
           h.bounds = family.buckets;
           h.counts = sample.at("counts").get<std::vector<std::uint64_t>>();
-          h.sum = sample.at("sum").get<double>();
+          h.sum = decode_number(sample.at("sum"));
           h.count = sample.at("count").get<std::uint64_t>();
           std::uint64_t total = 0;
           for (auto c : h.counts) total += c;
@@ -265,7 +282,7 @@ Registry Registry::from_json(std::string_view text) {
           }
           family.histograms[labels] = std::move(h);
         } else {
-          const double value = sample.at("value").get<double>();
+          const double value = decode_number(sample.at("value"));
           if (type == Type::kCounter && !(value >= 0)) throw InvalidArgument("metrics: counter " + name + " is negative");
           family.values[labels] = value;
         }

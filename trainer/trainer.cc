@@ -486,32 +486,34 @@ class Trainer {
     }
     if (!config_.metrics_file.empty()) write_metrics(m, result, step_ms, lr, tokens_per_s);
     if (!config_.tensorboard_dir.empty()) write_tensorboard(m, result, step_ms, lr, tokens_per_s);
-    char loss[32], rate[32], ms[32], lr_text[32], norm[32];
-    std::snprintf(loss, sizeof loss, "%.6f", result.loss());
-    std::snprintf(rate, sizeof rate, "%.1f", tokens_per_s);
-    std::snprintf(ms, sizeof ms, "%.1f", step_ms);
-    std::snprintf(lr_text, sizeof lr_text, "%.6g", lr);
-    std::snprintf(norm, sizeof norm, "%.6g", result.grad_norm);
+    // The figures as the job state holds them; a non-finite one (a diverged run's NaN loss) is
+    // left out of the state and the sample, whose readers accept only finite numbers: the curve
+    // shows a gap, and the worker's log line and metrics say "nan".
+    elastic::Fields figures;
+    auto figure = [&](const char* name, const char* format, double value) {
+      if (!std::isfinite(value)) return;
+      char text[48];
+      std::snprintf(text, sizeof text, format, value);
+      figures.emplace_back(name, text);
+    };
+    figure("loss", "%.6f", result.loss());
+    figure("tokens_per_s", "%.1f", tokens_per_s);
+    figure("step_ms", "%.1f", step_ms);
+    figure("lr", "%.6g", lr);
+    figure("grad_norm", "%.6g", result.grad_norm);
+    elastic::Fields state = {{"status", "running"},
+                             {"step", std::to_string(step_)},
+                             {"tokens", std::to_string(step_ * config_.batch_tokens)},
+                             {"world_size", std::to_string(m.world_size)},
+                             {"speeds", speeds_text()}};
+    state.insert(state.end(), figures.begin(), figures.end());
+    elastic::Fields sample = {{"step", std::to_string(step_)},
+                              {"world_size", std::to_string(m.world_size)},
+                              {"generation", std::to_string(m.generation)},
+                              {"time_ms", std::to_string(elastic::now_ms())}};
+    sample.insert(sample.end(), figures.begin(), figures.end());
     try {
-      job_.fenced_update(m.generation, {{"status", "running"},
-                                        {"step", std::to_string(step_)},
-                                        {"loss", loss},
-                                        {"tokens_per_s", rate},
-                                        {"step_ms", ms},
-                                        {"lr", lr_text},
-                                        {"grad_norm", norm},
-                                        {"tokens", std::to_string(step_ * config_.batch_tokens)},
-                                        {"world_size", std::to_string(m.world_size)},
-                                        {"speeds", speeds_text()}},
-                        {elastic::sample_write({{"step", std::to_string(step_)},
-                                                {"loss", loss},
-                                                {"tokens_per_s", rate},
-                                                {"step_ms", ms},
-                                                {"lr", lr_text},
-                                                {"grad_norm", norm},
-                                                {"world_size", std::to_string(m.world_size)},
-                                                {"generation", std::to_string(m.generation)},
-                                                {"time_ms", std::to_string(elastic::now_ms())}})});
+      job_.fenced_update(m.generation, std::move(state), {elastic::sample_write(std::move(sample))});
     } catch (const Error& e) {
       log()->warn("step {}: cannot report to the job state: {}", step_, e.what());
     }

@@ -6,10 +6,12 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <thread>
 
@@ -105,6 +107,24 @@ TEST(Registry, JsonRoundTripAndMergeWithLabels) {
   EXPECT_THROW(agent.merge(clash, {}), InvalidArgument);
 }
 
+// A diverged run's NaN or infinite loss must not make the agent drop the worker's document.
+TEST(Registry, NonFiniteValuesSurviveTheJsonHandOff) {
+  Registry worker;
+  worker.describe("hdp_train_loss", Type::kGauge, "Loss");
+  worker.describe("hdp_train_step_seconds", Type::kHistogram, "Step", {1});
+  worker.set_gauge("hdp_train_loss", {{"slot", "0"}}, std::nan(""));
+  worker.set_gauge("hdp_train_loss", {{"slot", "1"}}, -INFINITY);
+  worker.observe("hdp_train_step_seconds", {}, std::nan(""));
+  const Registry back = Registry::from_json(worker.to_json());
+  EXPECT_EQ(back.text(), worker.text());
+  const std::string text = back.text();
+  EXPECT_TRUE(contains(text, "hdp_train_loss{slot=\"0\"} NaN\n")) << text;
+  EXPECT_TRUE(contains(text, "hdp_train_loss{slot=\"1\"} -Inf\n")) << text;
+  // NaN counts only in the +Inf bucket.
+  EXPECT_TRUE(contains(text, "hdp_train_step_seconds_bucket{le=\"1\"} 0\n")) << text;
+  EXPECT_TRUE(contains(text, "hdp_train_step_seconds_bucket{le=\"+Inf\"} 1\n")) << text;
+}
+
 TEST(Registry, GarbageJsonIsAnErrorNamingTheProblem) {
   for (const std::string& garbage :
        {std::string(""), std::string("{"), std::string("[]"), std::string("{\"hdp_x\": {\"type\": \"nope\"}}"),
@@ -171,6 +191,36 @@ TEST(HttpServer, AStalledClientDoesNotHoldUpOthers) {
   EXPECT_TRUE(contains(http(server.port(), "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), "ok"));
   EXPECT_LT(std::chrono::steady_clock::now() - started, 2s);
   ::close(stalled);
+}
+
+// Idle connections cannot take the process's descriptors: past 64 at once, more are closed on
+// arrival; once the idle ones go, requests are served again.
+TEST(HttpServer, ConnectionsBeyondTheCapAreClosedAndServingResumes) {
+  HttpServer server("127.0.0.1", 0, [](const HttpRequest&) { return HttpResponse{200, "text/plain", "ok\n"}; });
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(server.port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::vector<int> idle;
+  for (int i = 0; i < 70; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    idle.push_back(fd);
+  }
+  // The server has reached the cap once it closed the last of them (EOF on our side).
+  pollfd last{idle.back(), POLLIN, 0};
+  ASSERT_EQ(::poll(&last, 1, 5000), 1) << "the connection past the cap was not closed";
+  char byte;
+  ASSERT_EQ(::recv(idle.back(), &byte, 1, 0), 0);
+  EXPECT_FALSE(contains(http(server.port(), "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 2s), "ok"))
+      << "served past the cap";
+  for (int fd : idle) ::close(fd);
+  std::string answer;
+  for (int i = 0; i < 50 && !contains(answer, "ok"); ++i) {
+    std::this_thread::sleep_for(50ms);
+    answer = http(server.port(), "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 2s);
+  }
+  EXPECT_TRUE(contains(answer, "ok")) << "not served again once the idle connections closed";
 }
 
 class FailingStore final : public elastic::ForwardingStore {
