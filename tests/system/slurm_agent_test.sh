@@ -94,7 +94,7 @@ argv_of() {
   if [[ ${argv[0]:-} != "$hdp_bin" && ${argv[1]:-} == "$hdp_bin" ]]; then argv=("${argv[@]:1}"); fi
 }
 
-on_node() { tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null | grep -qx "SLURMD_NODENAME=$2"; }
+on_node() { grep -qx "SLURMD_NODENAME=$2" <<<"$(tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null)"; }
 
 # agent_pid NODE: the agent process that runs on NODE (its arguments are "<hdp> agent ...").
 agent_pid() {
@@ -202,7 +202,10 @@ cluster_wait_job_state "$job" 60 COMPLETED FAILED CANCELLED TIMEOUT ||
   cluster_fail "job $job was requeued $(cluster_job_field "$job" Restarts) times, expected once"
 [[ $(state_field step) == "$STEPS" ]] || cluster_fail "the job completed at step '$(state_field step)', expected $STEPS"
 # The requeued run resumed from the stop's checkpoint: a restore event at exactly that step.
-redis XRANGE "hdp:$job:events" - + | grep -qx "step-$(printf '%08d' "$stop_step")" ||
+# Read whole before matching: under pipefail, `redis-cli ... | grep -q` fails when grep exits at
+# its match before redis-cli has written the rest (SIGPIPE), which it did once the stream was long.
+events=$(redis XRANGE "hdp:$job:events" - +)
+grep -qx "step-$(printf '%08d' "$stop_step")" <<<"$events" ||
   cluster_fail "no restore of the checkpoint of step $stop_step in the events"
 wait_until 10 no_hdp_process_on "${CLUSTER_NODES[@]}" ||
   cluster_fail "hdp processes are left after the job ended: $(hdp_pids_on n1) $(hdp_pids_on n2) $(hdp_pids_on n3)"
