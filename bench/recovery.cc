@@ -1,19 +1,30 @@
-// bench_recovery: how long the elastic trainer takes to recover from each kind of fault, and how
-// many steps it loses, with real processes on this machine: a private redis-server, `hdp agent`
-// processes with `hdp train` workers (the demo model), faults injected by this program.
+// bench_recovery: how long the elastic trainer takes to recover from each kind of fault, how many
+// steps it loses and how much it reads from disk, with real processes on this machine: a private
+// redis-server, `hdp agent` processes with `hdp train` workers, faults injected by this program.
 //
 // Scenarios (each a fresh job):
 //   node_kill      2 agents x 2 workers; the second agent SIGKILLed (its workers die with it)
 //   worker_crash   2 agents x 2 workers; one worker of the second agent SIGKILLed (the agent restarts it)
 //   join           1 agent x 2 workers training; a second agent started (time to its first step)
 //   redis_restart  2 agents x 2 workers; the redis-server SIGKILLed and restarted empty
+// Paths (node_kill and worker_crash run both, in the same invocation, on the same model):
+//   memory      the default: redundant optimizer shards, the state rebuilt from the survivors'
+//               memory (mesh/reshard.h)
+//   checkpoint  --no-redundant-shards: the lost shard has no copy, every rank restores the newest
+//               checkpoint (HDF5, checkpoint every 5 steps)
 // recovery_s: from the fault (or the join) to the first step completed after it (for node_kill
 // and join: the first step on the new world size), from the step times rank 0 records
 // (--metrics-file, wall clock). steps_lost: the furthest step completed before the fault minus
-// the step the job went on from. The baseline is the median step time before the fault, measured
-// in the same run; the target for a node loss is lease + 2 s + one step.
+// the step the job went on from. disk_bytes_read: what the ranks read from checkpoint files to
+// recover (the recovery event's sum over ranks; 0 when the state came from memory). The baseline
+// is the median step time before the fault, measured in the same run; the target for a node loss
+// is lease + 1 s + one step.
 //
-// Usage: bench_recovery [--json] [--lease-ms 2000] [--scenario NAME]... [--hdp build/bin/hdp]
+// Models: --model demo (the default: 3.3 M parameters) or --model large (d 1024, 8 layers,
+// ffn 2816: 101 M parameters, 1.2 GB of fp32 parameters and AdamW moments).
+//
+// Usage: bench_recovery [--json] [--lease-ms 2000] [--model demo|large] [--scenario NAME]...
+//                       [--path memory|checkpoint]... [--hdp build/bin/hdp]
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -43,9 +54,11 @@ using hdp::bench::read_lines;
 using hdp::elastic::now_ms;
 
 struct Result {
-  std::string scenario;
+  std::string scenario, path;
   double recovery_s = -1;
   std::int64_t steps_lost = -1;
+  std::int64_t disk_bytes_read = -1;  // -1: no recovery event seen
+  std::int64_t bytes_moved = -1;      // between ranks (memory path)
   double step_s = 0;  // median step before the fault
   double bound_s = 0;
   int workers_started = 0;
@@ -75,19 +88,34 @@ std::optional<Line> first_after(const std::vector<Line>& lines, std::int64_t at_
   return std::nullopt;
 }
 
-Result measure(const std::string& scenario, const std::string& hdp, std::chrono::milliseconds lease) {
+std::vector<std::string> model_flags(const std::string& model) {
+  if (model == "large") {
+    return {"--model", "demo", "--d-model", "1024", "--layers", "8", "--heads", "8", "--kv-heads", "8", "--ffn-dim",
+            "2816", "--context", "64", "--capacity", "64", "--batch-tokens", "128", "--max-rank-memory-mb", "0"};
+  }
+  return {"--model", "demo", "--context", "256", "--capacity", "256", "--batch-tokens", "2048"};
+}
+
+Result measure(const std::string& scenario, const std::string& path, const std::string& model, const std::string& hdp,
+               std::chrono::milliseconds lease) {
   Result r;
   r.scenario = scenario;
-  Job job(hdp, lease, scenario,
-          {"--model", "demo", "--steps", "100000", "--context", "256", "--capacity", "256", "--batch-tokens", "2048",
-           "--threads", "1", "--checkpoint-every", "5", "--timeout-ms", "5000", "--log-every", "1000"});
+  r.path = path;
+  std::vector<std::string> flags = model_flags(model);
+  for (const char* f : {"--steps", "100000", "--threads", "1", "--checkpoint-every", "5", "--timeout-ms", "20000",
+                        "--log-every", "1000"}) {
+    flags.emplace_back(f);
+  }
+  if (path == "checkpoint") flags.emplace_back("--no-redundant-shards");
+  Job job(hdp, lease, scenario + "-" + path, flags);
   const bool join = scenario == "join";
   job.start_agent("a", 2, "1:2");
   if (!join) job.start_agent("b", 2, "1:2");
   const int world = join ? 2 : 4;
-  if (!job.wait([&](const auto& lines) { return !lines.empty() && lines.back().world == world && lines.back().step >= 12; },
-                180s)) {
-    std::cerr << scenario << ": the job did not reach step 12\n";
+  // Past the first checkpoint (step 5), so that the checkpoint path has one to restore.
+  if (!job.wait([&](const auto& lines) { return !lines.empty() && lines.back().world == world && lines.back().step >= 8; },
+                600s)) {
+    std::cerr << scenario << ": the job did not reach step 8\n";
     return r;
   }
   const std::int64_t at = now_ms();
@@ -104,15 +132,30 @@ Result measure(const std::string& scenario, const std::string& hdp, std::chrono:
   } else if (scenario == "redis_restart") {
     job.redis().restart();
   }
-  job.wait([&](const auto& lines) { return first_after(lines, at, expect_world).has_value(); }, 120s);
+  job.wait([&](const auto& lines) { return first_after(lines, at, expect_world).has_value(); }, 600s);
   const auto lines = read_lines(job.metrics());
   const auto next = first_after(lines, at, expect_world);
   r.step_s = median_step_s(lines, at);
-  r.bound_s = lease.count() / 1000.0 + 2.0 + r.step_s;
+  r.bound_s = lease.count() / 1000.0 + 1.0 + r.step_s;
   r.workers_started = job.workers_started();
   if (next) {
     r.recovery_s = (next->time_ms - at) / 1000.0;
     r.steps_lost = std::max<std::int64_t>(0, last_step(lines, at) - (next->step - 1));
+  }
+  // The recovery events after the fault: the state came from memory ("continue") or from disk ("restore").
+  try {
+    for (const auto& e : job.events()) {
+      auto field = [&](const char* name) {
+        const auto it = e.find(name);
+        return it == e.end() ? std::string() : it->second;
+      };
+      if (field("time_ms").empty() || std::stoll(field("time_ms")) < at) continue;
+      if (field("type") != "continue" && field("type") != "restore") continue;
+      if (!field("disk_bytes_read").empty()) r.disk_bytes_read = std::max<std::int64_t>(r.disk_bytes_read, 0) + std::stoll(field("disk_bytes_read"));
+      if (!field("bytes_moved").empty()) r.bytes_moved = std::max<std::int64_t>(r.bytes_moved, 0) + std::stoll(field("bytes_moved"));
+    }
+  } catch (const std::exception& e) {
+    std::cerr << scenario << ": cannot read the events: " << e.what() << "\n";
   }
   return r;
 }
@@ -120,43 +163,56 @@ Result measure(const std::string& scenario, const std::string& hdp, std::chrono:
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"bench_recovery: recovery time and steps lost per fault, real processes on this machine"};
+  CLI::App app{"bench_recovery: recovery time, steps lost and disk reads per fault, real processes on this machine"};
   bool json = false;
   int lease_ms = 2000;
-  std::vector<std::string> scenarios;
+  std::string model = "demo";
+  std::vector<std::string> scenarios, paths;
   std::string hdp = (fs::path(argv[0]).parent_path() / "hdp").string();
-  app.add_flag("--json", json, "One JSON object: {lease_ms, scenarios: [...]}");
+  app.add_flag("--json", json, "One JSON object: {lease_ms, model, scenarios: [...]}");
   app.add_option("--lease-ms", lease_ms, "The agents' node lease")->capture_default_str();
-  app.add_option("--scenario", scenarios, "node_kill, worker_crash, join, redis_restart (default: all)");
+  app.add_option("--model", model, "demo, or large (1.2 GB of parameters and optimizer state)")
+      ->check(CLI::IsMember({"demo", "large"}))
+      ->capture_default_str();
+  app.add_option("--scenario", scenarios, "node_kill, worker_crash, join, redis_restart (default: all)")
+      ->check(CLI::IsMember({"node_kill", "worker_crash", "join", "redis_restart"}));
+  app.add_option("--path", paths, "memory, checkpoint (default: both where both exist)")
+      ->check(CLI::IsMember({"memory", "checkpoint"}));
   app.add_option("--hdp", hdp, "The hdp binary")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (scenarios.empty()) scenarios = {"node_kill", "worker_crash", "join", "redis_restart"};
+  if (paths.empty()) paths = {"memory", "checkpoint"};
   std::vector<Result> results;
   for (const auto& s : scenarios) {
-    if (s != "node_kill" && s != "worker_crash" && s != "join" && s != "redis_restart") {
-      std::cerr << "bench_recovery: unknown scenario '" << s << "'\n";
-      return 2;
+    for (const auto& p : paths) {
+      // A join and a store restart lose no shard: their state comes from memory with or without copies.
+      if (p == "checkpoint" && (s == "join" || s == "redis_restart")) continue;
+      results.push_back(measure(s, p, model, hdp, std::chrono::milliseconds(lease_ms)));
     }
-    results.push_back(measure(s, hdp, std::chrono::milliseconds(lease_ms)));
   }
   if (json) {
-    nlohmann::json out = {{"lease_ms", lease_ms}, {"scenarios", nlohmann::json::array()}};
+    nlohmann::json out = {{"lease_ms", lease_ms}, {"model", model}, {"scenarios", nlohmann::json::array()}};
     for (const auto& r : results) {
       out["scenarios"].push_back({{"scenario", r.scenario},
+                                  {"path", r.path},
                                   {"recovery_s", r.recovery_s},
                                   {"steps_lost", r.steps_lost},
+                                  {"disk_bytes_read", r.disk_bytes_read},
+                                  {"bytes_moved", r.bytes_moved},
                                   {"step_s", r.step_s},
                                   {"bound_s", r.bound_s},
                                   {"workers_started", r.workers_started}});
     }
     std::cout << out.dump(2) << "\n";
   } else {
-    std::printf("lease %d ms; recovery from the fault to the first step completed after it\n", lease_ms);
-    std::printf("%-14s %11s %11s %9s %13s %16s\n", "scenario", "recovery_s", "steps_lost", "step_s",
-                "bound_s", "workers_started");
+    std::printf("lease %d ms, model %s; recovery from the fault to the first step completed after it\n", lease_ms,
+                model.c_str());
+    std::printf("%-14s %-11s %11s %11s %16s %14s %9s %9s %16s\n", "scenario", "path", "recovery_s", "steps_lost",
+                "disk_bytes_read", "bytes_moved", "step_s", "bound_s", "workers_started");
     for (const auto& r : results) {
-      std::printf("%-14s %11.2f %11lld %9.3f %13.2f %16d\n", r.scenario.c_str(), r.recovery_s,
-                  static_cast<long long>(r.steps_lost), r.step_s, r.bound_s, r.workers_started);
+      std::printf("%-14s %-11s %11.2f %11lld %16lld %14lld %9.3f %9.2f %16d\n", r.scenario.c_str(), r.path.c_str(),
+                  r.recovery_s, static_cast<long long>(r.steps_lost), static_cast<long long>(r.disk_bytes_read),
+                  static_cast<long long>(r.bytes_moved), r.step_s, r.bound_s, r.workers_started);
     }
   }
   bool ok = true;

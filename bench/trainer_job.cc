@@ -11,6 +11,11 @@
 #include <thread>
 
 #include "agents/process.h"
+#include "elastic/job_keys.h"
+#include "elastic/job_state.h"
+#include "elastic/prefix_store.h"
+#include "elastic/redis_store.h"
+#include "elastic/redis_url.h"
 
 namespace hdp::bench {
 
@@ -41,6 +46,14 @@ Job::Job(std::string hdp, std::chrono::milliseconds lease, const std::string& na
       train_(std::move(train)) {
   fs::remove_all(dir_);
   fs::create_directories(dir_);
+}
+
+std::vector<std::map<std::string, std::string>> Job::events() {
+  auto redis = std::make_shared<elastic::RedisStore>(elastic::parse_redis_url(redis_.url()));
+  elastic::JobState state(std::make_shared<elastic::PrefixStore>(redis, elastic::keys::job_namespace(job_)));
+  std::vector<std::map<std::string, std::string>> out;
+  for (const auto& e : state.snapshot(elastic::kEventsKept).events) out.emplace_back(e.fields.begin(), e.fields.end());
+  return out;
 }
 
 Job::~Job() {

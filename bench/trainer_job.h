@@ -55,6 +55,8 @@ class Job {
   std::vector<pid_t> workers(const std::string& node) const;
   // Workers the agents started, counted in their logs.
   int workers_started() const;
+  // The job's events (elastic/job_state.h), oldest first, each as its fields.
+  std::vector<std::map<std::string, std::string>> events();
   // Polls the metrics file every 20 ms until `predicate` holds; false after `timeout`.
   bool wait(const std::function<bool(const std::vector<Line>&)>& predicate, std::chrono::seconds timeout);
 

@@ -146,8 +146,8 @@ void add_train_command(CLI::App& app) {
       "Consecutive straggler steps before eviction (doubled per earlier eviction of the node/slot)",
       "HDP_STRAGGLER_STRIKES");
   command->add_flag("--redundant-shards,!--no-redundant-shards", c.redundant_shards,
-                    "Keep a copy of every rank's optimizer shard on a rank of another node, updated every step "
-                    "(default off)")
+                    "Keep a copy of every rank's optimizer shard on a rank of another node, updated every step, so "
+                    "that a node's loss is recovered from memory with no step lost (default on)")
       ->envname("HDP_REDUNDANT_SHARDS");
   opt("--verify-replicas-every", c.verify_replicas_every,
       "Compare checksums of every shard and its copy every this many steps (0: never)", "HDP_VERIFY_REPLICAS_EVERY");
@@ -160,7 +160,7 @@ void add_train_command(CLI::App& app) {
   opt("--evict-cooldown-max-s", f.cooldown_max_s, "Longest cool-down", "HDP_EVICT_COOLDOWN_MAX_S")
       ->check(CLI::Range(0.001, 3.15e7));
   command->add_option("--fault", f.faults,
-                      "Inject a fault (tests): crash:R@S, kill-node:R@S, hang:R@S:MS, slow:NODE/SLOT@S[-E]:F, "
+                      "Inject a fault (tests): crash:R@S[:PHASE], kill-node:R@S[:PHASE], hang:R@S:MS, slow:NODE/SLOT@S[-E]:F, "
                       "throttle:NODE/SLOT@S:CPUS")
       ->envname("HDP_FAULTS")
       ->delimiter(',');

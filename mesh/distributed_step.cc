@@ -63,12 +63,15 @@ StepResult DistributedStep::run(const Plan& plan, std::span<const std::vector<st
     throw InvalidArgument("distributed step: slowdown must be in [1, 1e6], got " + std::to_string(options_.slowdown));
   }
   const auto rank = static_cast<std::uint32_t>(comm_.rank());
-  StepResult result;
+  partial_ = {};
+  loss_known_ = grad_known_ = false;
+  StepResult& result = partial_;
   result.loss_tokens = global_targets(batch);
   for (const auto& s : batch) result.step_tokens += static_cast<std::int64_t>(s.size());
   // Every rank scales by the same global count, so the summed gradient is the mean's.
   const double dloss = result.loss_tokens > 0 ? 1.0 / static_cast<double>(result.loss_tokens) : 0.0;
 
+  if (options_.on_phase) options_.on_phase(StepPhase::kForward);
   model_.zero_grad();
   double local_loss = 0;
   for (std::uint32_t index : plan.rank_queues[rank]) {
@@ -96,9 +99,19 @@ StepResult DistributedStep::run(const Plan& plan, std::span<const std::vector<st
     result.micro_batches.push_back(timing);
   }
   result.loss_sum = comm_.allreduce_sum(local_loss, options_.timeout);
+  loss_known_ = true;
+  // By the optimizer phase (after this rank's own update) the global norm is known.
+  PhaseHook hook = [this](StepPhase phase) {
+    if (phase == StepPhase::kOptimizer) {
+      partial_.grad_norm = optimizer_.last_grad_norm();
+      grad_known_ = true;
+    }
+    if (options_.on_phase) options_.on_phase(phase);
+  };
   result.zero = optimizer_.step(model_.params(), model_.grads(), comm_, options_.adamw, options_.max_grad_norm,
-                                options_.timeout);
+                                options_.timeout, hook);
   result.grad_norm = result.zero.grad_norm;
+  grad_known_ = true;
   return result;
 }
 

@@ -36,6 +36,8 @@ struct StepOptions {
   // Fault injection (tests, benchmarks): >= 1; after each micro-batch the rank sleeps
   // (slowdown - 1) x its compute, counted in compute_ms, as if its device ran 1/slowdown as fast.
   double slowdown = 1;
+  // Fault injection (tests, benchmarks): told where the step is (mesh/zero.h).
+  PhaseHook on_phase;
 };
 
 struct MicroBatchTiming {
@@ -68,9 +70,18 @@ class DistributedStep {
   // runs the step.
   StepResult run(const Plan& plan, std::span<const std::vector<std::int32_t>> batch);
 
+  // What the last run() had computed when it threw (a peer lost in the middle of the step): the
+  // loss once all-reduced (loss_known), the gradient norm once the optimizer had it
+  // (grad_norm_known). A step that recovery rolls forward (mesh/reshard.h) is reported from it.
+  const StepResult& partial() const { return partial_; }
+  bool loss_known() const { return loss_known_; }
+  bool grad_norm_known() const { return grad_known_; }
+
  private:
   ops::model::LlamaModel& model_;
   ZeroOptimizer& optimizer_;
+  StepResult partial_;
+  bool loss_known_ = false, grad_known_ = false;
   Communicator& comm_;
   StepOptions options_;
 };

@@ -49,6 +49,20 @@ void adamw_segments(const ops::Tensor& p, const ops::Tensor& g, const ops::Tenso
 
 }  // namespace
 
+const char* phase_name(StepPhase phase) {
+  switch (phase) {
+    case StepPhase::kForward:
+      return "forward";
+    case StepPhase::kReduceScatter:
+      return "reduce-scatter";
+    case StepPhase::kOptimizer:
+      return "optimizer";
+    case StepPhase::kAllGather:
+      return "all-gather";
+  }
+  return "?";
+}
+
 std::vector<std::int64_t> shard_counts(std::int64_t n, int world_size) {
   if (n < 0 || world_size < 1) {
     throw InvalidArgument("shard_counts: " + std::to_string(n) + " elements over " + std::to_string(world_size) +
@@ -120,7 +134,8 @@ void ZeroOptimizer::set_replicas(const BuddyPlan& plan) {
     r.m = ops::Tensor::zeros({count}, dtype_, device_);
     r.v = ops::Tensor::zeros({count}, dtype_, device_);
     r.grad = ops::Tensor::zeros({count}, dtype_, device_);
-    r.scratch = ops::Tensor::zeros({count}, dtype_, device_);
+    r.params = ops::Tensor::zeros({count}, dtype_, device_);
+    r.step = -1;  // not a state of any step until set_replica_state() or an update
     replicas.push_back(std::move(r));
   }
   replicas_ = std::move(replicas);
@@ -139,14 +154,55 @@ const ZeroOptimizer::Replica& ZeroOptimizer::replica(int owner) const {
 const ops::Tensor& ZeroOptimizer::replica_exp_avg(int owner) const { return replica(owner).m; }
 const ops::Tensor& ZeroOptimizer::replica_exp_avg_sq(int owner) const { return replica(owner).v; }
 
+void ZeroOptimizer::set_replica_state(int owner, const ops::Tensor& params, std::int64_t step) {
+  Replica& r = const_cast<Replica&>(replica(owner));
+  if (!params.defined() || params.numel() != r.params.numel() || step < 0) {
+    throw InvalidArgument("ZeroOptimizer::set_replica_state: rank " + std::to_string(owner) + "'s copy takes " +
+                          std::to_string(r.params.numel()) + " parameters at a step >= 0");
+  }
+  r.params.copy_from(params);
+  r.step = step;
+  r.prev.step = -1;
+}
+
 void ZeroOptimizer::set_steps_taken(std::int64_t steps) {
   if (steps < 0) throw InvalidArgument("ZeroOptimizer::set_steps_taken: " + std::to_string(steps) + " < 0");
   steps_ = steps;
+  own_step_ = steps;
+  own_prev_.step = -1;
+}
+
+void ZeroOptimizer::keep(Previous& prev, const ops::Tensor& params, const ops::Tensor& m, const ops::Tensor& v,
+                         std::int64_t step) const {
+  if (!prev.params.defined() || prev.params.numel() != params.numel()) {
+    prev.params = ops::Tensor::zeros({params.numel()}, dtype_, device_);
+    prev.m = ops::Tensor::zeros({params.numel()}, dtype_, device_);
+    prev.v = ops::Tensor::zeros({params.numel()}, dtype_, device_);
+  }
+  prev.params.copy_from(params);
+  prev.m.copy_from(m);
+  prev.v.copy_from(v);
+  prev.step = step;
+}
+
+std::vector<ZeroOptimizer::Version> ZeroOptimizer::versions(const ops::Tensor& params) const {
+  if (!params.defined() || params.numel() != n_) {
+    throw InvalidArgument("ZeroOptimizer::versions: the parameters must have " + std::to_string(n_) + " elements");
+  }
+  std::vector<Version> out;
+  out.push_back({rank_, own_step_, params.reshape({n_}).view(offset_, {count()}), m_, v_});
+  if (own_prev_.step >= 0) out.push_back({rank_, own_prev_.step, own_prev_.params, own_prev_.m, own_prev_.v});
+  for (const Replica& r : replicas_) {
+    if (r.step < 0) continue;
+    out.push_back({r.owner, r.step, r.params, r.m, r.v});
+    if (r.prev.step >= 0) out.push_back({r.owner, r.prev.step, r.prev.params, r.prev.m, r.prev.v});
+  }
+  return out;
 }
 
 ZeroOptimizer::Result ZeroOptimizer::step(const ops::Tensor& params, const ops::Tensor& grads, Communicator& comm,
                                           ops::AdamWParams adamw, double max_grad_norm,
-                                          std::chrono::milliseconds timeout) {
+                                          std::chrono::milliseconds timeout, const PhaseHook& on_phase) {
   if (comm.size() != static_cast<int>(counts_.size()) || comm.rank() != rank_) {
     throw InvalidArgument("ZeroOptimizer::step: built for rank " + std::to_string(rank_) + " of " +
                           std::to_string(counts_.size()) + ", given a communicator of rank " +
@@ -159,7 +215,11 @@ ZeroOptimizer::Result ZeroOptimizer::step(const ops::Tensor& params, const ops::
                             std::to_string(n_) + " elements of " + m_.describe());
     }
   }
+  auto phase = [&](StepPhase p) {
+    if (on_phase) on_phase(p);
+  };
   Result result;
+  phase(StepPhase::kReduceScatter);
   auto start = Clock::now();
   comm.reduce_scatter(grads.reshape({n_}), grad_, counts_, ReduceOp::kSum, timeout);
   result.reduce_ms = ms_since(start);
@@ -167,6 +227,7 @@ ZeroOptimizer::Result ZeroOptimizer::step(const ops::Tensor& params, const ops::
   start = Clock::now();
   const double local = count() > 0 ? ops::sum_squares(grad_) : 0.0;
   result.grad_norm = std::sqrt(comm.allreduce_sum(local, timeout));
+  grad_norm_ = result.grad_norm;
   const ops::Tensor flat = params.reshape({n_});
   const ops::Tensor shard = flat.view(offset_, {count()});
   adamw.step = steps_ + 1;
@@ -182,20 +243,27 @@ ZeroOptimizer::Result ZeroOptimizer::step(const ops::Tensor& params, const ops::
   result.replica_ms = ms_since(start);
 
   start = Clock::now();
+  if (keep_previous_) keep(own_prev_, shard, m_, v_, steps_);
+  own_step_ = steps_ + 1;
   adamw_segments(shard, grad_, m_, v_, offset_, no_decay_, adamw, result.grad_norm, max_grad_norm);
   result.update_ms += ms_since(start);
+  phase(StepPhase::kOptimizer);
 
   start = Clock::now();
   for (auto& work : exchange) work->wait(timeout);
   for (Replica& r : replicas_) {
     // The owner's range of `params` still holds the step's input: this rank updated only its own.
-    r.scratch.copy_from(flat.view(r.offset, {r.grad.numel()}));
-    adamw_segments(r.scratch, r.grad, r.m, r.v, r.offset, clip(all_no_decay_, r.offset, r.offset + r.grad.numel()),
+    const ops::Tensor input = flat.view(r.offset, {r.grad.numel()});
+    if (keep_previous_) keep(r.prev, input, r.m, r.v, r.step);
+    r.params.copy_from(input);
+    r.step = steps_ + 1;
+    adamw_segments(r.params, r.grad, r.m, r.v, r.offset, clip(all_no_decay_, r.offset, r.offset + r.grad.numel()),
                    adamw, result.grad_norm, max_grad_norm);
   }
   result.replica_ms += ms_since(start);
   ++steps_;
 
+  phase(StepPhase::kAllGather);
   start = Clock::now();
   comm.allgather(shard, params.reshape({n_}), counts_, timeout);
   result.gather_ms = ms_since(start);

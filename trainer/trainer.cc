@@ -26,6 +26,7 @@
 #include "mesh/distributed_step.h"
 #include "mesh/plan.h"
 #include "mesh/plan_summary.h"
+#include "mesh/reshard.h"
 #include "mesh/speed_tracker.h"
 #include "mesh/zero.h"
 #include "ops/model/llama_model.h"
@@ -151,45 +152,121 @@ class Trainer {
     }
   }
 
-  // Step 2 of the header: continue from memory, or restore. Returns the furthest step any rank had
-  // completed before (for the steps a rollback loses).
+  // Step 2 of the header: rebuild the state from the ranks' memory (mesh/reshard.h), or restore.
+  // Returns the furthest step any rank had completed before (for the steps a rollback loses).
   std::int64_t start(const Membership& m, Communicator& comm) {
-    const int world = m.world_size;
-    // Every rank's {complete state for this world size, its step, the rank it held the state for}.
-    const bool mine = state_valid_ && state_world_ == world;
-    const Tensor own = Tensor::from_vector<std::int64_t>({mine ? 1 : 0, step_, state_rank_}, {3});
-    const Tensor all = Tensor::zeros({3 * std::int64_t{world}}, ops::DType::kI64);
-    comm.allgather(own, all, std::vector<std::int64_t>(static_cast<std::size_t>(world), 3));
-    const std::int64_t* info = all.data<std::int64_t>();
-    std::int64_t furthest = 0;
-    bool in_memory = true;
-    std::vector<int> holder(static_cast<std::size_t>(world), -1);  // old rank -> the new rank holding its shard
-    for (int r = 0; r < world; ++r) {
-      furthest = std::max(furthest, info[3 * r + 1]);
-      const std::int64_t old_rank = info[3 * r + 2];
-      if (info[3 * r] != 1 || info[3 * r + 1] != info[1] || old_rank < 0 || old_rank >= world ||
-          holder[static_cast<std::size_t>(old_rank)] != -1) {
-        in_memory = false;
-      } else {
-        holder[static_cast<std::size_t>(old_rank)] = r;
-      }
-    }
-    if (in_memory) {
-      // The same workers, at the same step, each with a whole shard: at most renumbered. A shard
-      // goes to the rank that now owns its range (the parameters are whole on every rank).
-      if (state_rank_ != m.rank) permute_shards(m, comm, holder);
-      log()->info("worker {}/{}: generation {}: every rank holds step {}: continuing from memory{}",
-                  ctx_.identity().node, ctx_.identity().local_rank, m.generation, step_,
-                  state_rank_ != m.rank ? " (its optimizer shard moved from rank " + std::to_string(state_rank_) + ")"
-                                        : std::string());
-      state_rank_ = m.rank;
-      if (lead(m)) {
-        report_event(m, "continue", {{"step", std::to_string(step_)}, {"world_size", std::to_string(world)}});
-      }
+    const auto began = SteadyClock::now();
+    const std::vector<mesh::HeldState> states = mesh::exchange_states(held_state(), comm, config_.timeout);
+    const mesh::ReshardPlan plan = mesh::plan_reshard(states, layout_.total());
+    const std::int64_t furthest = std::max<std::int64_t>(plan.furthest, 0);
+    if (plan.possible) {
+      from_memory(m, comm, plan, began);
       return furthest;
     }
+    // Some rank held a state, but not every shard survived: the checkpoint is the fallback.
+    const bool fallback = std::any_of(states.begin(), states.end(), [](const auto& s) { return s.layout >= 0; });
+    if (fallback && lead(m)) log()->warn("generation {}: cannot recover from memory: {}; restoring from the checkpoint", m.generation, plan.why);
+    restore(m, comm, furthest, fallback ? plan.why : std::string());
+    return furthest;
+  }
+
+  // What this rank holds for the agreement of start(): every (shard, step) of its optimizer, the
+  // step its parameters hold whole, and the data positions it knows.
+  mesh::HeldState held_state() const {
+    mesh::HeldState s;
+    s.completed = zero_ ? step_ : -1;
+    if (!zero_ || layout_generation_ < 0) return s;
+    s.layout = layout_generation_;
+    s.old_world = static_cast<int>(zero_->counts().size());
+    s.old_rank = layout_rank_;
+    s.completed = step_;
+    // The all-gather comes after this rank's own update: until that update the buffer is whole.
+    s.params_step = zero_->own_step() == step_ ? step_ : -1;
+    for (const auto& v : zero_->versions(model_.params())) s.held.push_back({v.owner, v.step});
+    auto mark = [](std::int64_t step, const checkpoint::DataPosition& p) { return mesh::DataMark{step, p.epoch, p.sample}; };
+    s.positions[0] = mark(step_, position_);
+    if (prev_position_) s.positions[1] = mark(step_ - 1, *prev_position_);
+    if (pending_position_) s.positions[2] = mark(step_ + 1, *pending_position_);
+    return s;
+  }
+
+  // The plan of start() is possible: every rank takes its new shard, and the parameters where its
+  // buffer is not whole at the plan's step, from the ranks that hold them. No file is read.
+  void from_memory(const Membership& m, Communicator& comm, const mesh::ReshardPlan& plan, SteadyClock::time_point began) {
+    auto next = std::make_unique<mesh::ZeroOptimizer>(layout_.total(), m.rank, m.world_size);
+    next->set_no_decay(no_decay_);
+    const std::vector<mesh::ZeroOptimizer::Version> mine =
+        zero_ ? zero_->versions(model_.params()) : std::vector<mesh::ZeroOptimizer::Version>{};
+    mesh::ReshardTraffic traffic;
+    try {
+      traffic = mesh::execute_reshard(plan, comm, mine, model_.params(), *next, config_.timeout);
+    } catch (const RecoverableError&) {
+      // A rank that was receiving parameters holds a mixed buffer: its state can serve no more.
+      if (plan.receives_params[static_cast<std::size_t>(m.rank)]) {
+        zero_.reset();
+        layout_generation_ = -1;
+      }
+      throw;
+    }
+    const std::int64_t before = step_;
+    const bool had_state = zero_ != nullptr && layout_generation_ >= 0;
+    const int old_rank = layout_rank_;
+    zero_ = std::move(next);
+    step_ = plan.step;
+    position_ = {plan.position.epoch, plan.position.sample};
+    prev_position_.reset();
+    pending_position_.reset();
+    layout_generation_ = m.generation;
+    layout_rank_ = m.rank;
+    if (last_saved_step_ > step_) last_saved_step_ = -1;
+    const auto received = static_cast<std::int64_t>(traffic.bytes_received);
+    const std::int64_t total = comm.allreduce_sum(received, config_.timeout);
+    const double seconds = ms_since(began) / 1000.0;
+    if (had_state && (before != step_ || old_rank != m.rank)) {
+      log()->info("worker {}/{}: generation {}: continuing from memory at step {}{}{}", ctx_.identity().node,
+                  ctx_.identity().local_rank, m.generation, step_,
+                  before < step_ ? " (rolled the step in flight forward)"
+                                 : before > step_ ? " (rolled back from step " + std::to_string(before) + ")" : std::string(),
+                  old_rank != m.rank ? " (its optimizer shard moved from rank " + std::to_string(old_rank) + ")" : std::string());
+    }
+    if (step_ > plan.furthest) report_rolled_forward(m);
+    in_flight_.reset();
+    if (lead(m)) {
+      const std::int64_t lost = std::max<std::int64_t>(plan.furthest - plan.step, 0);
+      log()->info("generation {}: continuing from memory at step {} on {} rank(s) (from {} shard(s) of generation {}): "
+                  "{:.1f} MiB moved between ranks in {:.2f} s, {} step(s) lost, nothing read from disk",
+                  m.generation, step_, m.world_size, plan.old_world, plan.layout,
+                  static_cast<double>(total) / (1 << 20), seconds, lost);
+      report_event(m, "continue", {{"step", std::to_string(step_)},
+                                   {"world_size", std::to_string(m.world_size)},
+                                   {"from_world_size", std::to_string(plan.old_world)},
+                                   {"source", "memory"},
+                                   {"bytes_moved", std::to_string(total)},
+                                   {"disk_bytes_read", "0"},
+                                   {"lost_steps", std::to_string(lost)},
+                                   {"seconds", fixed3(seconds)}});
+    }
+  }
+
+  // The step in flight was rolled forward: no rank had reported it. Rank 0 reports it now from what
+  // it had computed before the failure (the loss, the norm; the time up to the failure), on the
+  // world size it ran on; a rank 0 that did not run it (a joiner) says so instead.
+  void report_rolled_forward(const Membership& m) {
+    if (!lead(m)) return;
+    if (!in_flight_ || in_flight_->step != step_) {
+      log()->warn("step {} was rolled forward; its loss is not known to rank 0 (it did not run it): not reported", step_);
+      return;
+    }
+    report(m, in_flight_->result, in_flight_->ms, in_flight_->lr, in_flight_->world_size);
+  }
+
+  // No plan from memory: every rank restores its shard from the newest valid checkpoint (or the
+  // seed). `why`: why memory could not serve (empty: no rank held a state, e.g. the job starts).
+  void restore(const Membership& m, Communicator& comm, std::int64_t furthest, const std::string& why) {
     const auto started = SteadyClock::now();
-    state_valid_ = false;
+    layout_generation_ = -1;  // until the restore completed
+    prev_position_.reset();
+    pending_position_.reset();
     zero_ = std::make_unique<mesh::ZeroOptimizer>(layout_.total(), m.rank, m.world_size);
     zero_->set_no_decay(no_decay_);
     std::optional<checkpoint::RestoredProgress> restored;
@@ -222,27 +299,28 @@ class Trainer {
       position_ = {};
     }
     last_saved_step_ = restored ? step_ : -1;
-    state_valid_ = true;
-    state_rank_ = m.rank;
-    state_world_ = m.world_size;
+    layout_generation_ = m.generation;
+    layout_rank_ = m.rank;
     const double seconds = ms_since(started) / 1000.0;
-    if (restored) {
-      // What this rank read: its range of the parameters and of both optimizer moments, fp32.
-      metrics_.checkpoint_restored(seconds, 3 * static_cast<std::uint64_t>(zero_->count()) * sizeof(float));
-    }
+    // What this rank read: its range of the parameters and of both optimizer moments, fp32.
+    const std::int64_t read = restored ? 3 * zero_->count() * static_cast<std::int64_t>(sizeof(float)) : 0;
+    if (restored) metrics_.checkpoint_restored(seconds, static_cast<std::uint64_t>(read));
+    const std::int64_t total_read = comm.allreduce_sum(read, config_.timeout);
     if (lead(m)) {
       log()->info("generation {}: {} at step {} on {} rank(s) in {:.2f} s{}", m.generation,
                   restored ? "restored " + restored->path.string() : std::string("initialised from the seed"), step_,
                   m.world_size, seconds,
                   furthest > step_ ? " (" + std::to_string(furthest - step_) + " step(s) to redo)" : std::string());
-      report_event(m, "restore",
-                   {{"step", std::to_string(step_)},
-                    {"checkpoint", restored ? restored->path.filename().string() : std::string("none")},
-                    {"lost_steps", std::to_string(furthest - step_)},
-                    {"world_size", std::to_string(m.world_size)},
-                    {"seconds", fixed3(seconds)}});
+      elastic::Fields fields = {{"step", std::to_string(step_)},
+                                {"checkpoint", restored ? restored->path.filename().string() : std::string("none")},
+                                {"lost_steps", std::to_string(std::max<std::int64_t>(furthest - step_, 0))},
+                                {"world_size", std::to_string(m.world_size)},
+                                {"source", restored ? "checkpoint" : "seed"},
+                                {"disk_bytes_read", std::to_string(total_read)},
+                                {"seconds", fixed3(seconds)}};
+      if (!why.empty()) fields.emplace_back("reason", why);
+      report_event(m, "restore", std::move(fields));
     }
-    return furthest;
   }
 
   // Redundant shards (config_.redundant_shards): the generation's buddy plan, and every shard
@@ -268,6 +346,14 @@ class Trainer {
       work.push_back(comm.isend(zero_->exp_avg_sq(), holder, kCopyExpAvgSq));
     }
     for (auto& w : work) w->wait(config_.timeout);
+    // The copies' parameters: every rank's buffer holds step_ whole at the generation's start.
+    const std::vector<std::int64_t>& counts = zero_->counts();
+    for (int owner : zero_->replica_owners()) {
+      std::int64_t offset = 0;
+      for (int r = 0; r < owner; ++r) offset += counts[static_cast<std::size_t>(r)];
+      zero_->set_replica_state(owner, model_.params().view(offset, {counts[static_cast<std::size_t>(owner)]}), step_);
+    }
+    zero_->set_keep_previous(true);
     if (lead(m)) {
       log()->info("generation {}: every optimizer shard copied to a rank of another node{}", m.generation,
                   plan.complete() ? std::string() : std::string(" (none: the job runs on one node)"));
@@ -317,24 +403,6 @@ class Trainer {
       }
     }
     if (wrong == 0) log()->info("step {}: {} optimizer shard copies verified equal to their originals", step_, checked);
-  }
-
-  // The ranks were renumbered: this rank's shard (of its old rank) goes to the rank that now
-  // owns that range, and this rank's new shard comes from the rank that held it. Every rank that
-  // moved does both, with point-to-point transfers; the optimizer's step count is the same on all.
-  void permute_shards(const Membership& m, Communicator& comm, const std::vector<int>& holder) {
-    auto next = std::make_unique<mesh::ZeroOptimizer>(layout_.total(), m.rank, m.world_size);
-    next->set_no_decay(no_decay_);
-    next->set_steps_taken(zero_->steps_taken());
-    const int source = holder[static_cast<std::size_t>(m.rank)];  // held shard m.rank before
-    constexpr mesh::Tag kExpAvg = 1, kExpAvgSq = 2;
-    std::vector<std::unique_ptr<mesh::Work>> work;
-    work.push_back(comm.irecv(next->exp_avg(), source, kExpAvg));
-    work.push_back(comm.irecv(next->exp_avg_sq(), source, kExpAvgSq));
-    work.push_back(comm.isend(zero_->exp_avg(), state_rank_, kExpAvg));
-    work.push_back(comm.isend(zero_->exp_avg_sq(), state_rank_, kExpAvgSq));
-    for (auto& w : work) w->wait(config_.timeout);
-    zero_ = std::move(next);
   }
 
   // --resume: always, except for a job that starts without it and has never reported a step, whose
@@ -417,13 +485,25 @@ class Trainer {
       options.max_grad_norm = config_.max_grad_norm;
       options.timeout = config_.timeout;
       options.slowdown = slowdown(step_ + 1);
+      options.on_phase = [this, &m](mesh::StepPhase phase) { inject_faults(m, step_ + 1, phase); };
       mesh::DistributedStep step(model_, *zero_, comm, options);
-      state_valid_ = false;  // until the step completed on this rank
-      const mesh::StepResult result = step.run(plan, batch.sequences);
+      pending_position_ = next;  // until the step completed on this rank (held_state)
+      in_flight_.reset();
+      mesh::StepResult result;
+      try {
+        result = step.run(plan, batch.sequences);
+      } catch (const RecoverableError&) {
+        // What the step had computed, in case recovery rolls it forward (from_memory reports it).
+        if (step.loss_known() && step.grad_norm_known()) {
+          in_flight_ = InFlight{step.partial(), ms_since(started), lr, m.world_size, step_ + 1};
+        }
+        throw;
+      }
       last_compute_ms_ = result.compute_ms;
       ++step_;
+      prev_position_ = position_;
       position_ = next;
-      state_valid_ = true;
+      pending_position_.reset();
       const double step_ms = ms_since(started);
 
       if (first) {
@@ -462,7 +542,9 @@ class Trainer {
     }
   }
 
-  void report(const Membership& m, const mesh::StepResult& result, double step_ms, double lr) {
+  // `world`: the world size the step ran on (0: this generation's).
+  void report(const Membership& m, const mesh::StepResult& result, double step_ms, double lr, int world = 0) {
+    if (world == 0) world = m.world_size;
     const double tokens_per_s = result.step_tokens / (step_ms / 1000.0);
     metrics_.step({.step = step_,
                    .loss = result.loss(),
@@ -473,7 +555,7 @@ class Trainer {
                    .compute_s = result.compute_ms / 1000.0,
                    .comm_wait_s = result.comm_wait_ms / 1000.0,
                    .tokens = result.step_tokens,
-                   .world_size = m.world_size,
+                   .world_size = world,
                    .rank = m.rank,
                    .generation = m.generation,
                    .speed = static_cast<std::size_t>(m.rank) < relative_.size() ? relative_[static_cast<std::size_t>(m.rank)] : 1.0});
@@ -481,11 +563,11 @@ class Trainer {
     if (!lead(m)) return;
     if (step_ % config_.log_every == 0 || step_ == config_.steps) {
       log()->info("step {}/{}  loss {:.4f}  lr {:.2e}  {:.0f} tokens/s  world {}  {:.0f} ms (compute {:.0f}, wait {:.0f})",
-                  step_, config_.steps, result.loss(), lr, tokens_per_s, m.world_size, step_ms, result.compute_ms,
+                  step_, config_.steps, result.loss(), lr, tokens_per_s, world, step_ms, result.compute_ms,
                   result.comm_wait_ms);
     }
-    if (!config_.metrics_file.empty()) write_metrics(m, result, step_ms, lr, tokens_per_s);
-    if (!config_.tensorboard_dir.empty()) write_tensorboard(m, result, step_ms, lr, tokens_per_s);
+    if (!config_.metrics_file.empty()) write_metrics(m, result, step_ms, lr, tokens_per_s, world);
+    if (!config_.tensorboard_dir.empty()) write_tensorboard(result, step_ms, lr, tokens_per_s, world);
     // The figures as the job state holds them; a non-finite one (a diverged run's NaN loss) is
     // left out of the state and the sample, whose readers accept only finite numbers: the curve
     // shows a gap, and the worker's log line and metrics say "nan".
@@ -504,11 +586,11 @@ class Trainer {
     elastic::Fields state = {{"status", "running"},
                              {"step", std::to_string(step_)},
                              {"tokens", std::to_string(step_ * config_.batch_tokens)},
-                             {"world_size", std::to_string(m.world_size)},
+                             {"world_size", std::to_string(world)},
                              {"speeds", speeds_text()}};
     state.insert(state.end(), figures.begin(), figures.end());
     elastic::Fields sample = {{"step", std::to_string(step_)},
-                              {"world_size", std::to_string(m.world_size)},
+                              {"world_size", std::to_string(world)},
                               {"generation", std::to_string(m.generation)},
                               {"time_ms", std::to_string(elastic::now_ms())}};
     sample.insert(sample.end(), figures.begin(), figures.end());
@@ -520,9 +602,9 @@ class Trainer {
   }
 
   void write_metrics(const Membership& m, const mesh::StepResult& result, double step_ms, double lr,
-                     double tokens_per_s) {
+                     double tokens_per_s, int world) {
     const nlohmann::json line = {{"step", step_},           {"loss", result.loss()},
-                                 {"world_size", m.world_size}, {"generation", m.generation},
+                                 {"world_size", world}, {"generation", m.generation},
                                  {"lr", lr},                 {"grad_norm", result.grad_norm},
                                  {"tokens_per_s", tokens_per_s}, {"step_ms", step_ms},
                                  {"compute_ms", result.compute_ms}, {"speeds", relative_},
@@ -537,15 +619,14 @@ class Trainer {
   }
 
   // Rank 0's curves for TensorBoard; a failure to write is logged once a file and never stops training.
-  void write_tensorboard(const Membership& m, const mesh::StepResult& result, double step_ms, double lr,
-                         double tokens_per_s) {
+  void write_tensorboard(const mesh::StepResult& result, double step_ms, double lr, double tokens_per_s, int world) {
     try {
       if (tensorboard_failed_) return;
       if (!tensorboard_) tensorboard_ = std::make_unique<TensorBoardWriter>(config_.tensorboard_dir);
       tensorboard_->scalars(step_, {{"train/loss", result.loss()},
                                     {"train/lr", lr},
                                     {"train/tokens_per_s", tokens_per_s},
-                                    {"train/world_size", m.world_size},
+                                    {"train/world_size", world},
                                     {"train/step_ms", step_ms},
                                     {"train/grad_norm", result.grad_norm}});
     } catch (const Error& e) {
@@ -745,9 +826,11 @@ class Trainer {
     return text;
   }
 
-  void inject_faults(const Membership& m, std::int64_t step) {
+  // The faults of `step` that fire before it (`phase` none) or in its `phase`.
+  void inject_faults(const Membership& m, std::int64_t step, std::optional<mesh::StepPhase> phase = std::nullopt) {
     for (std::size_t i = 0; i < config_.faults.size(); ++i) {
       const Fault& f = config_.faults[i];
+      if (f.phase != phase) continue;
       if (f.kind == Fault::Kind::kThrottle && f.step == step && is_me(f)) {
         log()->warn("fault {}: limiting this worker to {} CPU(s) from step {}", f.spec, f.factor, step);
         try {
@@ -764,7 +847,8 @@ class Trainer {
         log()->warn("fault {}: cannot claim it ({}); not firing", f.spec, e.what());
       }
       if (!claimed) continue;
-      log()->warn("fault {}: firing at step {} on rank {}", f.spec, step, m.rank);
+      log()->warn("fault {}: firing at step {}{} on rank {}", f.spec, step,
+                  phase ? std::string(" (") + mesh::phase_name(*phase) + ")" : std::string(), m.rank);
       switch (f.kind) {
         case Fault::Kind::kCrash:
           ::kill(::getpid(), SIGKILL);
@@ -809,9 +893,20 @@ class Trainer {
   // The training state this process holds, and what it is for.
   std::unique_ptr<mesh::ZeroOptimizer> zero_;
   std::int64_t step_ = 0;
-  checkpoint::DataPosition position_;
-  bool state_valid_ = false;
-  int state_rank_ = -1, state_world_ = 0;
+  checkpoint::DataPosition position_;                        // after step_
+  std::optional<checkpoint::DataPosition> prev_position_;     // after step_ - 1
+  std::optional<checkpoint::DataPosition> pending_position_;  // after step_ + 1, while that step is in flight
+  std::int64_t layout_generation_ = -1;  // the generation whose layout zero_ is in; -1: none valid
+  // The step that failed on this rank after its loss and gradient norm were known: reported by the
+  // next generation's rank 0 if recovery rolls it forward.
+  struct InFlight {
+    mesh::StepResult result;
+    double ms = 0, lr = 0;
+    int world_size = 0;
+    std::int64_t step = 0;
+  };
+  std::optional<InFlight> in_flight_;
+  int layout_rank_ = -1;                 // this rank's rank in it
   std::int64_t last_saved_step_ = -1;
   std::optional<SteadyClock::time_point> interrupted_;
   bool completed_ = false;

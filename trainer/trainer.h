@@ -5,15 +5,16 @@
 //
 // Per generation (trainer/elastic_loop.h runs the outer loop and builds the "main" communicator):
 //   1. the checkpoint writer's own communicator ("ckpt" channel) is connected;
-//   2. the ranks agree how to start (an all-gather of each rank's state): when every rank holds a
-//      complete state (no step left half done) for this world size at the same step, and their
-//      shards are the world's shards once each, training continues from memory (no restore, no
-//      step lost: the same workers in a new generation, e.g. after a store restart); ranks that
-//      were renumbered first hand their optimizer shards to the ranks that now own those ranges,
-//      point to point (the parameters are whole on every rank). Otherwise every rank
-//      restores its ZeRO-1 shard from the newest valid checkpoint, resharded to the new world size
-//      (checkpoint/restorer.h), and all-gathers the parameters; with no checkpoint, it starts from
-//      the seed at step 0.
+//   2. the ranks agree how to start (mesh/reshard.h: two all-gathers of what each holds in
+//      memory): when every shard of the newest layout survives at a common step T (its owner or
+//      the copy on another node, at the step completed or, for the step in flight, kept from
+//      before the update), the new world's shards and, where needed, the parameters are rebuilt
+//      from memory point to point: no step completed anywhere is lost and nothing is read from
+//      disk (a node lost, a worker crashed, a node joined, the store restarted, ranks renumbered).
+//      Otherwise every rank restores its ZeRO-1 shard from the newest valid checkpoint, resharded
+//      to the new world size (checkpoint/restorer.h), and all-gathers the parameters (the
+//      `restore` event says why memory could not serve); with no checkpoint, it starts from the
+//      seed at step 0. With the redundant shards (the default) the copies are then placed.
 //   3. steps: at each boundary the ranks all-reduce their stop requests (SIGTERM/SIGUSR1 on any
 //      worker stops all of them at the same step) and whether any of them saw a newer generation
 //      (so that all leave at the same boundary, none in the middle of a step); then the global
@@ -23,9 +24,9 @@
 //      reports step, loss, tokens/s, step time and the learning rate to the job state (fenced by
 //      the generation), and every `checkpoint_every` steps all ranks hand their shard to the
 //      AsyncSaver (staging is a memcpy; the write runs on the saver's thread).
-//   4. a lost or frozen peer (PeerLost, TimeoutError) abandons the generation (elastic_loop.h); the
-//      state of a step that did not finish on this rank is marked incomplete, so step 2 of the next
-//      generation restores.
+//   4. a lost or frozen peer (PeerLost, TimeoutError) abandons the generation (elastic_loop.h); what
+//      the step in flight had changed stays described by the optimizer's versions (mesh/zero.h),
+//      so step 2 of the next generation can roll it back or forward.
 // At the last step every rank saves a final checkpoint, rank 0 marks the job completed, and all
 // return kCompleted. A stop request saves a final checkpoint (unless the step was just saved) and
 // returns kStopped: the job resumes from it with the same data position.

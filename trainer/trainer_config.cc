@@ -29,7 +29,7 @@ Fault parse_fault(std::string_view spec) {
   const auto colon = spec.find(':');
   const auto at = spec.find('@');
   if (colon == std::string_view::npos || at == std::string_view::npos || at < colon) {
-    throw InvalidArgument(quoted + " is not KIND:RANK@STEP (crash, kill-node), hang:RANK@STEP:MS, "
+    throw InvalidArgument(quoted + " is not KIND:RANK@STEP[:PHASE] (crash, kill-node), hang:RANK@STEP:MS, "
                           "slow:NODE/SLOT@STEP[-END]:F or throttle:NODE/SLOT@STEP:CPUS");
   }
   Fault fault;
@@ -56,6 +56,17 @@ Fault parse_fault(std::string_view spec) {
     if (sep == std::string_view::npos) throw InvalidArgument(quoted + ": " + std::string(kind) + " needs a value after the step");
     tail = step_text.substr(sep + 1);
     step_text = step_text.substr(0, sep);
+  } else if (const auto sep = step_text.find(':'); sep != std::string_view::npos) {
+    const std::string_view name = step_text.substr(sep + 1);
+    step_text = step_text.substr(0, sep);
+    for (auto phase : {mesh::StepPhase::kForward, mesh::StepPhase::kReduceScatter, mesh::StepPhase::kOptimizer,
+                       mesh::StepPhase::kAllGather}) {
+      if (name == mesh::phase_name(phase)) fault.phase = phase;
+    }
+    if (!fault.phase || !fault.claimed_once()) {
+      throw InvalidArgument(quoted + ": the phase '" + std::string(name) +
+                            "' is not one of forward, reduce-scatter, optimizer, all-gather (crash, kill-node only)");
+    }
   }
   const std::string_view who = spec.substr(colon + 1, at - colon - 1);
   if (fault.claimed_once()) {

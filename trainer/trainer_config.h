@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,6 +33,9 @@ namespace hdp::trainer {
 //   crash:R@S       rank R kills itself (SIGKILL) just before running step S
 //   kill-node:R@S   rank R SIGKILLs its agent and itself (the node's other workers die with their
 //                   agent: PR_SET_PDEATHSIG), just before step S
+//   crash:R@S:PHASE, kill-node:R@S:PHASE   the same in the middle of step S, where PHASE is
+//                   forward (before the forward pass), reduce-scatter (before it), optimizer
+//                   (after this rank's own update, before its copies') or all-gather (before it)
 //   hang:R@S:MS     rank R stops itself (SIGSTOP) just before step S; a child it forked sends it
 //                   SIGCONT MS milliseconds later
 // and two conditions of a worker (its hardware), named by NODE/SLOT since ranks are renumbered at
@@ -52,6 +56,7 @@ struct Fault {
   std::int64_t until = 0;    // slow: the last step (0: to the end)
   double factor = 1;         // slow: the speed F; throttle: CPUS
   std::chrono::milliseconds hang{0};
+  std::optional<mesh::StepPhase> phase;  // crash, kill-node: in the middle of the step; none: before it
   std::string spec;  // as written
 
   bool claimed_once() const { return kind == Kind::kCrash || kind == Kind::kKillNode || kind == Kind::kHang; }
@@ -113,8 +118,10 @@ struct TrainerConfig {
   // bitwise equal, by a rank of another node (none on a single node). Each generation starts by
   // sending every shard to its holder; every step keeps the copies current. Every
   // verify_replicas_every steps (0: never) the ranks compare checksums of every shard and its copy
-  // and log an error naming both ranks on a mismatch. Off by default until recovery uses the copies.
-  bool redundant_shards = false;
+  // and log an error naming both ranks on a mismatch. With it, every update also keeps the triple it
+  // changes, so that a failure in the middle of a step can be rolled back (mesh/reshard.h). On by
+  // default; it costs nothing on a single node (no copies) but the kept triple.
+  bool redundant_shards = true;
   int verify_replicas_every = 0;
 
   // InvalidArgument naming the first bad flag and its value (the world size is checked per

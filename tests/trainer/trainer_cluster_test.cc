@@ -8,6 +8,8 @@
 //   (b) with a worker SIGKILLed at step 50 (`--fault crash:1@50`; its agent restarts it);
 //   (c) with a node SIGKILLed at step 50 (`--fault kill-node:2@50`: its agent and both workers)
 //       and started again once the job runs without it;
+//   (b) and (c) without the redundant shards (--no-redundant-shards): the lost shard has no copy,
+//   so the job rolls back to its checkpoint (recovery from memory: recovery_cluster_test.cc);
 //   (d) stopped with SIGTERM to both agents part-way, then resumed by a new job on the same
 //       checkpoint directory;
 //   (e) with the redis-server SIGKILLed and restarted empty part-way, the agent listed first held
@@ -45,6 +47,7 @@
 #include "elastic/job_keys.h"
 #include "tests/agents/agent_cluster.h"
 #include "tests/support/temp_dir.h"
+#include "tests/trainer/run_records.h"
 #include "trainer/trainer_config.h"
 
 namespace hdp::test {
@@ -53,22 +56,6 @@ namespace {
 using namespace std::chrono_literals;
 
 constexpr int kSteps = 300;
-
-struct StepLine {
-  std::int64_t step = 0;
-  double loss = 0;
-  int world = 0;
-};
-
-std::vector<StepLine> read_metrics(const std::filesystem::path& path) {
-  std::vector<StepLine> lines;
-  std::ifstream in(path);
-  for (std::string text; std::getline(in, text);) {
-    const auto j = nlohmann::json::parse(text);
-    lines.push_back({j.at("step").get<std::int64_t>(), j.at("loss").get<double>(), j.at("world_size").get<int>()});
-  }
-  return lines;
-}
 
 std::vector<std::string> train_args(const std::filesystem::path& dir, std::vector<std::string> extra = {}) {
   std::vector<std::string> args = {"--model",        "tiny",  "--steps",          std::to_string(kSteps),
@@ -104,31 +91,6 @@ std::map<std::string, int> wait_for_agents(AgentCluster& cluster, const std::vec
     codes[node] = status && WIFEXITED(*status) ? WEXITSTATUS(*status) : -1;
   }
   return codes;
-}
-
-// The final checkpoint's three buffers, whole.
-struct Final {
-  std::int64_t step = 0;
-  std::vector<float> params, m, v;
-};
-
-Final read_final(const std::filesystem::path& dir) {
-  trainer::TrainerConfig config;
-  config.model = trainer::model_preset("tiny");
-  const checkpoint::FlatLayout layout = trainer::checkpoint_layout(config.model);
-  Final f;
-  f.params.resize(static_cast<std::size_t>(layout.total()));
-  f.m.resize(f.params.size());
-  f.v.resize(f.params.size());
-  checkpoint::CheckpointOptions options;
-  options.root = dir / "ckpt";
-  options.model_config = config.model_json();
-  checkpoint::SoloGroup solo;
-  const checkpoint::ShardTarget target{{0, layout.total()}, {std::span(f.params), std::span(f.m), std::span(f.v)}};
-  const auto progress = checkpoint::restore_latest(options, layout, solo, target);
-  EXPECT_TRUE(progress.has_value());
-  if (progress) f.step = progress->step;
-  return f;
 }
 
 double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
@@ -191,7 +153,7 @@ class TrainerCluster : public ::testing::Test {
   }
 
   void expect_final(const std::filesystem::path& dir, bool bitwise) {
-    const Final a = read_final(reference_dir_->path()), b = read_final(dir);
+    const Final a = read_final(reference_dir_->path() / "ckpt"), b = read_final(dir / "ckpt");
     EXPECT_EQ(a.step, kSteps);
     EXPECT_EQ(b.step, kSteps);
     if (bitwise) {
@@ -253,7 +215,7 @@ TEST_F(TrainerCluster, AFullStopAndResumeReproducesTheRunBitwise) {
 
 TEST_F(TrainerCluster, AWorkerKilledMidRunIsRolledBackAndReplayedExactly) {
   TempDir dir;
-  AgentCluster cluster(options_for(dir.path(), {"--fault", "crash:1@50"}));
+  AgentCluster cluster(options_for(dir.path(), {"--fault", "crash:1@50", "--no-redundant-shards"}));
   cluster.start_agent("n1");
   cluster.start_agent("n2");
   const auto codes = wait_for_agents(cluster, {"n1", "n2"}, 240s);
@@ -271,7 +233,7 @@ TEST_F(TrainerCluster, AWorkerKilledMidRunIsRolledBackAndReplayedExactly) {
 
 TEST_F(TrainerCluster, ANodeKilledAndRestartedRejoinsAndTheLossStaysOnTheCurve) {
   TempDir dir;
-  AgentCluster cluster(options_for(dir.path(), {"--fault", "kill-node:2@50"}));
+  AgentCluster cluster(options_for(dir.path(), {"--fault", "kill-node:2@50", "--no-redundant-shards"}));
   cluster.start_agent("n1");
   cluster.start_agent("n2");
   // Rank 2 is the first worker of the second node in the generation; whichever node that is dies.

@@ -2,7 +2,8 @@
 // 1 agent x 2 workers, the tiny model on 64-token sequences, 24 steps, checkpoints every 4.
 //  - a worker SIGKILLed before step 10 (`--fault crash:1@10`): its agent restarts it, the job
 //    restores the newest committed checkpoint (step 8, or 4 if the crash came while step 8 was
-//    being written) and completes; the `restore` event counts the steps lost from step 9;
+//    being written) and completes; the `restore` event counts the steps lost from step 9 and says
+//    why memory could not serve (one node: the crashed worker's optimizer shard had no copy);
 //  - a configuration the workers cannot run (a corpus directory that does not exist): every
 //    worker exits 2 with one line naming the directory, and the agent stops the job (exit 3, no
 //    restarts) instead of restarting them;
@@ -54,6 +55,8 @@ TEST(TrainerQuick, ACrashedWorkerIsReplacedAndTheJobCompletesFromTheLastCheckpoi
       const int step = std::stoi(f["step"]);
       EXPECT_TRUE(step == 8 || step == 4) << step;
       EXPECT_EQ(f["lost_steps"], std::to_string(9 - step));
+      // One node: no copies, so the crashed worker's shard is gone from memory, and the event says so.
+      EXPECT_NE(f["reason"].find("rank 1's optimizer shard"), std::string::npos) << f["reason"];
     }
   }
   EXPECT_TRUE(rolled_back) << cluster.all_logs();

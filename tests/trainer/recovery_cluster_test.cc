@@ -1,0 +1,284 @@
+// Recovery from memory in the real trainer (mesh/reshard.h, the redundant shards on by default):
+// real `hdp agent` processes with real `hdp train` workers (the tiny model), a private
+// redis-server, real HDF5 checkpoints only where the test needs a reference.
+//
+// The reference R: 2 nodes x 2 workers, 24 steps, a checkpoint after every step, plans at equal
+// speeds (--no-speed-aware: measured speeds would make the plans, and so the order in which
+// gradients are summed, depend on timing).
+// Each scenario runs the same job A with a fault in step 8:
+//   - a whole node SIGKILLed (`kill-node:2@8:PHASE`: its agent and both workers) before the step,
+//     before the forward pass, before the reduce-scatter, after the rank's own optimizer update,
+//     or before the all-gather; the node stays dead;
+//   - one worker SIGKILLed in the optimizer phase (`crash:3@8:optimizer`; its agent restarts it,
+//     so the restarted worker joins with nothing and takes its state from its peers).
+// Asserted:
+//   - the job recovers from memory: a `continue` event with source "memory", 0 bytes read from
+//     disk, 0 steps lost, at a step T >= every step rank 0 had reported (the counter never goes
+//     back), and no restore from a checkpoint after the start;
+//   - rank 0 reported every step 1..24 exactly once;
+//   - bitwise equivalence: every step up to T equals R's (the same 4 ranks); for a node loss, the
+//     job C that restores R's checkpoint of step T on one node of 2 workers and trains to step 24
+//     (the fault-free job on the final world size from T on) reports the same loss at every step
+//     after T and ends with the same parameters and AdamW moments, bit for bit; for the worker
+//     crash, the world is 4 again (or 3 for a while, when the leader publishes before the
+//     restarted worker is back): every step on 4 ranks after only 4-rank steps equals R's bitwise,
+//     and the final state equals R's bitwise when every step ran on 4 ranks;
+//   - a double failure (worker 0 and the node holding the copy of its shard, in the same step)
+//     falls back to the newest checkpoint, and the `restore` event says which shard was lost.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "checkpoint/checkpoint_root.h"
+#include "elastic/job_state.h"
+#include "tests/agents/agent_cluster.h"
+#include "tests/support/temp_dir.h"
+#include "tests/trainer/run_records.h"
+
+namespace hdp::test {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+constexpr int kSteps = 24;
+constexpr int kFaultStep = 8;
+
+std::vector<std::string> train_args(const fs::path& dir, int checkpoint_every, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"--model",        "tiny", "--steps",          std::to_string(kSteps),
+                                   "--context",      "128",  "--capacity",       "128",
+                                   "--batch-tokens", "1024", "--lr",             "3e-3",
+                                   "--warmup-steps", "5",    "--seed",           "91",
+                                   "--checkpoint-dir", (dir / "ckpt").string(),
+                                   "--checkpoint-every", std::to_string(checkpoint_every), "--keep", "100",
+                                   "--metrics-file", (dir / "metrics.jsonl").string(), "--timeout-ms", "5000",
+                                   "--threads",      "1",    "--log-every",      "4",
+                                   "--no-speed-aware"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+ClusterOptions options(const fs::path& dir, const std::string& nnodes, int checkpoint_every,
+                       std::vector<std::string> extra = {}) {
+  ClusterOptions o;
+  o.nnodes = nnodes;
+  o.nproc = 2;
+  o.train_args = train_args(dir, checkpoint_every, std::move(extra));
+  return o;
+}
+
+using Event = std::map<std::string, std::string>;
+
+std::vector<Event> events(AgentCluster& cluster) {
+  std::vector<Event> out;
+  elastic::JobState job(cluster.store());
+  for (const auto& e : job.snapshot(elastic::kEventsKept).events) out.emplace_back(e.fields.begin(), e.fields.end());
+  return out;
+}
+
+int exit_code(AgentCluster& cluster, const std::string& node, std::chrono::milliseconds timeout) {
+  const auto status = cluster.agent(node).wait_for(timeout);
+  return status && WIFEXITED(*status) ? WEXITSTATUS(*status) : -1;
+}
+
+class RecoveryCluster : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    reference_dir_ = new TempDir();
+    AgentCluster cluster(options(reference_dir_->path(), "2:2", 1));
+    cluster.start_agent("n1");
+    cluster.start_agent("n2");
+    reference_ok_ = exit_code(cluster, "n1", 240s) == 0 && exit_code(cluster, "n2", 60s) == 0;
+    if (!reference_ok_) std::cerr << cluster.all_logs();
+    reference_ = new std::vector<StepLine>(read_metrics(reference_dir_->path() / "metrics.jsonl"));
+  }
+  static void TearDownTestSuite() {
+    delete reference_;
+    delete reference_dir_;
+  }
+  void SetUp() override {
+    ASSERT_TRUE(reference_ok_) << "the fault-free run did not complete";
+    ASSERT_EQ(reference_->size(), static_cast<std::size_t>(kSteps));
+  }
+  static double reference_loss(std::int64_t step) { return (*reference_)[static_cast<std::size_t>(step - 1)].loss; }
+
+  // Runs A with `fault`; returns the step T the job went on from, after the common assertions.
+  std::int64_t run_with_fault(const fs::path& dir, const std::string& fault, bool node_loss, std::vector<StepLine>* run) {
+    AgentCluster cluster(options(dir, node_loss ? "1:2" : "2:2", 1000, {"--fault", fault}));
+    cluster.start_agent("n1");
+    cluster.start_agent("n2");
+    std::string victim;
+    if (node_loss) {
+      EXPECT_GE(cluster.wait_until(
+                    [&] {
+                      for (const char* node : {"n1", "n2"}) {
+                        if (!cluster.agent(node).running()) victim = node;
+                      }
+                      return !victim.empty();
+                    },
+                    120s),
+                0)
+          << cluster.all_logs();
+    }
+    for (const char* node : {"n1", "n2"}) {
+      if (node != victim) {
+        EXPECT_EQ(exit_code(cluster, node, 240s), 0) << cluster.all_logs();
+      }
+    }
+    *run = read_metrics(dir / "metrics.jsonl");
+    const std::string logs = cluster.all_logs();
+    EXPECT_NE(logs.find("fault " + fault + ": firing"), std::string::npos) << logs;
+    std::int64_t t = -1;
+    int from_memory = 0, from_checkpoint = 0;
+    for (const Event& e : events(cluster)) {
+      const auto type = e.find("type")->second;
+      if (type == "continue" && e.count("source") && e.at("source") == "memory" && e.count("from_world_size") &&
+          e.at("from_world_size") == "4" && t < 0) {
+        t = std::stoll(e.at("step"));
+        ++from_memory;
+        EXPECT_EQ(e.at("lost_steps"), "0");
+        EXPECT_EQ(e.at("disk_bytes_read"), "0");
+      }
+      if (type == "restore" && e.count("source") && e.at("source") == "checkpoint") ++from_checkpoint;
+    }
+    EXPECT_GE(from_memory, 1) << "no recovery from memory\n" << logs;
+    EXPECT_EQ(from_checkpoint, 0) << "a checkpoint was read\n" << logs;
+    // Every step once, in order: nothing lost, nothing replayed, the counter never went back.
+    std::int64_t expected = 1;
+    for (const StepLine& l : *run) {
+      EXPECT_EQ(l.step, expected++) << "rank 0's steps in order, each once";
+    }
+    EXPECT_EQ(expected, kSteps + 1);
+    EXPECT_TRUE(t == kFaultStep - 1 || t == kFaultStep) << "T = " << t;
+    for (const StepLine& l : *run) {
+      if (l.step <= t) {
+        EXPECT_EQ(l.loss, reference_loss(l.step)) << "step " << l.step << " before the failure";
+      }
+    }
+    return t;
+  }
+
+  // A node lost in `phase` (empty: before the step).
+  void node_loss(const std::string& phase) {
+    TempDir dir;
+    std::vector<StepLine> run;
+    const std::string fault = "kill-node:2@" + std::to_string(kFaultStep) + (phase.empty() ? "" : ":" + phase);
+    const std::int64_t t = run_with_fault(dir.path(), fault, /*node_loss=*/true, &run);
+    if (HasFatalFailure() || t < 0) return;
+    for (const StepLine& l : run) {
+      if (l.step > t) {
+        EXPECT_EQ(l.world, 2) << "step " << l.step;
+      }
+    }
+    // C: the fault-free job on 2 ranks from R's checkpoint of step T.
+    TempDir cont;
+    const std::string name = checkpoint::step_dir_name(t);
+    fs::create_directories(cont.path() / "ckpt");
+    fs::copy(reference_dir_->path() / "ckpt" / name, cont.path() / "ckpt" / name, fs::copy_options::recursive);
+    {
+      AgentCluster cluster(options(cont.path(), "1:1", 1000));
+      cluster.start_agent("n1");
+      ASSERT_EQ(exit_code(cluster, "n1", 240s), 0) << cluster.all_logs();
+    }
+    const auto continued = read_metrics(cont.path() / "metrics.jsonl");
+    ASSERT_EQ(continued.size(), static_cast<std::size_t>(kSteps - t));
+    for (const StepLine& c : continued) {
+      EXPECT_EQ(c.loss, run[static_cast<std::size_t>(c.step - 1)].loss) << "step " << c.step << " after the recovery";
+    }
+    const Final a = read_final(dir.path() / "ckpt"), c = read_final(cont.path() / "ckpt");
+    EXPECT_EQ(a.step, kSteps);
+    EXPECT_EQ(c.step, kSteps);
+    EXPECT_TRUE(a.params == c.params) << "parameters differ";
+    EXPECT_TRUE(a.m == c.m) << "exp_avg differs";
+    EXPECT_TRUE(a.v == c.v) << "exp_avg_sq differs";
+    std::cout << fault << ": went on from step " << t << "\n";
+  }
+
+  static TempDir* reference_dir_;
+  static std::vector<StepLine>* reference_;
+  static bool reference_ok_;
+};
+
+TempDir* RecoveryCluster::reference_dir_ = nullptr;
+std::vector<StepLine>* RecoveryCluster::reference_ = nullptr;
+bool RecoveryCluster::reference_ok_ = false;
+
+TEST_F(RecoveryCluster, ANodeLostBeforeAStep) { node_loss(""); }
+TEST_F(RecoveryCluster, ANodeLostBeforeTheForwardPass) { node_loss("forward"); }
+TEST_F(RecoveryCluster, ANodeLostBeforeTheReduceScatter) { node_loss("reduce-scatter"); }
+TEST_F(RecoveryCluster, ANodeLostAfterItsOptimizerUpdate) { node_loss("optimizer"); }
+TEST_F(RecoveryCluster, ANodeLostBeforeTheAllGather) { node_loss("all-gather"); }
+
+TEST_F(RecoveryCluster, AWorkerCrashedInTheOptimizerIsRestartedAndTakesItsStateFromPeers) {
+  TempDir dir;
+  std::vector<StepLine> run;
+  const std::int64_t t = run_with_fault(dir.path(), "crash:3@" + std::to_string(kFaultStep) + ":optimizer",
+                                        /*node_loss=*/false, &run);
+  if (HasFatalFailure() || t < 0) return;
+  bool pure = true;
+  for (const StepLine& l : run) {
+    if (l.world != 4) pure = false;
+    if (pure) {
+      EXPECT_EQ(l.loss, reference_loss(l.step)) << "step " << l.step << " on 4 ranks, every step before too";
+    }
+  }
+  EXPECT_EQ(run.back().world, 4) << "the restarted worker should be back";
+  if (pure) {
+    const Final a = read_final(dir.path() / "ckpt"), r = read_final(reference_dir_->path() / "ckpt");
+    EXPECT_TRUE(a.params == r.params) << "parameters differ";
+    EXPECT_TRUE(a.m == r.m) << "exp_avg differs";
+    EXPECT_TRUE(a.v == r.v) << "exp_avg_sq differs";
+  }
+  std::cout << "went on from step " << t << "; " << (pure ? "every step on 4 ranks" : "some steps on 3 ranks") << "\n";
+}
+
+TEST_F(RecoveryCluster, ADoubleFailureFallsBackToTheCheckpointAndSaysWhy) {
+  TempDir dir;
+  // Rank 0's copy lives on the other node (rank 2): both die in the same step.
+  AgentCluster cluster(options(dir.path(), "1:2", 3, {"--fault", "crash:0@8:optimizer,kill-node:2@8:optimizer"}));
+  cluster.start_agent("n1");
+  cluster.start_agent("n2");
+  std::string victim;
+  ASSERT_GE(cluster.wait_until(
+                [&] {
+                  for (const char* node : {"n1", "n2"}) {
+                    if (!cluster.agent(node).running()) victim = node;
+                  }
+                  return !victim.empty();
+                },
+                120s),
+            0)
+      << cluster.all_logs();
+  const std::string survivor = victim == "n1" ? "n2" : "n1";
+  ASSERT_EQ(exit_code(cluster, survivor, 240s), 0) << cluster.all_logs();
+  bool fell_back = false;
+  for (const Event& e : events(cluster)) {
+    if (e.at("type") != "restore" || !e.count("reason")) continue;
+    fell_back = true;
+    EXPECT_EQ(e.at("source"), "checkpoint");
+    EXPECT_NE(e.at("reason").find("optimizer shard"), std::string::npos) << e.at("reason");
+    EXPECT_NE(e.at("reason").find("every copy of it was lost"), std::string::npos) << e.at("reason");
+    const std::int64_t step = std::stoll(e.at("step"));
+    EXPECT_TRUE(step == 6 || step == 3) << "the newest checkpoint before step 8: " << step;
+    EXPECT_GT(std::stoll(e.at("disk_bytes_read")), 0);
+  }
+  EXPECT_TRUE(fell_back) << cluster.all_logs();
+  const auto run = read_metrics(dir.path() / "metrics.jsonl");
+  ASSERT_FALSE(run.empty());
+  EXPECT_EQ(run.back().step, kSteps);
+  std::set<std::int64_t> seen;
+  for (const StepLine& l : run) {
+    seen.insert(l.step);
+    if (l.step < kFaultStep && l.world == 4) {
+      EXPECT_EQ(l.loss, reference_loss(l.step)) << "step " << l.step;
+    }
+  }
+  EXPECT_EQ(seen.size(), static_cast<std::size_t>(kSteps)) << "every step ran";
+}
+
+}  // namespace
+}  // namespace hdp::test
