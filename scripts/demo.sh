@@ -23,7 +23,7 @@ status=0
 # Its live dashboard is served on http://127.0.0.1:${HDP_DEMO_DASHBOARD_PORT:-8265}/ while it runs.
 build/bin/hdp run --nodes 3 --nproc-per-node 2 --nnodes 1:3 --lease-ms 2000 --run-dir build/hdp-runs \
   --dashboard-port "${HDP_DEMO_DASHBOARD_PORT:-8265}" --kill-node node2@30+5 2> >(tee "$log" | grep --line-buffered -E \
-    "step [0-9]+/|published generation|restored|recovered|peer lost|rejoin|registered|completed" >&2) || status=$?
+    "step [0-9]+/|published generation|restored|continuing from memory|recovered|peer lost|rejoin|registered|completed" >&2) || status=$?
 wait
 if [ "$status" -ne 0 ]; then
   echo "demo: the job did not complete (hdp run exit $status); full log:" >&2

@@ -43,6 +43,8 @@ TEST(ControlPlaneCli, BadInputIsAUsageErrorWithOneClearLine) {
       {{"train", "--capacity", "0"}, "--capacity"},
       {{"train", "--model", "small", "--max-rank-memory-mb", "10"}, "--max-rank-memory-mb"},
       {{"train", "--fault", "crash:x@1"}, "--fault"},
+      {{"train", "--fault", "crash:1@4:backward"}, "is not one of forward, reduce-scatter, optimizer, all-gather"},
+      {{"train", "--fault", "kill-node:1@4:"}, "is not one of forward"},
   };
   for (const auto& [args, reason] : cases) {
     auto r = hdp(cluster, args);
