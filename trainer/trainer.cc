@@ -353,7 +353,8 @@ class Trainer {
       for (int r = 0; r < owner; ++r) offset += counts[static_cast<std::size_t>(r)];
       zero_->set_replica_state(owner, model_.params().view(offset, {counts[static_cast<std::size_t>(owner)]}), step_);
     }
-    zero_->set_keep_previous(true);
+    // The kept triples serve a rollback from the copies; with none (one node) a lost shard is lost.
+    zero_->set_keep_previous(plan.complete());
     if (lead(m)) {
       log()->info("generation {}: every optimizer shard copied to a rank of another node{}", m.generation,
                   plan.complete() ? std::string() : std::string(" (none: the job runs on one node)"));

@@ -120,7 +120,7 @@ struct TrainerConfig {
   // verify_replicas_every steps (0: never) the ranks compare checksums of every shard and its copy
   // and log an error naming both ranks on a mismatch. With it, every update also keeps the triple it
   // changes, so that a failure in the middle of a step can be rolled back (mesh/reshard.h). On by
-  // default; it costs nothing on a single node (no copies) but the kept triple.
+  // default; on a single node there are no copies and nothing is kept, so it costs nothing.
   bool redundant_shards = true;
   int verify_replicas_every = 0;
 

@@ -5,11 +5,12 @@
 // The reference R: 2 nodes x 2 workers, 24 steps, a checkpoint after every step, plans at equal
 // speeds (--no-speed-aware: measured speeds would make the plans, and so the order in which
 // gradients are summed, depend on timing).
-// Each scenario runs the same job A with a fault in step 8:
-//   - a whole node SIGKILLed (`kill-node:2@8:PHASE`: its agent and both workers) before the step,
+// Each scenario runs the same job A with a fault in step F (drawn from [3, 20] per run and printed;
+// HDP_FAULT_STEP fixes it):
+//   - a whole node SIGKILLed (`kill-node:2@F:PHASE`: its agent and both workers) before the step,
 //     before the forward pass, before the reduce-scatter, after the rank's own optimizer update,
 //     or before the all-gather; the node stays dead;
-//   - one worker SIGKILLed in the optimizer phase (`crash:3@8:optimizer`; its agent restarts it,
+//   - one worker SIGKILLed in the optimizer phase (`crash:3@F:optimizer`; its agent restarts it,
 //     so the restarted worker joins with nothing and takes its state from its peers).
 // Asserted:
 //   - the job recovers from memory: a `continue` event with source "memory", 0 bytes read from
@@ -30,6 +31,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -46,7 +48,18 @@ using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
 constexpr int kSteps = 24;
-constexpr int kFaultStep = 8;
+
+// The step the faults strike: drawn per run from [3, 20] (printed; HDP_FAULT_STEP chooses it), so
+// that runs cover different steps. The double failure's stays at 8 (its checkpoint steps are known).
+int fault_step() {
+  static const int step = [] {
+    if (const char* fixed = std::getenv("HDP_FAULT_STEP")) return std::atoi(fixed);
+    std::random_device seed;
+    return 3 + static_cast<int>(seed() % 18);
+  }();
+  return step;
+}
+constexpr int kDoubleFaultStep = 8;
 
 std::vector<std::string> train_args(const fs::path& dir, int checkpoint_every, std::vector<std::string> extra = {}) {
   std::vector<std::string> args = {"--model",        "tiny", "--steps",          std::to_string(kSteps),
@@ -153,7 +166,7 @@ class RecoveryCluster : public ::testing::Test {
       EXPECT_EQ(l.step, expected++) << "rank 0's steps in order, each once";
     }
     EXPECT_EQ(expected, kSteps + 1);
-    EXPECT_TRUE(t == kFaultStep - 1 || t == kFaultStep) << "T = " << t;
+    EXPECT_TRUE(t == fault_step() - 1 || t == fault_step()) << "T = " << t << ", the fault at step " << fault_step();
     for (const StepLine& l : *run) {
       if (l.step <= t) {
         EXPECT_EQ(l.loss, reference_loss(l.step)) << "step " << l.step << " before the failure";
@@ -166,7 +179,8 @@ class RecoveryCluster : public ::testing::Test {
   void node_loss(const std::string& phase) {
     TempDir dir;
     std::vector<StepLine> run;
-    const std::string fault = "kill-node:2@" + std::to_string(kFaultStep) + (phase.empty() ? "" : ":" + phase);
+    const std::string fault = "kill-node:2@" + std::to_string(fault_step()) + (phase.empty() ? "" : ":" + phase);
+    std::cout << "the fault strikes at step " << fault_step() << " (HDP_FAULT_STEP)\n";
     const std::int64_t t = run_with_fault(dir.path(), fault, /*node_loss=*/true, &run);
     if (HasFatalFailure() || t < 0) return;
     for (const StepLine& l : run) {
@@ -216,7 +230,8 @@ TEST_F(RecoveryCluster, ANodeLostBeforeTheAllGather) { node_loss("all-gather"); 
 TEST_F(RecoveryCluster, AWorkerCrashedInTheOptimizerIsRestartedAndTakesItsStateFromPeers) {
   TempDir dir;
   std::vector<StepLine> run;
-  const std::int64_t t = run_with_fault(dir.path(), "crash:3@" + std::to_string(kFaultStep) + ":optimizer",
+  std::cout << "the fault strikes at step " << fault_step() << " (HDP_FAULT_STEP)\n";
+  const std::int64_t t = run_with_fault(dir.path(), "crash:3@" + std::to_string(fault_step()) + ":optimizer",
                                         /*node_loss=*/false, &run);
   if (HasFatalFailure() || t < 0) return;
   bool pure = true;
@@ -273,7 +288,7 @@ TEST_F(RecoveryCluster, ADoubleFailureFallsBackToTheCheckpointAndSaysWhy) {
   std::set<std::int64_t> seen;
   for (const StepLine& l : run) {
     seen.insert(l.step);
-    if (l.step < kFaultStep && l.world == 4) {
+    if (l.step < kDoubleFaultStep && l.world == 4) {
       EXPECT_EQ(l.loss, reference_loss(l.step)) << "step " << l.step;
     }
   }
