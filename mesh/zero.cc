@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "common/clock.h"
 #include "common/error.h"
@@ -151,11 +152,15 @@ const ZeroOptimizer::Replica& ZeroOptimizer::replica(int owner) const {
                         std::to_string(owner) + "'s shard");
 }
 
+ZeroOptimizer::Replica& ZeroOptimizer::replica(int owner) {
+  return const_cast<Replica&>(std::as_const(*this).replica(owner));
+}
+
 const ops::Tensor& ZeroOptimizer::replica_exp_avg(int owner) const { return replica(owner).m; }
 const ops::Tensor& ZeroOptimizer::replica_exp_avg_sq(int owner) const { return replica(owner).v; }
 
 void ZeroOptimizer::set_replica_state(int owner, const ops::Tensor& params, std::int64_t step) {
-  Replica& r = const_cast<Replica&>(replica(owner));
+  Replica& r = replica(owner);
   if (!params.defined() || params.numel() != r.params.numel() || step < 0) {
     throw InvalidArgument("ZeroOptimizer::set_replica_state: rank " + std::to_string(owner) + "'s copy takes " +
                           std::to_string(r.params.numel()) + " parameters at a step >= 0");

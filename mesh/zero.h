@@ -164,6 +164,7 @@ class ZeroOptimizer {
     Previous prev;
   };
   const Replica& replica(int owner) const;
+  Replica& replica(int owner);
   int holder_ = -1;  // the rank holding the copy of this shard; -1: none
   std::vector<int> replica_owners_;
   std::vector<Replica> replicas_;

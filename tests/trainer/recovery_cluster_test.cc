@@ -22,12 +22,15 @@
 //     (the fault-free job on the final world size from T on) reports the same loss at every step
 //     after T and ends with the same parameters and AdamW moments, bit for bit; for the worker
 //     crash, the world is 4 again (or 3 for a while, when the leader publishes before the
-//     restarted worker is back): every step on 4 ranks after only 4-rank steps equals R's bitwise,
-//     and the final state equals R's bitwise when every step ran on 4 ranks;
+//     restarted worker is back, to the end when the fault came late): every step on 4 ranks after
+//     only 4-rank steps equals R's bitwise, the final state equals R's bitwise when every step ran
+//     on 4 ranks, and steps after a 3-rank step stay within relative 1e-4 of R's loss (the bound
+//     of trainer_cluster_test: the same batches summed in another order);
 //   - a double failure (worker 0 and the node holding the copy of its shard, in the same step)
 //     falls back to the newest checkpoint, and the `restore` event says which shard was lost.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -227,7 +230,7 @@ TEST_F(RecoveryCluster, ANodeLostBeforeTheReduceScatter) { node_loss("reduce-sca
 TEST_F(RecoveryCluster, ANodeLostAfterItsOptimizerUpdate) { node_loss("optimizer"); }
 TEST_F(RecoveryCluster, ANodeLostBeforeTheAllGather) { node_loss("all-gather"); }
 
-TEST_F(RecoveryCluster, AWorkerCrashedInTheOptimizerIsRestartedAndTakesItsStateFromPeers) {
+TEST_F(RecoveryCluster, AWorkerCrashedInTheOptimizerIsRecoveredFromMemory) {
   TempDir dir;
   std::vector<StepLine> run;
   std::cout << "the fault strikes at step " << fault_step() << " (HDP_FAULT_STEP)\n";
@@ -239,9 +242,15 @@ TEST_F(RecoveryCluster, AWorkerCrashedInTheOptimizerIsRestartedAndTakesItsStateF
     if (l.world != 4) pure = false;
     if (pure) {
       EXPECT_EQ(l.loss, reference_loss(l.step)) << "step " << l.step << " on 4 ranks, every step before too";
+    } else {
+      // After a step on 3 ranks (the leader published before the restarted worker was back): the
+      // same batches summed in another order, within trainer_cluster_test's rounding bound.
+      EXPECT_LE(std::abs(l.loss - reference_loss(l.step)) / std::abs(reference_loss(l.step)), 1e-4)
+          << "step " << l.step << " on " << l.world << " ranks";
     }
   }
-  EXPECT_EQ(run.back().world, 4) << "the restarted worker should be back";
+  // Whenever the restarted worker joined (it held nothing), its state came from its peers: no
+  // restore from a checkpoint happened at all (run_with_fault).
   if (pure) {
     const Final a = read_final(dir.path() / "ckpt"), r = read_final(reference_dir_->path() / "ckpt");
     EXPECT_TRUE(a.params == r.params) << "parameters differ";
