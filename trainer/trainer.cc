@@ -143,6 +143,10 @@ class Trainer {
       saver.emplace(options, layout_, *group);
     }
     try {
+      // A step rolled forward at a checkpoint step was never saved: save it now (every rank: the
+      // decision comes from the plan, the same on all).
+      if (saver && save_rolled_forward_) save(*saver);
+      save_rolled_forward_ = false;
       return steps(m, comm, saver ? &*saver : nullptr, furthest);
     } catch (const RecoverableError&) {
       // The generation is lost: a save in flight cannot complete either; let it fail now rather
@@ -230,6 +234,7 @@ class Trainer {
                   old_rank != m.rank ? " (its optimizer shard moved from rank " + std::to_string(old_rank) + ")" : std::string());
     }
     if (step_ > plan.furthest) report_rolled_forward(m);
+    save_rolled_forward_ = step_ > plan.furthest && step_ % config_.checkpoint_every == 0;
     in_flight_.reset();
     if (lead(m)) {
       const std::int64_t lost = std::max<std::int64_t>(plan.furthest - plan.step, 0);
@@ -907,6 +912,7 @@ class Trainer {
     std::int64_t step = 0;
   };
   std::optional<InFlight> in_flight_;
+  bool save_rolled_forward_ = false;  // the generation starts by saving step_ (from_memory)
   int layout_rank_ = -1;                 // this rank's rank in it
   std::int64_t last_saved_step_ = -1;
   std::optional<SteadyClock::time_point> interrupted_;

@@ -124,7 +124,9 @@ class RecoveryCluster : public ::testing::Test {
 
   // Runs A with `fault`; returns the step T the job went on from, after the common assertions.
   std::int64_t run_with_fault(const fs::path& dir, const std::string& fault, bool node_loss, std::vector<StepLine>* run) {
-    AgentCluster cluster(options(dir, node_loss ? "1:2" : "2:2", 1000, {"--fault", fault}));
+    // A checkpoint every F steps: step F is saved whether it was redone (T = F - 1) or rolled
+    // forward (T = F, saved as the next generation starts).
+    AgentCluster cluster(options(dir, node_loss ? "1:2" : "2:2", fault_step(), {"--fault", fault}));
     cluster.start_agent("n1");
     cluster.start_agent("n2");
     std::string victim;
@@ -170,6 +172,8 @@ class RecoveryCluster : public ::testing::Test {
     }
     EXPECT_EQ(expected, kSteps + 1);
     EXPECT_TRUE(t == fault_step() - 1 || t == fault_step()) << "T = " << t << ", the fault at step " << fault_step();
+    EXPECT_TRUE(fs::is_directory(dir / "ckpt" / checkpoint::step_dir_name(fault_step())))
+        << "no checkpoint of step " << fault_step() << " (T = " << t << ")";
     for (const StepLine& l : *run) {
       if (l.step <= t) {
         EXPECT_EQ(l.loss, reference_loss(l.step)) << "step " << l.step << " before the failure";
