@@ -127,6 +127,20 @@ std::int64_t AgentCluster::step() {
   return fields.count("step") ? std::stoll(fields["step"]) : 0;
 }
 
+std::string AgentCluster::wait_for_dead_agent(const std::vector<std::string>& nodes,
+                                              std::chrono::milliseconds timeout) {
+  std::string dead;
+  wait_until(
+      [&] {
+        for (const auto& node : nodes) {
+          if (!agent(node).running()) dead = node;
+        }
+        return !dead.empty();
+      },
+      timeout);
+  return dead;
+}
+
 double AgentCluster::wait_until(const std::function<bool()>& predicate, std::chrono::milliseconds timeout) {
   const auto start = std::chrono::steady_clock::now();
   while (std::chrono::steady_clock::now() - start < timeout) {

@@ -63,6 +63,9 @@ class AgentCluster {
 
   // Polls `predicate` every 20 ms; returns the seconds it took, or -1 after `timeout`.
   double wait_until(const std::function<bool()>& predicate, std::chrono::milliseconds timeout);
+  // Waits until the agent of one of `nodes` is no longer running (a kill-node fault); returns that
+  // node, or "" after `timeout`.
+  std::string wait_for_dead_agent(const std::vector<std::string>& nodes, std::chrono::milliseconds timeout);
   // Waits for a running generation whose nodes are exactly `nodes` (in any order).
   double wait_for_members(std::vector<std::string> nodes, std::chrono::milliseconds timeout);
   std::int64_t step();

@@ -131,16 +131,8 @@ class RecoveryCluster : public ::testing::Test {
     cluster.start_agent("n2");
     std::string victim;
     if (node_loss) {
-      EXPECT_GE(cluster.wait_until(
-                    [&] {
-                      for (const char* node : {"n1", "n2"}) {
-                        if (!cluster.agent(node).running()) victim = node;
-                      }
-                      return !victim.empty();
-                    },
-                    120s),
-                0)
-          << cluster.all_logs();
+      victim = cluster.wait_for_dead_agent({"n1", "n2"}, 120s);
+      EXPECT_FALSE(victim.empty()) << cluster.all_logs();
     }
     for (const char* node : {"n1", "n2"}) {
       if (node != victim) {
@@ -270,17 +262,8 @@ TEST_F(RecoveryCluster, ADoubleFailureFallsBackToTheCheckpointAndSaysWhy) {
   AgentCluster cluster(options(dir.path(), "1:2", 3, {"--fault", "crash:0@8:optimizer,kill-node:2@8:optimizer"}));
   cluster.start_agent("n1");
   cluster.start_agent("n2");
-  std::string victim;
-  ASSERT_GE(cluster.wait_until(
-                [&] {
-                  for (const char* node : {"n1", "n2"}) {
-                    if (!cluster.agent(node).running()) victim = node;
-                  }
-                  return !victim.empty();
-                },
-                120s),
-            0)
-      << cluster.all_logs();
+  const std::string victim = cluster.wait_for_dead_agent({"n1", "n2"}, 120s);
+  ASSERT_FALSE(victim.empty()) << cluster.all_logs();
   const std::string survivor = victim == "n1" ? "n2" : "n1";
   ASSERT_EQ(exit_code(cluster, survivor, 240s), 0) << cluster.all_logs();
   bool fell_back = false;

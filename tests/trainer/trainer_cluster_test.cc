@@ -237,17 +237,8 @@ TEST_F(TrainerCluster, ANodeKilledAndRestartedRejoinsAndTheLossStaysOnTheCurve) 
   cluster.start_agent("n1");
   cluster.start_agent("n2");
   // Rank 2 is the first worker of the second node in the generation; whichever node that is dies.
-  std::string victim;
-  ASSERT_GE(cluster.wait_until(
-                [&] {
-                  for (const char* node : {"n1", "n2"}) {
-                    if (!cluster.agent(node).running()) victim = node;
-                  }
-                  return !victim.empty();
-                },
-                120s),
-            0)
-      << cluster.all_logs();
+  const std::string victim = cluster.wait_for_dead_agent({"n1", "n2"}, 120s);
+  ASSERT_FALSE(victim.empty()) << cluster.all_logs();
   const std::string survivor = victim == "n1" ? "n2" : "n1";
   ASSERT_GE(cluster.wait_for_members({survivor}, 30s), 0) << cluster.all_logs();
   ASSERT_GE(cluster.wait_until([&] { return cluster.state().count("status") && cluster.step() >= 45; }, 60s), 0);
