@@ -43,12 +43,12 @@
 
 #include "common/error.h"
 #include "common/median.h"
-#include "mesh/calibration.h"
-#include "mesh/cost_fit.h"
-#include "mesh/length_distribution.h"
-#include "mesh/plan.h"
-#include "mesh/plan_check.h"
-#include "mesh/speed_tracker.h"
+#include "mesh/plan/calibration.h"
+#include "mesh/plan/cost_fit.h"
+#include "mesh/plan/length_distribution.h"
+#include "mesh/plan/plan.h"
+#include "mesh/plan/plan_check.h"
+#include "mesh/plan/speed_tracker.h"
 
 namespace {
 

@@ -40,7 +40,7 @@
 #include "bench/comm_model.h"
 #include "bench/report.h"
 #include "common/median.h"
-#include "mesh/communicator_factory.h"
+#include "mesh/comm/communicator_factory.h"
 
 namespace {
 

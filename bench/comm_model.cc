@@ -19,11 +19,11 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/median.h"
-#include "mesh/batch_builder.h"
-#include "mesh/communicator_factory.h"
-#include "mesh/distributed_step.h"
-#include "mesh/length_distribution.h"
-#include "mesh/ring_attention.h"
+#include "mesh/step/batch_builder.h"
+#include "mesh/comm/communicator_factory.h"
+#include "mesh/step/distributed_step.h"
+#include "mesh/plan/length_distribution.h"
+#include "mesh/step/ring_attention.h"
 #include "ops/model/llama_params.h"
 
 namespace hdp::bench {

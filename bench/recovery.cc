@@ -9,7 +9,7 @@
 //   redis_restart  2 agents x 2 workers; the redis-server SIGKILLed and restarted empty
 // Paths (node_kill and worker_crash run both, in the same invocation, on the same model):
 //   memory      the default: redundant optimizer shards, the state rebuilt from the survivors'
-//               memory (mesh/reshard.h)
+//               memory (mesh/step/reshard.h)
 //   checkpoint  --no-redundant-shards: the lost shard has no copy, every rank restores the newest
 //               checkpoint (HDF5, checkpoint every 5 steps)
 // recovery_s: from the fault (or the join) to the first step completed after it (for node_kill

@@ -20,10 +20,10 @@
 
 #include <CLI/CLI.hpp>
 
-#include "mesh/length_distribution.h"
-#include "mesh/plan.h"
-#include "mesh/plan_check.h"
-#include "mesh/plan_summary.h"
+#include "mesh/plan/length_distribution.h"
+#include "mesh/plan/plan.h"
+#include "mesh/plan/plan_check.h"
+#include "mesh/plan/plan_summary.h"
 
 namespace {
 

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <numeric>
 
-#include "mesh/cost_model_json.h"
+#include "mesh/plan/cost_model_json.h"
 
 namespace hdp::cli {
 namespace {

@@ -1,7 +1,7 @@
 // File: cli/plan_calibration.h
 //
 // `hdp plan --calibrate`: fits the cost model on this machine by timing the real model
-// (mesh/calibration.h), prints the coefficients and the fit's residuals, and writes the cost model
+// (mesh/plan/calibration.h), prints the coefficients and the fit's residuals, and writes the cost model
 // file the trainer and `hdp plan --cost-model` read (docs/scheduler.md, "Calibration").
 #pragma once
 
@@ -9,7 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "mesh/calibration.h"
+#include "mesh/plan/calibration.h"
 
 namespace hdp::cli {
 

@@ -16,11 +16,11 @@
 #include "cli/commands.h"
 #include "cli/plan_calibration.h"
 #include "common/error.h"
-#include "mesh/cost_model_json.h"
-#include "mesh/length_distribution.h"
-#include "mesh/plan.h"
-#include "mesh/plan_check.h"
-#include "mesh/plan_summary.h"
+#include "mesh/plan/cost_model_json.h"
+#include "mesh/plan/length_distribution.h"
+#include "mesh/plan/plan.h"
+#include "mesh/plan/plan_check.h"
+#include "mesh/plan/plan_summary.h"
 
 namespace hdp::cli {
 namespace {

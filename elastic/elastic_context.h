@@ -10,7 +10,7 @@
 //   for (std::int64_t seen = 0;;) {
 //     Membership m = ctx.wait_for_next(seen, 60s);   // a running generation that includes me
 //     seen = m.generation;
-//     auto comm = mesh::connect_communicator(ctx.bootstrap(m), "main", 30s);  // mesh/communicator_factory.h
+//     auto comm = mesh::connect_communicator(ctx.bootstrap(m), "main", 30s);  // mesh/comm/communicator_factory.h
 //     while (!ctx.changed(m)) { ...one step...; }    // cheap check at step boundaries
 //   }
 #pragma once
@@ -50,7 +50,7 @@ struct Membership {
   Generation record;
 };
 
-// What a communicator needs to bootstrap one generation (mesh/communicator_factory.h builds it):
+// What a communicator needs to bootstrap one generation (mesh/comm/communicator_factory.h builds it):
 // this worker's place, the address its peers reach it at, and the generation's bootstrap
 // namespace. Several communicators of one generation bootstrap under sub-prefixes of `store`.
 struct Bootstrap {

@@ -2,7 +2,7 @@
 //
 // How LlamaModel runs each layer's attention: through an executor, so that the rows of one
 // micro-batch can be whole sequences attended locally (PackedAttention, the default) or shards of
-// sequences whose other keys live on other ranks (mesh/ring_attention.h implements that one, above
+// sequences whose other keys live on other ranks (mesh/step/ring_attention.h implements that one, above
 // ops/ in the layering: ops/ defines the hook, mesh/ the distributed attention).
 //
 // The model calls forward(layer, ...) for layers 0..n-1 in its forward pass and backward(layer, ...)

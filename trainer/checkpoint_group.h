@@ -2,7 +2,7 @@
 //
 // checkpoint::Group over a Communicator, for the checkpoint writer: AsyncSaver calls its group
 // from its own writer thread, so the trainer gives it a communicator of its own (the generation's
-// "ckpt" channel, mesh/communicator_factory.h), never the training one (a communicator's
+// "ckpt" channel, mesh/comm/communicator_factory.h), never the training one (a communicator's
 // collectives must come from one thread in one order on every rank).
 //
 // Failure: barrier() and all_true() throw what the communicator throws (PeerLost, TimeoutError),
@@ -15,7 +15,7 @@
 #include <chrono>
 
 #include "checkpoint/group.h"
-#include "mesh/communicator.h"
+#include "mesh/comm/communicator.h"
 
 namespace hdp::trainer {
 

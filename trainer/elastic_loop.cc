@@ -8,7 +8,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "elastic/job_state.h"
-#include "mesh/communicator_factory.h"
+#include "mesh/comm/communicator_factory.h"
 
 namespace hdp::trainer {
 namespace {

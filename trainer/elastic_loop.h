@@ -12,7 +12,7 @@
 #include <memory>
 
 #include "elastic/elastic_context.h"
-#include "mesh/communicator.h"
+#include "mesh/comm/communicator.h"
 
 namespace hdp::trainer {
 

@@ -22,13 +22,13 @@
 #include "common/log.h"
 #include "elastic/job_keys.h"
 #include "elastic/job_state.h"
-#include "mesh/communicator_factory.h"
-#include "mesh/distributed_step.h"
-#include "mesh/plan.h"
-#include "mesh/plan_summary.h"
-#include "mesh/reshard.h"
-#include "mesh/speed_tracker.h"
-#include "mesh/zero.h"
+#include "mesh/comm/communicator_factory.h"
+#include "mesh/step/distributed_step.h"
+#include "mesh/plan/plan.h"
+#include "mesh/plan/plan_summary.h"
+#include "mesh/step/reshard.h"
+#include "mesh/plan/speed_tracker.h"
+#include "mesh/step/zero.h"
 #include "ops/model/llama_model.h"
 #include "ops/model/llama_params.h"
 #include "trainer/checkpoint_group.h"
@@ -156,7 +156,7 @@ class Trainer {
     }
   }
 
-  // Step 2 of the header: rebuild the state from the ranks' memory (mesh/reshard.h), or restore.
+  // Step 2 of the header: rebuild the state from the ranks' memory (mesh/step/reshard.h), or restore.
   // Returns the furthest step any rank had completed before (for the steps a rollback loses).
   std::int64_t start(const Membership& m, Communicator& comm) {
     const auto began = SteadyClock::now();
@@ -330,7 +330,7 @@ class Trainer {
 
   // Redundant shards (config_.redundant_shards): the generation's buddy plan, and every shard
   // sent whole to its holder, so that the copies start equal to the originals whatever happened
-  // before (a restore, renumbered ranks); every step then keeps them equal (mesh/zero.h).
+  // before (a restore, renumbered ranks); every step then keeps them equal (mesh/step/zero.h).
   void place_replicas(const Membership& m, Communicator& comm) {
     std::vector<std::string> node_of_rank(static_cast<std::size_t>(m.world_size));
     for (const auto& member : m.record.members) {
@@ -698,7 +698,7 @@ class Trainer {
     return factor;
   }
 
-  // A new generation: every rank hands the others its own speed record (mesh/speed_tracker.h), so
+  // A new generation: every rank hands the others its own speed record (mesh/plan/speed_tracker.h), so
   // that all plan from identical speeds whoever joined; rank 0 reads how often each node/slot was
   // evicted before (the strikes an eviction needs double with each).
   void share_speeds(const Membership& m, Communicator& comm) {

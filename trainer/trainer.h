@@ -5,7 +5,7 @@
 //
 // Per generation (trainer/elastic_loop.h runs the outer loop and builds the "main" communicator):
 //   1. the checkpoint writer's own communicator ("ckpt" channel) is connected;
-//   2. the ranks agree how to start (mesh/reshard.h: two all-gathers of what each holds in
+//   2. the ranks agree how to start (mesh/step/reshard.h: two all-gathers of what each holds in
 //      memory): when every shard of the newest layout survives at a common step T (its owner or
 //      the copy on another node, at the step completed or, for the step in flight, kept from
 //      before the update), the new world's shards and, where needed, the parameters are rebuilt
@@ -25,7 +25,7 @@
 //      the generation), and every `checkpoint_every` steps all ranks hand their shard to the
 //      AsyncSaver (staging is a memcpy; the write runs on the saver's thread).
 //   4. a lost or frozen peer (PeerLost, TimeoutError) abandons the generation (elastic_loop.h); what
-//      the step in flight had changed stays described by the optimizer's versions (mesh/zero.h),
+//      the step in flight had changed stays described by the optimizer's versions (mesh/step/zero.h),
 //      so step 2 of the next generation can roll it back or forward.
 // At the last step every rank saves a final checkpoint, rank 0 marks the job completed, and all
 // return kCompleted. A stop request saves a final checkpoint (unless the step was just saved) and

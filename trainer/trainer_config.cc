@@ -5,8 +5,8 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "mesh/cost_model_json.h"
-#include "mesh/plan.h"
+#include "mesh/plan/cost_model_json.h"
+#include "mesh/plan/plan.h"
 #include "ops/model/llama_params.h"
 #include "trainer/data/corpus.h"
 #include "trainer/data/synthetic.h"

@@ -19,8 +19,8 @@
 
 #include "checkpoint/flat_layout.h"
 #include "elastic/membership.h"
-#include "mesh/cost_model.h"
-#include "mesh/zero.h"
+#include "mesh/plan/cost_model.h"
+#include "mesh/step/zero.h"
 #include "ops/model/llama_config.h"
 #include "trainer/data/piece_source.h"
 #include "trainer/lr_schedule.h"
@@ -114,12 +114,12 @@ struct TrainerConfig {
   bool evict_stragglers = true;
   elastic::Cooldown cooldown;
 
-  // Redundant optimizer shards (mesh/buddies.h, docs/data-plane.md): every rank's shard also kept,
+  // Redundant optimizer shards (mesh/step/buddies.h, docs/data-plane.md): every rank's shard also kept,
   // bitwise equal, by a rank of another node (none on a single node). Each generation starts by
   // sending every shard to its holder; every step keeps the copies current. Every
   // verify_replicas_every steps (0: never) the ranks compare checksums of every shard and its copy
   // and log an error naming both ranks on a mismatch. With it, every update also keeps the triple it
-  // changes, so that a failure in the middle of a step can be rolled back (mesh/reshard.h). On by
+  // changes, so that a failure in the middle of a step can be rolled back (mesh/step/reshard.h). On by
   // default; on a single node there are no copies and nothing is kept, so it costs nothing.
   bool redundant_shards = true;
   int verify_replicas_every = 0;

@@ -32,7 +32,7 @@ struct Batch {
   Tensor targets;                   // i32 [T], -1 where the token is not counted
   Tensor positions;                 // i64 [T], each token's position in its sequence (RoPE)
   // n_seqs + 1 offsets into the T tokens (host): the sequences PackedAttention attends within, when
-  // forward() is given no executor. A batch of shards (mesh/batch_builder.h) leaves it empty and
+  // forward() is given no executor. A batch of shards (mesh/step/batch_builder.h) leaves it empty and
   // comes with its own executor.
   std::vector<int32_t> cu_seqlens;
 };

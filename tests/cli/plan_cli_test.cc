@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mesh/cost_model_json.h"
+#include "mesh/plan/cost_model_json.h"
 #include "tests/support/child_process.h"
 #include "tests/support/temp_dir.h"
 

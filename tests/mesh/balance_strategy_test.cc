@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "mesh/plan_summary.h"
+#include "mesh/plan/plan_summary.h"
 #include "tests/mesh/plan_test_support.h"
 
 namespace hdp::mesh::test {

@@ -1,4 +1,4 @@
-// The batch builder (mesh/batch_builder.h) and the distributed step's plan checks: across all
+// The batch builder (mesh/step/batch_builder.h) and the distributed step's plan checks: across all
 // ranks of a plan every token runs exactly once with its position in its whole sequence, every
 // target is the next token of the whole sequence (also across chunk boundaries, where it lives on
 // another rank), every predicted token is counted exactly once; bad plans are InvalidArgument
@@ -8,8 +8,8 @@
 #include <map>
 
 #include "common/error.h"
-#include "mesh/batch_builder.h"
-#include "mesh/distributed_step.h"
+#include "mesh/step/batch_builder.h"
+#include "mesh/step/distributed_step.h"
 #include "tests/mesh/plan_test_support.h"
 
 namespace hdp::mesh {

@@ -23,7 +23,7 @@
 #include "elastic/prefix_store.h"
 #include "elastic/redis_store.h"
 #include "elastic/redis_url.h"
-#include "mesh/gloo_communicator.h"
+#include "mesh/comm/gloo_communicator.h"
 #include "tests/support/redis_server.h"
 
 namespace hdp::mesh {

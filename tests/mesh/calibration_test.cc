@@ -12,10 +12,10 @@
 
 #include "common/error.h"
 #include "common/median.h"
-#include "mesh/calibration.h"
-#include "mesh/cost_model_json.h"
-#include "mesh/length_distribution.h"
-#include "mesh/speed_tracker.h"
+#include "mesh/plan/calibration.h"
+#include "mesh/plan/cost_model_json.h"
+#include "mesh/plan/length_distribution.h"
+#include "mesh/plan/speed_tracker.h"
 #include "tests/support/temp_dir.h"
 
 namespace hdp::mesh {

@@ -1,7 +1,7 @@
 // GlooCommunicator with ranks as real processes (fork), bootstrapped through a private
 // redis-server, where one rank dies (SIGKILL) or hangs (SIGSTOP) in the middle of a call:
 //   (a) while the others wait in a recv from it,
-//   (a') in the middle of ring attention steps (mesh/ring_attention.h),
+//   (a') in the middle of ring attention steps (mesh/step/ring_attention.h),
 //   (b) in the middle of a 64 MiB reduce-scatter (the ranks run them back to back, and the victim
 //       dies 20 ms after its first one completed, so the kill lands inside a later one),
 //   (c) during a checkpoint barrier through trainer::CommunicatorGroup,
@@ -32,8 +32,8 @@
 #include "common/error.h"
 #include "elastic/redis_store.h"
 #include "elastic/redis_url.h"
-#include "mesh/communicator_factory.h"
-#include "mesh/ring_attention.h"
+#include "mesh/comm/communicator_factory.h"
+#include "mesh/step/ring_attention.h"
 #include "tests/support/redis_server.h"
 #include "trainer/checkpoint_group.h"
 

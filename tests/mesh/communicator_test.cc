@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "common/error.h"
-#include "mesh/communicator_factory.h"
+#include "mesh/comm/communicator_factory.h"
 
 namespace hdp::mesh {
 namespace {

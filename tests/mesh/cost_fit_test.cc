@@ -6,8 +6,8 @@
 #include <limits>
 
 #include "common/error.h"
-#include "mesh/calibration.h"
-#include "mesh/cost_fit.h"
+#include "mesh/plan/calibration.h"
+#include "mesh/plan/cost_fit.h"
 
 namespace hdp::mesh {
 namespace {

@@ -4,7 +4,7 @@
 #include <fstream>
 
 #include "common/error.h"
-#include "mesh/cost_model_json.h"
+#include "mesh/plan/cost_model_json.h"
 #include "tests/support/temp_dir.h"
 
 namespace hdp::mesh {

@@ -12,7 +12,7 @@
 #include "common/error.h"
 #include "elastic/job_keys.h"
 #include "elastic/memory_store.h"
-#include "mesh/communicator_factory.h"
+#include "mesh/comm/communicator_factory.h"
 #include "tests/elastic/worker_fixture.h"
 
 namespace hdp::elastic {

@@ -5,7 +5,7 @@
 #include <fstream>
 
 #include "common/error.h"
-#include "mesh/length_distribution.h"
+#include "mesh/plan/length_distribution.h"
 #include "tests/support/temp_dir.h"
 
 namespace hdp::mesh {

@@ -2,7 +2,7 @@
 // processes: tests/cli/plan_cli_test.cc runs `hdp plan --json` twice).
 #include <gtest/gtest.h>
 
-#include "mesh/plan_summary.h"
+#include "mesh/plan/plan_summary.h"
 #include "tests/mesh/plan_test_support.h"
 
 namespace hdp::mesh::test {

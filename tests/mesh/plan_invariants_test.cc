@@ -7,8 +7,8 @@
 #include <tuple>
 
 #include "common/error.h"
-#include "mesh/plan_check.h"
-#include "mesh/sharding.h"
+#include "mesh/plan/plan_check.h"
+#include "mesh/plan/sharding.h"
 #include "tests/mesh/plan_test_support.h"
 
 namespace hdp::mesh::test {

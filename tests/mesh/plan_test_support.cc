@@ -1,6 +1,6 @@
 #include "tests/mesh/plan_test_support.h"
 
-#include "mesh/length_distribution.h"
+#include "mesh/plan/length_distribution.h"
 
 namespace hdp::mesh::test {
 

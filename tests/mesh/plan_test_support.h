@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "mesh/plan.h"
+#include "mesh/plan/plan.h"
 
 namespace hdp::mesh::test {
 

@@ -1,4 +1,4 @@
-// Recovery from memory (mesh/reshard.h) with real ZeRO-1 steps over Gloo on loopback (ranks as
+// Recovery from memory (mesh/step/reshard.h) with real ZeRO-1 steps over Gloo on loopback (ranks as
 // threads):
 //   - the commit rule and the plan, as a pure function: a shard whose copies are all lost makes
 //     the plan impossible and says which; the newest complete layout wins; the pieces cut every new
@@ -21,10 +21,10 @@
 #include <thread>
 
 #include "common/error.h"
-#include "mesh/buddies.h"
-#include "mesh/communicator_factory.h"
-#include "mesh/reshard.h"
-#include "mesh/zero.h"
+#include "mesh/step/buddies.h"
+#include "mesh/comm/communicator_factory.h"
+#include "mesh/step/reshard.h"
+#include "mesh/step/zero.h"
 
 namespace hdp::mesh {
 namespace {

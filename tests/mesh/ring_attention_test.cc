@@ -1,4 +1,4 @@
-// Distributed ring attention (mesh/ring_attention.h) over D = 1, 2, 3, 4, 5, 8 ranks as threads
+// Distributed ring attention (mesh/step/ring_attention.h) over D = 1, 2, 3, 4, 5, 8 ranks as threads
 // with real Gloo TCP pairs on loopback, against single-rank attention over the whole sequences,
 // forward (output and LSE) and backward (dq, dk, dv). Each micro-batch holds three sharded
 // sequences (one not a multiple of 2D, one shorter than 2D, one a multiple of 4D) and whole local
@@ -14,8 +14,8 @@
 #include <thread>
 
 #include "common/error.h"
-#include "mesh/communicator_factory.h"
-#include "mesh/ring_attention.h"
+#include "mesh/comm/communicator_factory.h"
+#include "mesh/step/ring_attention.h"
 #include "tests/ops/grad_check.h"
 
 namespace hdp::mesh {

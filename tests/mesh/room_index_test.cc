@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
-#include "mesh/rank_heap.h"
-#include "mesh/room_index.h"
+#include "mesh/plan/rank_heap.h"
+#include "mesh/plan/room_index.h"
 
 namespace hdp::mesh {
 namespace {

@@ -1,7 +1,7 @@
 // Causal-balanced chunks and the fewest ranks a sequence may use (with and without offloading).
 #include <gtest/gtest.h>
 
-#include "mesh/sharding.h"
+#include "mesh/plan/sharding.h"
 
 namespace hdp::mesh {
 namespace {

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "common/error.h"
-#include "mesh/plan_summary.h"
-#include "mesh/speed_tracker.h"
+#include "mesh/plan/plan_summary.h"
+#include "mesh/plan/speed_tracker.h"
 #include "tests/mesh/plan_test_support.h"
 
 namespace hdp::mesh {

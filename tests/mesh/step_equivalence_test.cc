@@ -23,9 +23,9 @@
 
 #include "elastic/redis_store.h"
 #include "elastic/redis_url.h"
-#include "mesh/batch_builder.h"
-#include "mesh/communicator_factory.h"
-#include "mesh/distributed_step.h"
+#include "mesh/step/batch_builder.h"
+#include "mesh/comm/communicator_factory.h"
+#include "mesh/step/distributed_step.h"
 #include "ops/adamw.h"
 #include "ops/model/llama_params.h"
 #include "tests/mesh/forked_ranks.h"

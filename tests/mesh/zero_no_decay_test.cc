@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "common/error.h"
-#include "mesh/communicator_factory.h"
-#include "mesh/zero.h"
+#include "mesh/comm/communicator_factory.h"
+#include "mesh/step/zero.h"
 #include "ops/adamw.h"
 
 namespace hdp::mesh {

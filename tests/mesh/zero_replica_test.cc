@@ -1,4 +1,4 @@
-// Redundant optimizer shards (mesh/buddies.h, ZeroOptimizer::set_replicas):
+// Redundant optimizer shards (mesh/step/buddies.h, ZeroOptimizer::set_replicas):
 //   - the buddy plan: every copy on another node than its owner; a permutation (each rank holds
 //     one copy) whenever no node has more than half the ranks; otherwise the copies spread over
 //     the other nodes; one node: none; deterministic;
@@ -19,9 +19,9 @@
 #include <thread>
 
 #include "common/error.h"
-#include "mesh/buddies.h"
-#include "mesh/communicator_factory.h"
-#include "mesh/zero.h"
+#include "mesh/step/buddies.h"
+#include "mesh/comm/communicator_factory.h"
+#include "mesh/step/zero.h"
 
 namespace hdp::mesh {
 namespace {

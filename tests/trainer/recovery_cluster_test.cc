@@ -1,4 +1,4 @@
-// Recovery from memory in the real trainer (mesh/reshard.h, the redundant shards on by default):
+// Recovery from memory in the real trainer (mesh/step/reshard.h, the redundant shards on by default):
 // real `hdp agent` processes with real `hdp train` workers (the tiny model), a private
 // redis-server, real HDF5 checkpoints only where the test needs a reference.
 //

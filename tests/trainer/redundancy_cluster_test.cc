@@ -1,4 +1,4 @@
-// Redundant optimizer shards in the real trainer (--redundant-shards, mesh/buddies.h): real
+// Redundant optimizer shards in the real trainer (--redundant-shards, mesh/step/buddies.h): real
 // `hdp agent` processes with real `hdp train` workers (the tiny model), a private redis-server.
 // Two nodes of two workers: every shard's copy is placed on the other node at the generation's
 // start and kept bitwise equal by every step, as the ranks' checksums show every 5 steps (the

@@ -12,9 +12,9 @@
 #include <cmath>
 #include <thread>
 
-#include "mesh/communicator_factory.h"
-#include "mesh/distributed_step.h"
-#include "mesh/plan.h"
+#include "mesh/comm/communicator_factory.h"
+#include "mesh/step/distributed_step.h"
+#include "mesh/plan/plan.h"
 #include "trainer/data/batch_source.h"
 #include "trainer/trainer_config.h"
 

@@ -3,7 +3,7 @@
 // The deterministic source of global batches: given the data position and a token budget, the
 // sequences of one training step, the same in every process whatever the world size (nothing here
 // knows about ranks; every rank builds the whole global batch and takes its rows from it, see
-// mesh/batch_builder.h).
+// mesh/step/batch_builder.h).
 //
 // Order: epoch e visits the pieces of a PieceSource in the permutation epoch_order(seed, e, count),
 // a Fisher-Yates shuffle driven by std::mt19937_64 seeded with mix(seed, e). The position is

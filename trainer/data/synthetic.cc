@@ -3,7 +3,7 @@
 #include <random>
 
 #include "common/error.h"
-#include "mesh/length_distribution.h"
+#include "mesh/plan/length_distribution.h"
 #include "trainer/data/mix.h"
 
 namespace hdp::trainer::data {

@@ -15,7 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
-#include "mesh/length_distribution.h"
+#include "mesh/plan/length_distribution.h"
 #include "tests/support/temp_dir.h"
 #include "trainer/data/batch_source.h"
 

@@ -1,0 +1,43 @@
+// File: mesh/comm/communicator_factory.h
+//
+// Building communicators (GlooCommunicator, CPU, over TCP) for a generation, for one rank of a
+// group bootstrapped through any Store, and for n ranks as threads of one process (tests, benches).
+//
+// Example (the worker's loop, trainer/elastic_loop.cc):
+//   auto comm = mesh::connect_communicator(ctx.bootstrap(m), "main", 30s);
+//   auto ckpt = mesh::connect_communicator(ctx.bootstrap(m), "ckpt", 600s);  // the saver's own
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "elastic/elastic_context.h"
+#include "elastic/store.h"
+#include "mesh/comm/communicator.h"
+
+namespace hdp::mesh {
+
+// The generation's communicator on `channel`: it bootstraps under boot.store's namespace +
+// "<channel>/", so one generation can have several independent communicators (one per channel;
+// a channel is used once per generation). `timeout` bounds the bootstrap and is the default of
+// every call. Throws PeerLost as soon as boot.superseded() says a newer generation exists while
+// the bootstrap still waits for a peer, TimeoutError after `timeout`, InvalidArgument for an
+// empty channel or one containing '/'.
+std::unique_ptr<Communicator> connect_communicator(const elastic::Bootstrap& boot, std::string_view channel,
+                                                   std::chrono::milliseconds timeout);
+
+// One rank of a group of `size`, bootstrapped under `prefix` of `store` (a fresh prefix per group:
+// the bootstrap keys are write-once). For processes that share a store (e.g. a redis-server).
+std::unique_ptr<Communicator> connect_rank(std::shared_ptr<elastic::Store> store, std::string prefix, int rank,
+                                           int size, std::chrono::milliseconds timeout,
+                                           std::string hostname = "127.0.0.1");
+
+// `n` ranks as one process's threads over loopback, bootstrapped through a private MemoryStore
+// (each connects on a thread of its own, since connecting blocks until all have arrived).
+// Element r is rank r. Rethrows the first rank's failure.
+std::vector<std::unique_ptr<Communicator>> connect_local(int n, std::chrono::milliseconds timeout);
+
+}  // namespace hdp::mesh
