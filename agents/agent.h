@@ -37,7 +37,7 @@ struct AgentOptions {
   elastic::JobConfig nnodes;
   // The lease and everything derived from it (heartbeat, leader lease, tick, store timeouts):
   // derived and checked in one place, elastic/lease_timing.h.
-  elastic::LeaseTiming timing = elastic::derive_lease_timing(std::chrono::milliseconds(5000), std::nullopt);
+  elastic::LeaseTiming timing = elastic::derive_lease_timing(elastic::kDefaultLease, std::nullopt);
   std::chrono::milliseconds settle{1000};  // joins within this window become one generation
   int max_restarts = 3;
   std::chrono::milliseconds drain_timeout{30000};

@@ -24,6 +24,7 @@
 #include "ops/model/llama_model.h"
 #include "trainer/data/batch_source.h"
 #include "trainer/trainer_config.h"
+#include "trainer/training_setup.h"
 
 namespace {
 

@@ -30,7 +30,7 @@ struct AgentFlags {
   std::string advertise;
   int nproc = 0;
   std::string nnodes = "1:4096";
-  int lease_ms = 5000;
+  int lease_ms = static_cast<int>(elastic::kDefaultLease.count());
   int settle_ms = 1000;
   int max_restarts = 3;
   int drain_timeout_s = 30;
@@ -87,7 +87,9 @@ void add_agent_command(CLI::App& app) {
       ->envname("HDP_NNODES")
       ->capture_default_str();
   command->add_option("--lease-ms", flags->lease_ms,
-                      "Node lease in [300, 600000]; a silent node is dropped after this. Heartbeat, leader lease "
+                      "Node lease in [" + std::to_string(elastic::kMinLease.count()) + ", " +
+                          std::to_string(elastic::kMaxLease.count()) +
+                          "]; a silent node is dropped after this. Heartbeat, leader lease "
                       "and the default --redis-timeout (lease/6) derive from it")
       ->envname("HDP_LEASE_MS")
       ->capture_default_str();

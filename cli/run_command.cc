@@ -74,7 +74,7 @@ struct RunFlags {
   std::string redis;
   std::string job;
   std::string nnodes;
-  int lease_ms = 5000;
+  int lease_ms = static_cast<int>(elastic::kDefaultLease.count());
   std::string kill_node;
   std::string run_dir = "hdp-runs";
   int metrics_port = -1;
@@ -334,7 +334,8 @@ void add_run_command(CLI::App& app) {
   command->add_option("--redis", flags->redis, "Use this Redis instead of a private one")->envname("HDP_REDIS_URL");
   command->add_option("--job", flags->job, "Job id (default: run-<random>)");
   command->add_option("--nnodes", flags->nnodes, "MIN:MAX for the agents (default: --nodes:--nodes)");
-  command->add_option("--lease-ms", flags->lease_ms, "Node lease of the agents, in [300, 600000]")->capture_default_str();
+  command->add_option("--lease-ms", flags->lease_ms, "Node lease of the agents, in [" + std::to_string(elastic::kMinLease.count()) + ", " +
+                          std::to_string(elastic::kMaxLease.count()) + "]")->capture_default_str();
   command->add_option("--kill-node", flags->kill_node,
                       "Fault demo: SIGKILL NODE's agent and workers at STEP, start it again SECONDS later "
                       "(NODE@STEP[+SECONDS], e.g. node2@40+10)");

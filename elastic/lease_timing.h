@@ -21,7 +21,7 @@
 //                   A tick whose call gave up is logged and retried at the next tick.
 //
 // Example:
-//   LeaseTiming timing = derive_lease_timing(std::chrono::milliseconds(5000), std::nullopt);
+//   LeaseTiming timing = derive_lease_timing(kDefaultLease, std::nullopt);  // 5000 ms
 //   // timing.heartbeat == 1666 ms, timing.store.retry_timeout == 833 ms
 #pragma once
 
@@ -44,12 +44,15 @@ struct LeaseTiming {
   Duration store_call_limit{};  // the longest one store call can block: 2 × store.retry_timeout
 };
 
+// The node lease: its default (--lease-ms of `hdp agent` and `hdp run`, AgentOptions) and its range,
+// written here only.
+inline constexpr std::chrono::milliseconds kDefaultLease{5000};
 inline constexpr std::chrono::milliseconds kMinLease{300};
 inline constexpr std::chrono::milliseconds kMaxLease{600000};
 
 // Derives and checks. `redis_timeout` is --redis-timeout when given (else derived from the
 // heartbeat). Throws InvalidArgument naming the flags and values for a lease outside
-// [300, 600000] ms or a --redis-timeout that does not fit in a heartbeat interval.
+// [kMinLease, kMaxLease] or a --redis-timeout that does not fit in a heartbeat interval.
 LeaseTiming derive_lease_timing(std::chrono::milliseconds lease, std::optional<std::chrono::milliseconds> redis_timeout);
 
 }  // namespace hdp::elastic

@@ -23,7 +23,9 @@ std::string new_incarnation() {
 
 NodeRegistration::NodeRegistration(std::shared_ptr<Store> job_store, NodeLease lease, Store::Duration ttl)
     : store_(std::move(job_store)), lease_(std::move(lease)), ttl_(ttl) {
-  if (ttl_.count() < 100) throw InvalidArgument("lease must be at least 100 ms");
+  // The lease's policy (its range, its default) is elastic/lease_timing.h's, checked where an agent
+  // derives its timing; here only what a TTL must be.
+  if (ttl_.count() < 1) throw InvalidArgument("lease must be at least 1 ms, got " + std::to_string(ttl_.count()) + " ms");
   lease_.lease_ms = ttl_.count();  // recorded in the lease, so that readers can tell its age
 }
 

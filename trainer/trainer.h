@@ -2,6 +2,10 @@
 //
 // `hdp train`: the elastic HDP trainer. One process per rank, started by an agent; it trains the
 // LLaMA model over whatever ranks the current generation has (docs/architecture.md, "The trainer").
+// trainer.cc is the orchestration below; the training state and step 2 are trainer/recovery.h's,
+// speeds and evictions trainer/straggler_monitor.h's, what is reported trainer/step_reporter.h's,
+// the injected faults trainer/fault_injection.h's, and what the configuration builds (data, cost
+// model, checkpoint layout) trainer/training_setup.h's.
 //
 // Per generation (trainer/elastic_loop.h runs the outer loop and builds the "main" communicator):
 //   1. the checkpoint writer's own communicator ("ckpt" channel) is connected;
@@ -14,13 +18,15 @@
 //      Otherwise every rank restores its ZeRO-1 shard from the newest valid checkpoint, resharded
 //      to the new world size (checkpoint/restorer.h), and all-gathers the parameters (the
 //      `restore` event says why memory could not serve); with no checkpoint, it starts from the
-//      seed at step 0. With the redundant shards (the default) the copies are then placed.
+//      seed at step 0. With the redundant shards (the default) the copies are then placed
+//      (mesh/step/replicas.h).
 //   3. steps: at each boundary the ranks all-reduce their stop requests (SIGTERM/SIGUSR1 on any
 //      worker stops all of them at the same step) and whether any of them saw a newer generation
 //      (so that all leave at the same boundary, none in the middle of a step); then the global
 //      batch of the step (trainer/data/batch_source.h: a function of the data position and the
 //      token budget, the same on every rank and for every world size) is planned with the balanced
-//      strategy over the generation's ranks and run by mesh::DistributedStep. Rank 0 prints a line,
+//      strategy over the generation's ranks (one mesh::PlannedStep, mesh/plan/planned_step.h) and
+//      run by mesh::DistributedStep. Rank 0 prints a line,
 //      reports step, loss, tokens/s, step time and the learning rate to the job state (fenced by
 //      the generation), and every `checkpoint_every` steps all ranks hand their shard to the
 //      AsyncSaver (staging is a memcpy; the write runs on the saver's thread).

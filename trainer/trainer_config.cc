@@ -5,11 +5,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "mesh/plan/cost_model_json.h"
-#include "mesh/plan/plan.h"
 #include "ops/model/llama_params.h"
-#include "trainer/data/corpus.h"
-#include "trainer/data/synthetic.h"
 
 namespace hdp::trainer {
 namespace {
@@ -200,24 +196,6 @@ nlohmann::json TrainerConfig::model_json() const {
           {"ffn_dim", model.ffn_dim},   {"rope_theta", model.rope_theta}, {"norm_eps", model.norm_eps}};
 }
 
-checkpoint::FlatLayout checkpoint_layout(const ops::model::LlamaConfig& model) {
-  std::vector<checkpoint::TensorSpec> tensors;
-  for (const ops::model::ParamEntry& p : ops::model::param_layout(model)) tensors.push_back({p.name, p.shape});
-  return checkpoint::FlatLayout(std::move(tensors));
-}
-
-std::vector<mesh::ZeroOptimizer::Range> no_decay_ranges(const TrainerConfig& config) {
-  std::vector<mesh::ZeroOptimizer::Range> ranges;
-  if (config.decay_norms) return ranges;
-  for (const ops::model::ParamEntry& p : ops::model::param_layout(config.model)) {
-    if (!p.name.ends_with("norm.weight")) continue;
-    std::int64_t n = 1;
-    for (auto d : p.shape) n *= d;
-    ranges.push_back({p.offset, p.offset + n});
-  }
-  return ranges;
-}
-
 std::int64_t estimate_rank_bytes(const TrainerConfig& config, int world_size) {
   const auto& m = config.model;
   const std::int64_t n = ops::model::param_count(m);
@@ -232,66 +210,6 @@ std::int64_t estimate_rank_bytes(const TrainerConfig& config, int world_size) {
   // Ring attention receives the other members' K and V blocks: at most C tokens of both.
   const std::int64_t ring = 2 * config.capacity * kv * m.n_layers;
   return 4 * (2 * n + moments + activations + ring);
-}
-
-void check_world(const TrainerConfig& config, int world_size) {
-  if (config.max_rank_memory_bytes > 0) {
-    const std::int64_t need = estimate_rank_bytes(config, world_size);
-    if (need > config.max_rank_memory_bytes) {
-      throw InvalidArgument("the model needs about " + mib(need) + " per rank at C = " +
-                            std::to_string(config.capacity) + " on " + std::to_string(world_size) +
-                            " rank(s), above --max-rank-memory-mb " + mib(config.max_rank_memory_bytes));
-    }
-  }
-  // The planner's own limit on the longest sequence a job of this size can hold.
-  mesh::PlanRequest request;
-  request.lengths = {config.context};
-  request.speeds.assign(static_cast<std::size_t>(world_size), 1.0);
-  request.capacity = config.capacity;
-  request.context = config.context;
-  request.cost = trainer_cost_model(config);
-  try {
-    mesh::validate_request(request);
-  } catch (const InvalidArgument& e) {
-    throw InvalidArgument("--context " + std::to_string(config.context) + " does not fit " +
-                          std::to_string(world_size) + " rank(s) of --capacity " + std::to_string(config.capacity) +
-                          ": " + e.what());
-  }
-}
-
-mesh::CostModel trainer_cost_model(const TrainerConfig& config) {
-  if (!config.cost_model.empty()) return mesh::load_cost_model(config.cost_model);
-  // Forward + backward is three times the forward's FLOPs; a CPU core does a few GFLOP/s of f32
-  // GEMM. Causal attention: 2·d·s² multiply-adds per layer, halved by the mask.
-  constexpr double kFlopsPerMs = 5e6;
-  const auto& m = config.model;
-  mesh::CostModel cost;
-  cost.name = "estimated";
-  cost.beta_ms = 3.0 * static_cast<double>(m.weight_flops_per_token()) / kFlopsPerMs;
-  cost.alpha_ms = 3.0 * 2.0 * m.d_model * m.n_layers / kFlopsPerMs;
-  cost.gamma_ms = 0.5;
-  cost.ring_bytes_per_token = 3.0 * m.n_layers * 2.0 * m.n_kv_heads * m.head_dim() * sizeof(float);
-  cost.link_gbps = 1.0;  // TCP over loopback or a LAN
-  return cost;
-}
-
-std::shared_ptr<const data::PieceSource> open_data(const TrainerConfig& config) {
-  constexpr std::string_view kSynthetic = "synthetic:";
-  if (config.data.rfind(kSynthetic, 0) == 0) {
-    data::SyntheticOptions options;
-    options.distribution = config.data.substr(kSynthetic.size());
-    options.seed = config.seed;
-    options.context = config.context;
-    options.vocab = config.model.vocab_size;
-    return std::make_shared<data::SyntheticDocuments>(options);
-  }
-  data::CorpusOptions options;
-  options.context = config.context;
-  auto corpus = std::make_shared<data::Corpus>(config.data, options);
-  const auto& s = corpus->stats();
-  log()->info("data: {} documents, {} pieces of at most {} tokens, {} bytes under {}", s.documents, s.pieces,
-              config.context, s.bytes, corpus->root().string());
-  return corpus;
 }
 
 }  // namespace hdp::trainer

@@ -3,13 +3,13 @@
 // What `hdp train` is told: the model, the data, the batch, the optimizer, checkpoints, timeouts
 // and (for tests) injected faults. Flags, HDP_* environment variables and the --config file fill
 // it (cli/train_command.cc); validate() refuses an impossible configuration with one message that
-// names the flag and the value (`hdp train` exits 2).
+// names the flag and the value (`hdp train` exits 2). It only describes the job: what it builds (the
+// data source, the cost model, the checkpoint layout) is built once by trainer/training_setup.h.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
-#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -17,12 +17,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/flat_layout.h"
 #include "elastic/membership.h"
-#include "mesh/plan/cost_model.h"
-#include "mesh/step/zero.h"
+#include "mesh/step/zero.h"  // StepPhase
 #include "ops/model/llama_config.h"
-#include "trainer/data/piece_source.h"
 #include "trainer/lr_schedule.h"
 
 namespace hdp::trainer {
@@ -125,36 +122,15 @@ struct TrainerConfig {
   int verify_replicas_every = 0;
 
   // InvalidArgument naming the first bad flag and its value (the world size is checked per
-  // generation, see check_world).
+  // generation, see check_world in trainer/training_setup.h).
   void validate() const;
   // The model's shape as recorded in a checkpoint's manifest: a checkpoint of another shape is
   // refused at restore.
   nlohmann::json model_json() const;
 };
 
-// The model's parameters as the checkpoint lays them out: ops/model/llama_params.h's tensors, by
-// their Hugging Face names, in buffer order.
-checkpoint::FlatLayout checkpoint_layout(const ops::model::LlamaConfig& model);
-
-// The flat ranges that take no weight decay: every RMSNorm weight (a name ending in
-// "norm.weight"), or none with decay_norms.
-std::vector<mesh::ZeroOptimizer::Range> no_decay_ranges(const TrainerConfig& config);
-
 // Bytes one rank of a `world_size`-rank job needs at most: the full parameters and gradients, its
 // shard of both AdamW moments, and the activations of a full micro-batch of C tokens.
 std::int64_t estimate_rank_bytes(const TrainerConfig& config, int world_size);
-
-// Throws InvalidArgument when a job of `world_size` ranks cannot run this configuration: a
-// sequence of `context` tokens that the ranks cannot hold (the planner's own limit), or a rank
-// that does not fit the memory limit.
-void check_world(const TrainerConfig& config, int world_size);
-
-// The cost model the planner uses: the file when one is named, else an estimate from the model's
-// FLOPs (only the ratios of α, β and γ matter for balancing ranks of equal speed).
-mesh::CostModel trainer_cost_model(const TrainerConfig& config);
-
-// The corpus or synthetic documents of config.data, cut at config.context. InvalidArgument for a
-// directory with no usable document, an unknown distribution, or a vocabulary too small.
-std::shared_ptr<const data::PieceSource> open_data(const TrainerConfig& config);
 
 }  // namespace hdp::trainer

@@ -1,6 +1,6 @@
 // File: mesh/plan/strategies.h
 //
-// Internal to hdp_mesh: the three planners behind make_plan (request already validated), and the
+// Internal to hdp_mesh_plan: the three planners behind make_plan (request already validated), and the
 // helpers they share.
 #pragma once
 

@@ -57,8 +57,37 @@ DistributedStep::DistributedStep(ops::model::LlamaModel& model, ZeroOptimizer& o
                                  StepOptions options)
     : model_(model), optimizer_(optimizer), comm_(comm), options_(options) {}
 
+void check_planned_step(const PlannedStep& planned, std::span<const std::vector<std::int32_t>> batch, int world_size) {
+  const auto world = static_cast<std::size_t>(world_size);
+  if (planned.request.speeds.size() != world || planned.plan.rank_queues.size() != world) {
+    throw InvalidArgument("distributed step: the plan is for " + std::to_string(planned.plan.rank_queues.size()) +
+                          " ranks, the communicator has " + std::to_string(world));
+  }
+  if (batch.size() != planned.request.lengths.size()) {
+    throw InvalidArgument("distributed step: the plan is for a batch of " +
+                          std::to_string(planned.request.lengths.size()) + " sequences, the batch has " +
+                          std::to_string(batch.size()));
+  }
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    if (static_cast<std::int64_t>(batch[i].size()) != planned.request.lengths[i]) {
+      throw InvalidArgument("distributed step: sequence " + std::to_string(i) + " has " +
+                            std::to_string(batch[i].size()) + " tokens, the plan was made for " +
+                            std::to_string(planned.request.lengths[i]));
+    }
+  }
+}
+
+StepResult DistributedStep::run(const PlannedStep& planned, std::span<const std::vector<std::int32_t>> batch) {
+  check_planned_step(planned, batch, comm_.size());
+  return run_checked(planned.plan, batch);
+}
+
 StepResult DistributedStep::run(const Plan& plan, std::span<const std::vector<std::int32_t>> batch) {
   validate_step_plan(plan, batch, comm_.size());
+  return run_checked(plan, batch);
+}
+
+StepResult DistributedStep::run_checked(const Plan& plan, std::span<const std::vector<std::int32_t>> batch) {
   if (!(options_.slowdown >= 1 && options_.slowdown <= 1e6)) {
     throw InvalidArgument("distributed step: slowdown must be in [1, 1e6], got " + std::to_string(options_.slowdown));
   }

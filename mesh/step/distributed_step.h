@@ -14,7 +14,8 @@
 // Example:
 //   ZeroOptimizer zero(param_count(config), comm.rank(), comm.size());
 //   DistributedStep step(model, zero, comm, {.adamw = {.lr = 3e-4f}, .max_grad_norm = 1.0});
-//   StepResult r = step.run(plan, batch);   // r.loss() is the global batch's mean token loss
+//   StepResult r = step.run(planned, batch);  // planned: plan_step(request, ...) (planned_step.h);
+//                                             // r.loss() is the global batch's mean token loss
 #pragma once
 
 #include <chrono>
@@ -24,6 +25,7 @@
 
 #include "mesh/comm/communicator.h"
 #include "mesh/plan/plan.h"
+#include "mesh/plan/planned_step.h"
 #include "mesh/step/zero.h"
 #include "ops/model/llama_model.h"
 
@@ -65,9 +67,12 @@ class DistributedStep {
   // The objects must outlive this one. The model's parameters must be identical on every rank.
   DistributedStep(ops::model::LlamaModel& model, ZeroOptimizer& optimizer, Communicator& comm, StepOptions options);
 
-  // Checks the plan against the batch and the communicator (InvalidArgument: a plan for another
-  // world size, a plan that does not pass verify_plan for this batch, a batch that is empty), then
-  // runs the step.
+  // A step planned by plan_step (planned_step.h), whose plan was verified against its request
+  // there: checks only that `batch` is the request's batch (the same lengths) and that the plan is
+  // for this communicator's world size (InvalidArgument naming the difference), then runs it.
+  StepResult run(const PlannedStep& planned, std::span<const std::vector<std::int32_t>> batch);
+  // A plan made elsewhere (a test's edited plan, a benchmark's): checks it against the batch and
+  // the communicator first (validate_step_plan), then runs the step.
   StepResult run(const Plan& plan, std::span<const std::vector<std::int32_t>> batch);
 
   // What the last run() had computed when it threw (a peer lost in the middle of the step): the
@@ -78,6 +83,8 @@ class DistributedStep {
   bool grad_norm_known() const { return grad_known_; }
 
  private:
+  StepResult run_checked(const Plan& plan, std::span<const std::vector<std::int32_t>> batch);
+
   ops::model::LlamaModel& model_;
   ZeroOptimizer& optimizer_;
   StepResult partial_;
@@ -86,7 +93,11 @@ class DistributedStep {
   StepOptions options_;
 };
 
-// The checks of run(), on their own.
+// The checks of run(const Plan&, ...), on their own: the plan's world size, its rings' ranks, and
+// verify_plan against a request rebuilt from the batch (speeds 1, the largest rank capacity).
 void validate_step_plan(const Plan& plan, std::span<const std::vector<std::int32_t>> batch, int world_size);
+// The checks of run(const PlannedStep&, ...), on their own: the world size, and the batch's
+// sequence lengths against the request's.
+void check_planned_step(const PlannedStep& planned, std::span<const std::vector<std::int32_t>> batch, int world_size);
 
 }  // namespace hdp::mesh

@@ -50,8 +50,9 @@ namespace hdp::mesh {
 std::vector<std::int64_t> shard_counts(std::int64_t n, int world_size);
 
 // The point-to-point tag of a replica's gradient: above every ring-attention tag (< 2^54,
-// mesh/step/ring_attention.cc), below the communicator's own (kMaxTag). The trainer places copies with
-// the two tags after it; resharding (mesh/step/reshard.h) uses tags from kReshardTag on.
+// mesh/step/ring_attention.cc), below the communicator's own (kMaxTag). The placement of the copies
+// (mesh/step/replicas.h) uses the two tags after it; resharding (mesh/step/reshard.h) uses tags from
+// kReshardTag on.
 inline constexpr Tag kReplicaGradTag = Tag{1} << 55;
 inline constexpr Tag kReshardTag = kReplicaGradTag + (Tag{1} << 40);
 

@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "mesh/step/batch_builder.h"
+#include "mesh/plan/plan_summary.h"
 #include "mesh/step/distributed_step.h"
 #include "tests/mesh/plan_test_support.h"
 
@@ -111,6 +112,19 @@ TEST(StepPlanChecks, BadPlansAreInvalidArgumentsNamingTheValue) {
   const auto more = labelled_batch({100, 30, 20, 5});
   expect_message([&] { validate_step_plan(plan, more, 3); }, "sequence 3");
   expect_message([&] { validate_step_plan(plan, labelled_batch({0, 0, 0}), 3); }, "no tokens");
+}
+
+TEST(StepPlanChecks, APlannedStepRunsOnlyTheBatchAndWorldItWasPlannedFor) {
+  const std::vector<std::int64_t> lengths{100, 30, 20};
+  const auto batch = labelled_batch(lengths);
+  const PlannedStep planned = plan_step(test::make_request(lengths, 3, 40), Strategy::kBalanced);
+  EXPECT_EQ(planned.digest, plan_digest(planned.plan));
+  EXPECT_EQ(planned.work_ms, rank_work_ms(planned.request, planned.plan));
+  EXPECT_NO_THROW(check_planned_step(planned, batch, 3));
+  expect_message([&] { check_planned_step(planned, batch, 4); }, "for 3 ranks, the communicator has 4");
+  expect_message([&] { check_planned_step(planned, labelled_batch({100, 30}), 3); }, "batch of 3 sequences");
+  expect_message([&] { check_planned_step(planned, labelled_batch({100, 31, 20}), 3); },
+                 "sequence 1 has 31 tokens, the plan was made for 30");
 }
 
 }  // namespace

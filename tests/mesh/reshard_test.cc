@@ -23,6 +23,7 @@
 #include "common/error.h"
 #include "mesh/step/buddies.h"
 #include "mesh/comm/communicator_factory.h"
+#include "tests/support/ranks.h"
 #include "mesh/step/reshard.h"
 #include "mesh/step/zero.h"
 
@@ -34,13 +35,7 @@ using ops::Tensor;
 
 constexpr std::int64_t kN = 211;  // uneven shards for 2, 3 and 4 ranks
 
-std::vector<float> pattern(std::int64_t n, std::uint32_t seed) {
-  std::vector<float> v(static_cast<std::size_t>(n));
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (auto& x : v) x = normal(rng);
-  return v;
-}
+using test::pattern;  // tests/support/ranks.h
 
 // The gradient rank r of a world of w contributes at a step.
 Tensor grads_for(std::int64_t step, int rank, int world) {

@@ -21,6 +21,8 @@
 #include "common/error.h"
 #include "mesh/step/buddies.h"
 #include "mesh/comm/communicator_factory.h"
+#include "tests/support/ranks.h"
+#include "mesh/step/replicas.h"
 #include "mesh/step/zero.h"
 
 namespace hdp::mesh {
@@ -100,13 +102,7 @@ TEST(ZeroReplica, APlanForAnotherWorldOrAWrongHolderIsRefused) {
   EXPECT_THROW(zero.replica_exp_avg(0), InvalidArgument);
 }
 
-std::vector<float> pattern(std::int64_t n, std::uint32_t seed) {
-  std::vector<float> v(static_cast<std::size_t>(n));
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (auto& x : v) x = normal(rng);
-  return v;
-}
+using test::pattern;  // tests/support/ranks.h
 
 struct RunResult {
   std::vector<std::vector<float>> params;                    // by rank, after the last step
@@ -183,6 +179,62 @@ void expect_copies_equal_originals(const std::vector<std::string>& nodes) {
 TEST(ZeroReplica, CopiesStayBitwiseEqualOnTwoEqualNodes) { expect_copies_equal_originals({"a", "a", "b", "b"}); }
 
 TEST(ZeroReplica, CopiesStayBitwiseEqualOnUnequalNodes) { expect_copies_equal_originals({"a", "a", "b"}); }
+
+constexpr std::int64_t kElems = 103;  // uneven shards
+
+// The placement (mesh/step/replicas.h) starts every copy equal to its original, whatever the
+// holder had before; the check finds a copy that differs and names its owner and holder.
+TEST(ReplicaPlacement, PlacedCopiesVerifyEqualAndACorruptedCopyIsNamed) {
+  const std::vector<std::string> nodes{"a", "a", "b", "b"};
+  constexpr int kWorld = 4;
+  auto comms = connect_local(kWorld, 10s);
+  const ops::AdamWParams adamw{.lr = 1e-2f};
+  std::vector<ReplicaCheck> placed(kWorld), corrupted(kWorld);
+  std::vector<BuddyPlan> plans(kWorld);
+  test::on_ranks_ok(kWorld, [&](int r) {
+    auto& comm = *comms[static_cast<std::size_t>(r)];
+    ZeroOptimizer zero(kElems, r, kWorld);
+    const Tensor params = Tensor::from_vector<float>(pattern(kElems, 7), {kElems});
+    for (int step = 0; step < 2; ++step) {  // moments that are not zero, before any copy exists
+      zero.step(params, Tensor::from_vector<float>(pattern(kElems, static_cast<std::uint32_t>(10 * step + r)), {kElems}), comm,
+                adamw, 1.0);
+    }
+    plans[static_cast<std::size_t>(r)] = place_replicas(zero, params, nodes, zero.steps_taken(), comm, 10s);
+    placed[static_cast<std::size_t>(r)] = verify_replicas(zero, comm);
+    // The holder of rank 0's copy changes one value of it.
+    for (int owner : zero.replica_owners()) {
+      if (owner == 0) zero.replica_exp_avg(owner).data<float>()[5] += 1.0f;
+    }
+    corrupted[static_cast<std::size_t>(r)] = verify_replicas(zero, comm);
+  });
+  const int holder = plans[0].holder[0];
+  ASSERT_GE(holder, 0);
+  EXPECT_TRUE(plans[0].complete());
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(placed[static_cast<std::size_t>(r)].checked, kWorld) << "rank " << r;
+    EXPECT_TRUE(placed[static_cast<std::size_t>(r)].wrong.empty()) << "rank " << r;
+    EXPECT_EQ(corrupted[static_cast<std::size_t>(r)].checked, kWorld);
+    ASSERT_EQ(corrupted[static_cast<std::size_t>(r)].wrong.size(), 1u) << "rank " << r;
+    EXPECT_EQ(corrupted[static_cast<std::size_t>(r)].wrong[0], std::make_pair(0, holder));
+  }
+}
+
+TEST(ReplicaPlacement, OneNodeHasNoCopiesToCheck) {
+  auto comms = connect_local(2, 10s);
+  std::vector<ReplicaCheck> checks(2);
+  test::on_ranks_ok(2, [&](int r) {
+    auto& comm = *comms[static_cast<std::size_t>(r)];
+    ZeroOptimizer zero(kElems, r, 2);
+    const Tensor params = Tensor::from_vector<float>(pattern(kElems, 7), {kElems});
+    const BuddyPlan plan = place_replicas(zero, params, {"a", "a"}, 0, comm, 10s);
+    EXPECT_FALSE(plan.complete());
+    checks[static_cast<std::size_t>(r)] = verify_replicas(zero, comm);
+  });
+  for (const auto& c : checks) {
+    EXPECT_EQ(c.checked, 0);
+    EXPECT_TRUE(c.wrong.empty());
+  }
+}
 
 }  // namespace
 }  // namespace hdp::mesh

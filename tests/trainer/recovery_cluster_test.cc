@@ -41,6 +41,7 @@
 #include "checkpoint/checkpoint_root.h"
 #include "elastic/job_state.h"
 #include "tests/agents/agent_cluster.h"
+#include "tests/support/reference_run.h"
 #include "tests/support/temp_dir.h"
 #include "tests/trainer/run_records.h"
 
@@ -104,23 +105,15 @@ int exit_code(AgentCluster& cluster, const std::string& node, std::chrono::milli
 class RecoveryCluster : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    reference_dir_ = new TempDir();
-    AgentCluster cluster(options(reference_dir_->path(), "2:2", 1));
-    cluster.start_agent("n1");
-    cluster.start_agent("n2");
-    reference_ok_ = exit_code(cluster, "n1", 240s) == 0 && exit_code(cluster, "n2", 60s) == 0;
-    if (!reference_ok_) std::cerr << cluster.all_logs();
-    reference_ = new std::vector<StepLine>(read_metrics(reference_dir_->path() / "metrics.jsonl"));
+    reference_ = std::make_unique<ReferenceRun>([](const fs::path& dir) { return options(dir, "2:2", 1); },
+                                                std::vector<std::string>{"n1", "n2"}, 240s);
   }
-  static void TearDownTestSuite() {
-    delete reference_;
-    delete reference_dir_;
-  }
+  static void TearDownTestSuite() { reference_.reset(); }
   void SetUp() override {
-    ASSERT_TRUE(reference_ok_) << "the fault-free run did not complete";
-    ASSERT_EQ(reference_->size(), static_cast<std::size_t>(kSteps));
+    ASSERT_TRUE(reference_->ok()) << "the fault-free run did not complete";
+    ASSERT_EQ(reference_->steps().size(), static_cast<std::size_t>(kSteps));
   }
-  static double reference_loss(std::int64_t step) { return (*reference_)[static_cast<std::size_t>(step - 1)].loss; }
+  static double reference_loss(std::int64_t step) { return reference_->loss(step); }
 
   // Runs A with `fault`; returns the step T the job went on from, after the common assertions.
   std::int64_t run_with_fault(const fs::path& dir, const std::string& fault, bool node_loss, std::vector<StepLine>* run) {
@@ -191,7 +184,7 @@ class RecoveryCluster : public ::testing::Test {
     TempDir cont;
     const std::string name = checkpoint::step_dir_name(t);
     fs::create_directories(cont.path() / "ckpt");
-    fs::copy(reference_dir_->path() / "ckpt" / name, cont.path() / "ckpt" / name, fs::copy_options::recursive);
+    fs::copy(reference_->dir() / "ckpt" / name, cont.path() / "ckpt" / name, fs::copy_options::recursive);
     {
       AgentCluster cluster(options(cont.path(), "1:1", 1000));
       cluster.start_agent("n1");
@@ -211,14 +204,10 @@ class RecoveryCluster : public ::testing::Test {
     std::cout << fault << ": went on from step " << t << "\n";
   }
 
-  static TempDir* reference_dir_;
-  static std::vector<StepLine>* reference_;
-  static bool reference_ok_;
+  static std::unique_ptr<ReferenceRun> reference_;
 };
 
-TempDir* RecoveryCluster::reference_dir_ = nullptr;
-std::vector<StepLine>* RecoveryCluster::reference_ = nullptr;
-bool RecoveryCluster::reference_ok_ = false;
+std::unique_ptr<ReferenceRun> RecoveryCluster::reference_;
 
 TEST_F(RecoveryCluster, ANodeLostBeforeAStep) { node_loss(""); }
 TEST_F(RecoveryCluster, ANodeLostBeforeTheForwardPass) { node_loss("forward"); }
@@ -248,7 +237,7 @@ TEST_F(RecoveryCluster, AWorkerCrashedInTheOptimizerIsRecoveredFromMemory) {
   // Whenever the restarted worker joined (it held nothing), its state came from its peers: no
   // restore from a checkpoint happened at all (run_with_fault).
   if (pure) {
-    const Final a = read_final(dir.path() / "ckpt"), r = read_final(reference_dir_->path() / "ckpt");
+    const Final a = read_final(dir.path() / "ckpt"), r = read_final(reference_->dir() / "ckpt");
     EXPECT_TRUE(a.params == r.params) << "parameters differ";
     EXPECT_TRUE(a.m == r.m) << "exp_avg differs";
     EXPECT_TRUE(a.v == r.v) << "exp_avg_sq differs";

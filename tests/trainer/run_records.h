@@ -17,6 +17,7 @@
 #include "checkpoint/group.h"
 #include "checkpoint/restorer.h"
 #include "trainer/trainer_config.h"
+#include "trainer/training_setup.h"
 
 namespace hdp::test {
 

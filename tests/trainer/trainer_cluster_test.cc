@@ -46,6 +46,7 @@
 #include "checkpoint/restorer.h"
 #include "elastic/job_keys.h"
 #include "tests/agents/agent_cluster.h"
+#include "tests/support/reference_run.h"
 #include "tests/support/temp_dir.h"
 #include "tests/trainer/run_records.h"
 #include "trainer/trainer_config.h"
@@ -106,25 +107,17 @@ class TrainerCluster : public ::testing::Test {
  protected:
   // (a), once for every test of the suite.
   static void SetUpTestSuite() {
-    reference_dir_ = new TempDir();
-    AgentCluster cluster(options_for(reference_dir_->path()));
-    cluster.start_agent("n1");
-    cluster.start_agent("n2");
-    const auto codes = wait_for_agents(cluster, {"n1", "n2"}, 240s);
-    reference_ok_ = codes.at("n1") == 0 && codes.at("n2") == 0;
-    if (!reference_ok_) std::cerr << cluster.all_logs();
-    reference_ = new std::vector<StepLine>(read_metrics(reference_dir_->path() / "metrics.jsonl"));
+    reference_ = std::make_unique<ReferenceRun>([](const std::filesystem::path& dir) { return options_for(dir); },
+                                                std::vector<std::string>{"n1", "n2"}, 240s);
   }
-  static void TearDownTestSuite() {
-    delete reference_;
-    delete reference_dir_;
-  }
+  static void TearDownTestSuite() { reference_.reset(); }
   void SetUp() override {
-    ASSERT_TRUE(reference_ok_) << "the fault-free run did not complete";
-    ASSERT_EQ(reference_->size(), static_cast<std::size_t>(kSteps));
-    for (std::size_t i = 0; i < reference_->size(); ++i) {
-      ASSERT_EQ((*reference_)[i].step, static_cast<std::int64_t>(i + 1));
-      ASSERT_EQ((*reference_)[i].world, 4);
+    ASSERT_TRUE(reference_->ok()) << "the fault-free run did not complete";
+    const std::vector<StepLine>& steps = reference_->steps();
+    ASSERT_EQ(steps.size(), static_cast<std::size_t>(kSteps));
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      ASSERT_EQ(steps[i].step, static_cast<std::int64_t>(i + 1));
+      ASSERT_EQ(steps[i].world, 4);
     }
   }
 
@@ -138,7 +131,7 @@ class TrainerCluster : public ::testing::Test {
     for (const StepLine& line : run) {
       if (line.world != 4) pure = false;
       if (!seen.insert(line.step).second) ++replayed;
-      const double expected = (*reference_)[static_cast<std::size_t>(line.step - 1)].loss;
+      const double expected = reference_->loss(line.step);
       if (pure) {
         EXPECT_EQ(line.loss, expected) << "step " << line.step << " on 4 ranks, every step before it too";
       } else {
@@ -153,7 +146,7 @@ class TrainerCluster : public ::testing::Test {
   }
 
   void expect_final(const std::filesystem::path& dir, bool bitwise) {
-    const Final a = read_final(reference_dir_->path() / "ckpt"), b = read_final(dir / "ckpt");
+    const Final a = read_final(reference_->dir() / "ckpt"), b = read_final(dir / "ckpt");
     EXPECT_EQ(a.step, kSteps);
     EXPECT_EQ(b.step, kSteps);
     if (bitwise) {
@@ -167,14 +160,10 @@ class TrainerCluster : public ::testing::Test {
     }
   }
 
-  static TempDir* reference_dir_;
-  static std::vector<StepLine>* reference_;
-  static bool reference_ok_;
+  static std::unique_ptr<ReferenceRun> reference_;
 };
 
-TempDir* TrainerCluster::reference_dir_ = nullptr;
-std::vector<StepLine>* TrainerCluster::reference_ = nullptr;
-bool TrainerCluster::reference_ok_ = false;
+std::unique_ptr<ReferenceRun> TrainerCluster::reference_;
 
 TEST_F(TrainerCluster, AFullStopAndResumeReproducesTheRunBitwise) {
   TempDir dir;

@@ -17,6 +17,7 @@
 #include "mesh/plan/plan.h"
 #include "trainer/data/batch_source.h"
 #include "trainer/trainer_config.h"
+#include "trainer/training_setup.h"
 
 namespace hdp::trainer {
 namespace {

@@ -1,0 +1,68 @@
+#include "mesh/step/replicas.h"
+
+#include <xxhash.h>
+
+#include <memory>
+
+#include "mesh/comm/gather_rows.h"
+
+namespace hdp::mesh {
+
+BuddyPlan place_replicas(ZeroOptimizer& zero, const ops::Tensor& params, const std::vector<std::string>& node_of_rank,
+                         std::int64_t step, Communicator& comm, Communicator::Duration timeout) {
+  const BuddyPlan plan = plan_buddies(node_of_rank);
+  zero.set_replicas(plan);
+  std::vector<std::unique_ptr<Work>> work;
+  for (int owner : zero.replica_owners()) {
+    work.push_back(comm.irecv(zero.replica_exp_avg(owner), owner, kReplicaExpAvgTag));
+    work.push_back(comm.irecv(zero.replica_exp_avg_sq(owner), owner, kReplicaExpAvgSqTag));
+  }
+  if (const int holder = plan.holder[static_cast<std::size_t>(comm.rank())]; holder >= 0) {
+    work.push_back(comm.isend(zero.exp_avg(), holder, kReplicaExpAvgTag));
+    work.push_back(comm.isend(zero.exp_avg_sq(), holder, kReplicaExpAvgSqTag));
+  }
+  for (auto& w : work) w->wait(timeout);
+  // The copies' parameters: every rank's buffer holds `step` whole at the generation's start.
+  const std::vector<std::int64_t>& counts = zero.counts();
+  for (int owner : zero.replica_owners()) {
+    std::int64_t offset = 0;
+    for (int r = 0; r < owner; ++r) offset += counts[static_cast<std::size_t>(r)];
+    zero.set_replica_state(owner, params.view(offset, {counts[static_cast<std::size_t>(owner)]}), step);
+  }
+  // The kept triples serve a rollback from the copies; with none (one node) a lost shard is lost.
+  zero.set_keep_previous(plan.complete());
+  return plan;
+}
+
+ReplicaCheck verify_replicas(const ZeroOptimizer& zero, Communicator& comm) {
+  const int world = comm.size();
+  const auto width = 2 * static_cast<std::size_t>(world);
+  auto sum = [](const ops::Tensor& t) {
+    return static_cast<std::int64_t>(XXH3_64bits(t.data<float>(), static_cast<std::size_t>(t.numel()) * sizeof(float)));
+  };
+  // Per rank a row of 2·world checksums: its own shard at its rank's place, its copies at their
+  // owners' places, 0 elsewhere.
+  std::vector<std::int64_t> row(width, 0);
+  row[2 * static_cast<std::size_t>(comm.rank())] = sum(zero.exp_avg());
+  row[2 * static_cast<std::size_t>(comm.rank()) + 1] = sum(zero.exp_avg_sq());
+  const std::vector<std::int64_t> owns = allgather_rows(comm, row);
+  std::fill(row.begin(), row.end(), 0);
+  for (int owner : zero.replica_owners()) {
+    row[2 * static_cast<std::size_t>(owner)] = sum(zero.replica_exp_avg(owner));
+    row[2 * static_cast<std::size_t>(owner) + 1] = sum(zero.replica_exp_avg_sq(owner));
+  }
+  const std::vector<std::int64_t> held = allgather_rows(comm, row);
+  ReplicaCheck check;
+  for (int holder = 0; holder < world; ++holder) {
+    for (int owner = 0; owner < world; ++owner) {
+      const std::size_t cell = static_cast<std::size_t>(holder) * width + 2 * static_cast<std::size_t>(owner);
+      if (owner == holder || (held[cell] == 0 && held[cell + 1] == 0)) continue;
+      const std::size_t original = static_cast<std::size_t>(owner) * width + 2 * static_cast<std::size_t>(owner);
+      ++check.checked;
+      if (held[cell] != owns[original] || held[cell + 1] != owns[original + 1]) check.wrong.emplace_back(owner, holder);
+    }
+  }
+  return check;
+}
+
+}  // namespace hdp::mesh

@@ -1,0 +1,84 @@
+#include "trainer/fault_injection.h"
+
+#include <signal.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <ctime>
+#include <string>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "trainer/cpu_throttle.h"
+
+namespace hdp::trainer {
+
+FaultInjector::FaultInjector(const std::vector<Fault>& faults, const elastic::WorkerIdentity& identity,
+                             std::shared_ptr<elastic::Store> store)
+    : faults_(faults), identity_(identity), store_(std::move(store)) {}
+
+bool FaultInjector::is_me(const Fault& f) const { return f.node == identity_.node && f.slot == identity_.local_rank; }
+
+double FaultInjector::slowdown(std::int64_t step) const {
+  double factor = 1;
+  for (const Fault& f : faults_) {
+    if (f.kind == Fault::Kind::kSlow && is_me(f) && step >= f.step && (f.until == 0 || step <= f.until)) {
+      factor /= f.factor;
+    }
+  }
+  return factor;
+}
+
+void FaultInjector::fire(int rank, std::int64_t step, std::optional<mesh::StepPhase> phase) {
+  for (std::size_t i = 0; i < faults_.size(); ++i) {
+    const Fault& f = faults_[i];
+    if (f.phase != phase) continue;
+    if (f.kind == Fault::Kind::kThrottle && f.step == step && is_me(f)) {
+      log()->warn("fault {}: limiting this worker to {} CPU(s) from step {}", f.spec, f.factor, step);
+      try {
+        throttle_self(f.factor);
+      } catch (const Error& e) {
+        log()->error("fault {}: {}", f.spec, e.what());
+      }
+    }
+    if (!f.claimed_once() || f.rank != rank || f.step != step) continue;
+    bool claimed = false;
+    try {
+      claimed = store_->compare_and_set("fault:" + std::to_string(i), std::nullopt, f.spec);
+    } catch (const Error& e) {
+      log()->warn("fault {}: cannot claim it ({}); not firing", f.spec, e.what());
+    }
+    if (!claimed) continue;
+    log()->warn("fault {}: firing at step {}{} on rank {}", f.spec, step,
+                phase ? std::string(" (") + mesh::phase_name(*phase) + ")" : std::string(), rank);
+    switch (f.kind) {
+      case Fault::Kind::kCrash:
+        ::kill(::getpid(), SIGKILL);
+        break;
+      case Fault::Kind::kKillNode:
+        if (identity_.agent_pid > 0) ::kill(identity_.agent_pid, SIGKILL);
+        ::kill(::getpid(), SIGKILL);
+        break;
+      case Fault::Kind::kHang: {
+        const pid_t parent = ::getpid();
+        const pid_t waker = ::fork();
+        if (waker == 0) {
+          // Only async-signal-safe calls in the child of a threaded process.
+          const auto ms = f.hang.count();
+          timespec ts{static_cast<time_t>(ms / 1000), static_cast<long>(ms % 1000) * 1'000'000L};
+          while (::nanosleep(&ts, &ts) != 0) {
+          }
+          ::kill(parent, SIGCONT);
+          ::_exit(0);
+        }
+        ::raise(SIGSTOP);
+        break;
+      }
+      case Fault::Kind::kSlow:
+      case Fault::Kind::kThrottle:
+        break;  // not claimed (above)
+    }
+  }
+}
+
+}  // namespace hdp::trainer

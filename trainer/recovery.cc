@@ -1,0 +1,281 @@
+#include "trainer/recovery.h"
+
+#include <algorithm>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "checkpoint/checkpoint_root.h"
+#include "checkpoint/restorer.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "trainer/checkpoint_group.h"
+#include "trainer/checkpoint_reporting.h"
+
+namespace hdp::trainer {
+namespace {
+
+using elastic::Membership;
+using mesh::Communicator;
+using ops::Tensor;
+
+std::span<float> span_of(const Tensor& t) { return {t.data<float>(), static_cast<std::size_t>(t.numel())}; }
+
+// What the checkpoint keeps as a rank's "RNG state": the trainer draws nothing at random after the
+// seeded initialisation (the data order is a function of the seed and the epoch), so the seed is
+// the whole of it; a restore under another seed would change the data order, and says so.
+std::vector<std::uint8_t> rng_bytes(std::uint64_t seed) {
+  std::vector<std::uint8_t> bytes(sizeof seed);
+  std::memcpy(bytes.data(), &seed, sizeof seed);
+  return bytes;
+}
+
+}  // namespace
+
+Recovery::Recovery(elastic::ElasticContext& ctx, const TrainerConfig& config, const TrainingSetup& setup,
+                   const checkpoint::CheckpointOptions& checkpoints, ops::model::LlamaModel& model,
+                   StepReporter& reporter, EventLog& events, const StragglerMonitor& speeds)
+    : ctx_(ctx),
+      config_(config),
+      setup_(setup),
+      checkpoints_(checkpoints),
+      model_(model),
+      reporter_(reporter),
+      events_(events),
+      speeds_(speeds),
+      job_(ctx.store()) {}
+
+std::int64_t Recovery::start(const Membership& m, Communicator& comm) {
+  const auto began = SteadyClock::now();
+  const std::vector<mesh::HeldState> states = mesh::exchange_states(held_state(), comm, config_.timeout);
+  const mesh::ReshardPlan plan = mesh::plan_reshard(states, setup_.layout.total());
+  const std::int64_t furthest = std::max<std::int64_t>(plan.furthest, 0);
+  if (plan.possible) {
+    from_memory(m, comm, plan, began);
+    return furthest;
+  }
+  // Some rank held a state, but not every shard survived: the checkpoint is the fallback.
+  const bool fallback = std::any_of(states.begin(), states.end(), [](const auto& s) { return s.layout >= 0; });
+  if (fallback && m.rank == 0) {
+    log()->warn("generation {}: cannot recover from memory: {}; restoring from the checkpoint", m.generation, plan.why);
+  }
+  restore(m, comm, furthest, fallback ? plan.why : std::string());
+  return furthest;
+}
+
+// What this rank holds for the agreement of start(): every (shard, step) of its optimizer, the
+// step its parameters hold whole, and the data positions it knows.
+mesh::HeldState Recovery::held_state() const {
+  mesh::HeldState s;
+  s.completed = zero_ ? step_ : -1;
+  if (!zero_ || layout_generation_ < 0) return s;
+  s.layout = layout_generation_;
+  s.old_world = static_cast<int>(zero_->counts().size());
+  s.old_rank = layout_rank_;
+  s.completed = step_;
+  // The all-gather comes after this rank's own update: until that update the buffer is whole.
+  s.params_step = zero_->own_step() == step_ ? step_ : -1;
+  for (const auto& v : zero_->versions(model_.params())) s.held.push_back({v.owner, v.step});
+  auto mark = [](std::int64_t step, const checkpoint::DataPosition& p) { return mesh::DataMark{step, p.epoch, p.sample}; };
+  s.positions[0] = mark(step_, position_);
+  if (prev_position_) s.positions[1] = mark(step_ - 1, *prev_position_);
+  if (pending_position_) s.positions[2] = mark(step_ + 1, *pending_position_);
+  return s;
+}
+
+// The plan of start() is possible: every rank takes its new shard, and the parameters where its
+// buffer is not whole at the plan's step, from the ranks that hold them. No file is read.
+void Recovery::from_memory(const Membership& m, Communicator& comm, const mesh::ReshardPlan& plan,
+                           SteadyClock::time_point began) {
+  auto next = std::make_unique<mesh::ZeroOptimizer>(setup_.layout.total(), m.rank, m.world_size);
+  next->set_no_decay(setup_.no_decay);
+  const std::vector<mesh::ZeroOptimizer::Version> mine =
+      zero_ ? zero_->versions(model_.params()) : std::vector<mesh::ZeroOptimizer::Version>{};
+  mesh::ReshardTraffic traffic;
+  try {
+    traffic = mesh::execute_reshard(plan, comm, mine, model_.params(), *next, config_.timeout);
+  } catch (const RecoverableError&) {
+    // A rank that was receiving parameters holds a mixed buffer: its state can serve no more.
+    if (plan.receives_params[static_cast<std::size_t>(m.rank)]) {
+      zero_.reset();
+      layout_generation_ = -1;
+    }
+    throw;
+  }
+  const std::int64_t before = step_;
+  const bool had_state = zero_ != nullptr && layout_generation_ >= 0;
+  const int old_rank = layout_rank_;
+  zero_ = std::move(next);
+  step_ = plan.step;
+  position_ = {plan.position.epoch, plan.position.sample};
+  prev_position_.reset();
+  pending_position_.reset();
+  layout_generation_ = m.generation;
+  layout_rank_ = m.rank;
+  if (last_saved_step_ > step_) last_saved_step_ = -1;
+  const auto received = static_cast<std::int64_t>(traffic.bytes_received);
+  const std::int64_t total = comm.allreduce_sum(received, config_.timeout);
+  const double seconds = ms_since(began) / 1000.0;
+  if (had_state && (before != step_ || old_rank != m.rank)) {
+    log()->info("worker {}/{}: generation {}: continuing from memory at step {}{}{}", ctx_.identity().node,
+                ctx_.identity().local_rank, m.generation, step_,
+                before < step_ ? " (rolled the step in flight forward)"
+                               : before > step_ ? " (rolled back from step " + std::to_string(before) + ")" : std::string(),
+                old_rank != m.rank ? " (its optimizer shard moved from rank " + std::to_string(old_rank) + ")" : std::string());
+  }
+  if (step_ > plan.furthest) report_rolled_forward(m);
+  save_rolled_forward_ = step_ > plan.furthest && step_ % config_.checkpoint_every == 0;
+  in_flight_.reset();
+  if (m.rank == 0) {
+    const std::int64_t lost = std::max<std::int64_t>(plan.furthest - plan.step, 0);
+    log()->info("generation {}: continuing from memory at step {} on {} rank(s) (from {} shard(s) of generation {}): "
+                "{:.1f} MiB moved between ranks in {:.2f} s, {} step(s) lost, nothing read from disk",
+                m.generation, step_, m.world_size, plan.old_world, plan.layout,
+                static_cast<double>(total) / (1 << 20), seconds, lost);
+    events_.record(m, "continue", {{"step", std::to_string(step_)},
+                                   {"world_size", std::to_string(m.world_size)},
+                                   {"from_world_size", std::to_string(plan.old_world)},
+                                   {"source", "memory"},
+                                   {"bytes_moved", std::to_string(total)},
+                                   {"disk_bytes_read", "0"},
+                                   {"lost_steps", std::to_string(lost)},
+                                   {"seconds", fixed3(seconds)}});
+  }
+}
+
+// The step in flight was rolled forward: no rank had reported it. Rank 0 reports it now from what
+// it had computed before the failure (the loss, the norm; the time up to the failure), on the
+// world size it ran on; a rank 0 that did not run it (a joiner) says so instead.
+void Recovery::report_rolled_forward(const Membership& m) {
+  if (m.rank != 0) return;
+  if (!in_flight_ || in_flight_->step != step_) {
+    log()->warn("step {} was rolled forward; its loss is not known to rank 0 (it did not run it): not reported", step_);
+    return;
+  }
+  reporter_.step(m, step_, in_flight_->result, in_flight_->ms, in_flight_->lr, speeds_.figures(), in_flight_->world_size);
+}
+
+// No plan from memory: every rank restores its shard from the newest valid checkpoint (or the
+// seed). `why`: why memory could not serve (empty: no rank held a state, e.g. the job starts).
+void Recovery::restore(const Membership& m, Communicator& comm, std::int64_t furthest, const std::string& why) {
+  const auto started = SteadyClock::now();
+  layout_generation_ = -1;  // until the restore completed
+  prev_position_.reset();
+  pending_position_.reset();
+  zero_ = std::make_unique<mesh::ZeroOptimizer>(setup_.layout.total(), m.rank, m.world_size);
+  zero_->set_no_decay(setup_.no_decay);
+  std::optional<checkpoint::RestoredProgress> restored;
+  if (checkpoints() && may_restore(m, comm)) {
+    const Tensor params = model_.params();
+    const checkpoint::ShardRange range{zero_->offset(), zero_->offset() + zero_->count()};
+    checkpoint::ShardTarget target{range,
+                                   {span_of(params.view(range.begin, {range.size()})), span_of(zero_->exp_avg()),
+                                    span_of(zero_->exp_avg_sq())}};
+    CheckpointReporter reporter(ctx_.store(), m.generation, m.rank);
+    checkpoint::CheckpointOptions options = checkpoints_;
+    options.hooks = reporter.hooks();
+    CommunicatorGroup group(comm, config_.timeout);
+    restored = checkpoint::restore_latest(options, setup_.layout, group, target);
+  }
+  if (restored) {
+    step_ = restored->step;
+    position_ = restored->data;
+    zero_->set_steps_taken(step_);
+    if (!restored->rng_states.empty() && restored->rng_states[0] != rng_bytes(config_.seed)) {
+      log()->warn("the checkpoint {} was written under another --seed: the initial weights came from it, but the "
+                  "data order from here on follows this run's seed",
+                  restored->path.string());
+    }
+    // Every rank read only its own shard of the parameters: gather the others.
+    comm.allgather(model_.params().view(zero_->offset(), {zero_->count()}), model_.params(), zero_->counts());
+  } else {
+    model_.init(config_.seed);
+    step_ = 0;
+    position_ = {};
+  }
+  last_saved_step_ = restored ? step_ : -1;
+  layout_generation_ = m.generation;
+  layout_rank_ = m.rank;
+  const double seconds = ms_since(started) / 1000.0;
+  // What this rank read: its range of the parameters and of both optimizer moments, fp32.
+  const std::int64_t read = restored ? 3 * zero_->count() * static_cast<std::int64_t>(sizeof(float)) : 0;
+  if (restored) reporter_.metrics().checkpoint_restored(seconds, static_cast<std::uint64_t>(read));
+  const std::int64_t total_read = comm.allreduce_sum(read, config_.timeout);
+  if (m.rank != 0) return;
+  log()->info("generation {}: {} at step {} on {} rank(s) in {:.2f} s{}", m.generation,
+              restored ? "restored " + restored->path.string() : std::string("initialised from the seed"), step_,
+              m.world_size, seconds,
+              furthest > step_ ? " (" + std::to_string(furthest - step_) + " step(s) to redo)" : std::string());
+  elastic::Fields fields = {{"step", std::to_string(step_)},
+                            {"checkpoint", restored ? restored->path.filename().string() : std::string("none")},
+                            {"lost_steps", std::to_string(std::max<std::int64_t>(furthest - step_, 0))},
+                            {"world_size", std::to_string(m.world_size)},
+                            {"source", restored ? "checkpoint" : "seed"},
+                            {"disk_bytes_read", std::to_string(total_read)},
+                            {"seconds", fixed3(seconds)}};
+  if (!why.empty()) fields.emplace_back("reason", why);
+  events_.record(m, "restore", std::move(fields));
+}
+
+// --resume: always, except for a job that starts without it and has never reported a step, whose
+// checkpoint directory must then hold none (a later rollback would otherwise load another run's).
+bool Recovery::may_restore(const Membership& m, Communicator& comm) {
+  if (config_.resume) return true;
+  std::int64_t fresh = 0;
+  if (m.rank == 0) {
+    bool started = false;
+    try {
+      started = job_.snapshot(0).state.count("step") > 0;
+    } catch (const Error& e) {
+      log()->warn("cannot read the job state ({}): treating the job as started", e.what());
+      started = true;
+    }
+    fresh = started ? 0 : 1;
+  }
+  fresh = comm.allreduce_max(fresh);
+  if (fresh == 0) return true;
+  const auto committed = checkpoint::list_committed(config_.checkpoint_dir);
+  if (!committed.empty()) {
+    throw InvalidArgument("--resume=false, but --checkpoint-dir " + config_.checkpoint_dir.string() +
+                          " holds checkpoints (the newest at step " + std::to_string(committed.back().step) +
+                          "): remove them or choose another directory");
+  }
+  return false;
+}
+
+void Recovery::step_started(const checkpoint::DataPosition& next) {
+  pending_position_ = next;  // until the step completed on this rank (held_state)
+  in_flight_.reset();
+}
+
+void Recovery::step_failed(const mesh::DistributedStep& step, double ms, double lr, int world_size) {
+  // What the step had computed, in case recovery rolls it forward (from_memory reports it).
+  if (step.loss_known() && step.grad_norm_known()) in_flight_ = InFlight{step.partial(), ms, lr, world_size, step_ + 1};
+}
+
+void Recovery::step_completed() {
+  ++step_;
+  prev_position_ = position_;
+  position_ = *pending_position_;
+  pending_position_.reset();
+}
+
+void Recovery::save(checkpoint::AsyncSaver& saver) {
+  checkpoint::ShardSnapshot shard;
+  shard.range = {zero_->offset(), zero_->offset() + zero_->count()};
+  shard.buffers = {span_of(model_.params().view(zero_->offset(), {zero_->count()})), span_of(zero_->exp_avg()),
+                   span_of(zero_->exp_avg_sq())};
+  shard.step = step_;
+  shard.rng_state = rng_bytes(config_.seed);
+  shard.data = position_;
+  saver.save(shard);
+  last_saved_step_ = step_;
+}
+
+bool Recovery::take_rolled_forward_save() {
+  const bool save = save_rolled_forward_;
+  save_rolled_forward_ = false;
+  return save;
+}
+
+}  // namespace hdp::trainer

@@ -1,0 +1,106 @@
+// File: trainer/recovery.h
+//
+// The training state a worker holds across generations, and how a generation gets it (step 2 of
+// trainer/trainer.h): the ZeRO-1 optimizer (its shard, the copies it holds, the kept triples), the
+// step completed, the data positions around it, the layout (generation and rank) the optimizer is
+// cut for, the last step saved, and what the step in flight had computed when it failed.
+//
+// start() is the generation's agreement: two all-gathers of what every rank holds
+// (mesh/step/reshard.h). When every shard of the newest layout survives at a common step T, the new
+// world's shards (and, where a buffer is not whole at T, the parameters) are rebuilt from memory,
+// point to point: nothing is read from disk and no completed step is lost (event `continue`). Else
+// every rank restores its shard from the newest valid checkpoint, resharded to the new world size,
+// or starts from the seed (event `restore`, with the reason memory could not serve).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "checkpoint/async_saver.h"
+#include "checkpoint/options.h"
+#include "checkpoint/state.h"
+#include "checkpoint/flat_layout.h"
+#include "elastic/elastic_context.h"
+#include "elastic/job_state.h"
+#include "mesh/comm/communicator.h"
+#include "mesh/step/distributed_step.h"
+#include "mesh/step/reshard.h"
+#include "mesh/step/zero.h"
+#include "ops/model/llama_model.h"
+#include "trainer/step_reporter.h"
+#include "trainer/straggler_monitor.h"
+#include "trainer/trainer_config.h"
+#include "trainer/training_setup.h"
+
+namespace hdp::trainer {
+
+class Recovery {
+ public:
+  // Every argument must outlive this object.
+  Recovery(elastic::ElasticContext& ctx, const TrainerConfig& config, const TrainingSetup& setup,
+           const checkpoint::CheckpointOptions& checkpoints, ops::model::LlamaModel& model, StepReporter& reporter,
+           EventLog& events, const StragglerMonitor& speeds);
+
+  // Collective, at a generation's start: the state from the ranks' memory, or restored. Returns the
+  // furthest step any rank had completed before (the steps a rollback or a restore loses).
+  std::int64_t start(const elastic::Membership& m, mesh::Communicator& comm);
+
+  mesh::ZeroOptimizer& optimizer() { return *zero_; }
+  std::int64_t step() const { return step_; }
+  const checkpoint::DataPosition& position() const { return position_; }
+
+  // A step's life on this rank: it starts with the data position it ends at; it fails (a peer lost)
+  // after it may have computed its loss and gradient norm (kept in case recovery rolls it forward);
+  // or it completes.
+  void step_started(const checkpoint::DataPosition& next);
+  void step_failed(const mesh::DistributedStep& step, double ms, double lr, int world_size);
+  void step_completed();
+
+  // Hands this rank's shard at the current step to `saver` (a memcpy; the write runs on its thread).
+  void save(checkpoint::AsyncSaver& saver);
+  bool saved() const { return last_saved_step_ == step_; }
+  // A step rolled forward at a checkpoint step was never saved: true once after such a start().
+  bool take_rolled_forward_save();
+
+ private:
+  mesh::HeldState held_state() const;
+  void from_memory(const elastic::Membership& m, mesh::Communicator& comm, const mesh::ReshardPlan& plan,
+                   SteadyClock::time_point began);
+  void report_rolled_forward(const elastic::Membership& m);
+  void restore(const elastic::Membership& m, mesh::Communicator& comm, std::int64_t furthest, const std::string& why);
+  bool may_restore(const elastic::Membership& m, mesh::Communicator& comm);
+  bool checkpoints() const { return !checkpoints_.root.empty(); }
+
+  elastic::ElasticContext& ctx_;
+  const TrainerConfig& config_;
+  const TrainingSetup& setup_;
+  const checkpoint::CheckpointOptions& checkpoints_;
+  ops::model::LlamaModel& model_;
+  StepReporter& reporter_;
+  EventLog& events_;
+  const StragglerMonitor& speeds_;
+  elastic::JobState job_;
+
+  std::unique_ptr<mesh::ZeroOptimizer> zero_;
+  std::int64_t step_ = 0;
+  checkpoint::DataPosition position_;                        // after step_
+  std::optional<checkpoint::DataPosition> prev_position_;     // after step_ - 1
+  std::optional<checkpoint::DataPosition> pending_position_;  // after step_ + 1, while that step is in flight
+  std::int64_t layout_generation_ = -1;  // the generation whose layout zero_ is in; -1: none valid
+  int layout_rank_ = -1;                 // this rank's rank in it
+  std::int64_t last_saved_step_ = -1;
+  // The step that failed on this rank after its loss and gradient norm were known: reported by the
+  // next generation's rank 0 if recovery rolls it forward.
+  struct InFlight {
+    mesh::StepResult result;
+    double ms = 0, lr = 0;
+    int world_size = 0;
+    std::int64_t step = 0;
+  };
+  std::optional<InFlight> in_flight_;
+  bool save_rolled_forward_ = false;  // the generation starts by saving step_ (from_memory)
+};
+
+}  // namespace hdp::trainer

@@ -1,0 +1,165 @@
+#include "trainer/step_reporter.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "common/error.h"
+#include "common/log.h"
+
+namespace hdp::trainer {
+
+std::string fixed3(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f", value);
+  return text;
+}
+
+void EventLog::record(const elastic::Membership& m, const std::string& type, elastic::Fields fields) {
+  fields.emplace_back("generation", std::to_string(m.generation));
+  try {
+    job_.event(type, std::move(fields));
+  } catch (const Error& e) {
+    log()->warn("cannot record the {} event: {}", type, e.what());
+  }
+}
+
+StepReporter::StepReporter(const TrainerConfig& config, std::shared_ptr<elastic::Store> store, EventLog& events,
+                           const std::filesystem::path& metrics_file)
+    : config_(config), job_(std::move(store)), events_(events), metrics_(metrics_file) {}
+
+void StepReporter::step(const elastic::Membership& m, std::int64_t step, const mesh::StepResult& result, double step_ms,
+                        double lr, const SpeedFigures& speeds, int world) {
+  if (world == 0) world = m.world_size;
+  const double tokens_per_s = result.step_tokens / (step_ms / 1000.0);
+  const auto rank = static_cast<std::size_t>(m.rank);
+  metrics_.step({.step = step,
+                 .loss = result.loss(),
+                 .tokens_per_s = tokens_per_s,
+                 .lr = lr,
+                 .grad_norm = result.grad_norm,
+                 .step_s = step_ms / 1000.0,
+                 .compute_s = result.compute_ms / 1000.0,
+                 .comm_wait_s = result.comm_wait_ms / 1000.0,
+                 .tokens = result.step_tokens,
+                 .world_size = world,
+                 .rank = m.rank,
+                 .generation = m.generation,
+                 .speed = rank < speeds.relative.size() ? speeds.relative[rank] : 1.0});
+  metrics_.publish();
+  if (m.rank != 0) return;
+  if (step % config_.log_every == 0 || step == config_.steps) {
+    log()->info("step {}/{}  loss {:.4f}  lr {:.2e}  {:.0f} tokens/s  world {}  {:.0f} ms (compute {:.0f}, wait {:.0f})",
+                step, config_.steps, result.loss(), lr, tokens_per_s, world, step_ms, result.compute_ms,
+                result.comm_wait_ms);
+  }
+  if (!config_.metrics_file.empty()) write_metrics_line(m, step, result, step_ms, lr, tokens_per_s, world, speeds);
+  if (!config_.tensorboard_dir.empty()) write_tensorboard(step, result, step_ms, lr, tokens_per_s, world);
+  // The figures as the job state holds them; a non-finite one (a diverged run's NaN loss) is
+  // left out of the state and the sample, whose readers accept only finite numbers: the curve
+  // shows a gap, and the worker's log line and metrics say "nan".
+  elastic::Fields figures;
+  auto figure = [&](const char* name, const char* format, double value) {
+    if (!std::isfinite(value)) return;
+    char text[48];
+    std::snprintf(text, sizeof text, format, value);
+    figures.emplace_back(name, text);
+  };
+  figure("loss", "%.6f", result.loss());
+  figure("tokens_per_s", "%.1f", tokens_per_s);
+  figure("step_ms", "%.1f", step_ms);
+  figure("lr", "%.6g", lr);
+  figure("grad_norm", "%.6g", result.grad_norm);
+  std::string speeds_text;
+  for (double speed : speeds.relative) speeds_text += (speeds_text.empty() ? "" : ",") + fixed3(speed);
+  elastic::Fields state = {{"status", "running"},
+                           {"step", std::to_string(step)},
+                           {"tokens", std::to_string(step * config_.batch_tokens)},
+                           {"world_size", std::to_string(world)},
+                           {"speeds", speeds_text}};
+  state.insert(state.end(), figures.begin(), figures.end());
+  elastic::Fields sample = {{"step", std::to_string(step)},
+                            {"world_size", std::to_string(world)},
+                            {"generation", std::to_string(m.generation)},
+                            {"time_ms", std::to_string(elastic::now_ms())}};
+  sample.insert(sample.end(), figures.begin(), figures.end());
+  try {
+    job_.fenced_update(m.generation, std::move(state), {elastic::sample_write(std::move(sample))});
+  } catch (const Error& e) {
+    log()->warn("step {}: cannot report to the job state: {}", step, e.what());
+  }
+}
+
+void StepReporter::write_metrics_line(const elastic::Membership& m, std::int64_t step, const mesh::StepResult& result,
+                                      double step_ms, double lr, double tokens_per_s, int world,
+                                      const SpeedFigures& speeds) {
+  const nlohmann::json line = {{"step", step},           {"loss", result.loss()},
+                               {"world_size", world},    {"generation", m.generation},
+                               {"lr", lr},               {"grad_norm", result.grad_norm},
+                               {"tokens_per_s", tokens_per_s}, {"step_ms", step_ms},
+                               {"compute_ms", result.compute_ms}, {"speeds", speeds.relative},
+                               {"plan_speeds", speeds.plan_speeds}, {"time_ms", elastic::now_ms()}};
+  // One write of a whole line in append mode: lines of successive rank-0 processes never mix.
+  const std::string text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  const int fd = ::open(config_.metrics_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0 || ::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+    log()->warn("cannot append to --metrics-file {}: {}", config_.metrics_file.string(), std::strerror(errno));
+  }
+  if (fd >= 0) ::close(fd);
+}
+
+// Rank 0's curves for TensorBoard; a failure to write is logged once a file and never stops training.
+void StepReporter::write_tensorboard(std::int64_t step, const mesh::StepResult& result, double step_ms, double lr,
+                                     double tokens_per_s, int world) {
+  try {
+    if (tensorboard_failed_) return;
+    if (!tensorboard_) tensorboard_ = std::make_unique<TensorBoardWriter>(config_.tensorboard_dir);
+    tensorboard_->scalars(step, {{"train/loss", result.loss()},
+                                 {"train/lr", lr},
+                                 {"train/tokens_per_s", tokens_per_s},
+                                 {"train/world_size", world},
+                                 {"train/step_ms", step_ms},
+                                 {"train/grad_norm", result.grad_norm}});
+  } catch (const Error& e) {
+    if (!tensorboard_failed_) log()->warn("TensorBoard: {}; no further event files from this process", e.what());
+    tensorboard_failed_ = true;
+    tensorboard_.reset();
+  }
+}
+
+void StepReporter::recovered(const elastic::Membership& m, mesh::Communicator& comm, std::int64_t step,
+                             std::int64_t furthest) {
+  const std::int64_t mine = interrupted_ ? static_cast<std::int64_t>(ms_since(*interrupted_)) : 0;
+  interrupted_.reset();
+  const std::int64_t ms = comm.allreduce_max(mine);
+  const std::int64_t lost = furthest >= step - 1 ? furthest - (step - 1) : 0;
+  if (ms > 0) metrics_.recovered(static_cast<double>(ms) / 1000.0, lost);
+  if (ms > 0 && m.rank == 0) {
+    log()->info("generation {}: recovered in {:.2f} s, {} step(s) lost", m.generation, ms / 1000.0, lost);
+    events_.record(m, "recovered",
+                   {{"step", std::to_string(step)},
+                    {"seconds", fixed3(ms / 1000.0)},
+                    {"lost_steps", std::to_string(lost)},
+                    {"world_size", std::to_string(m.world_size)}});
+  }
+}
+
+void StepReporter::completed(const elastic::Membership& m, std::int64_t step) {
+  if (!job_.complete(m.generation, step)) log()->warn("completion at step {} refused: a newer generation exists", step);
+  log()->info("completed {} steps", step);
+}
+
+void StepReporter::stopped(const elastic::Membership& m, std::int64_t step, const std::string& checkpoint) {
+  events_.record(m, "stopped", {{"step", std::to_string(step)}, {"checkpoint", checkpoint}});
+  try {
+    job_.fenced_update(m.generation, {{"status", "stopped"}});
+  } catch (const Error& e) {
+    log()->warn("cannot record the stop: {}", e.what());
+  }
+}
+
+}  // namespace hdp::trainer

@@ -1,0 +1,87 @@
+// File: trainer/step_reporter.h
+//
+// What the trainer tells the world: the job's events (EventLog: a restore, a straggler, a stop),
+// and per step (StepReporter) rank 0's log line, the job state and its samples (fenced by the
+// generation), the --metrics-file line and TensorBoard scalars, and every rank's metrics for its
+// agent's /metrics (worker_metrics.h). A failure to report is logged and never stops training.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "elastic/job_state.h"
+#include "elastic/elastic_context.h"
+#include "mesh/comm/communicator.h"
+#include "mesh/step/distributed_step.h"
+#include "trainer/tensorboard.h"
+#include "trainer/trainer_config.h"
+#include "trainer/worker_metrics.h"
+
+namespace hdp::trainer {
+
+// "%.3f": how events and the state write seconds and speeds.
+std::string fixed3(double value);
+
+// The job's events. Not fenced: an event reports what a generation did (a restore, a straggler),
+// true even once a newer generation exists, and is tagged with its generation; it changes no state.
+class EventLog {
+ public:
+  explicit EventLog(std::shared_ptr<elastic::Store> store) : job_(std::move(store)) {}
+  // Appends `type` with `fields` and the generation; logs a warning when the store refuses.
+  void record(const elastic::Membership& m, const std::string& type, elastic::Fields fields);
+
+ private:
+  elastic::JobState job_;
+};
+
+// The speeds a step's report carries (straggler_monitor.h keeps them).
+struct SpeedFigures {
+  const std::vector<double>& relative;     // each rank's speed over the median, last measured
+  const std::vector<double>& plan_speeds;  // the speeds the step was planned with
+};
+
+class StepReporter {
+ public:
+  // `config` must outlive this object. `metrics_file`: the agent's file for /metrics (empty: none).
+  StepReporter(const TrainerConfig& config, std::shared_ptr<elastic::Store> store, EventLog& events,
+               const std::filesystem::path& metrics_file);
+
+  // Step `step` completed (on `world` ranks; 0: this generation's size): every rank's metrics;
+  // rank 0's log line, job state and sample, metrics-file line and TensorBoard scalars.
+  void step(const elastic::Membership& m, std::int64_t step, const mesh::StepResult& result, double step_ms, double lr,
+            const SpeedFigures& speeds, int world = 0);
+
+  // The generation was abandoned (a peer lost, a newer generation): its recovery is timed from now.
+  void interrupted() { interrupted_ = SteadyClock::now(); }
+  // Collective, at a generation's first completed step (now at `step`): how long the interruption
+  // before it cost (the slowest rank's view) and how many steps were lost (`furthest`: the furthest
+  // step any rank had completed). Metrics on every rank; rank 0's log line and `recovered` event.
+  void recovered(const elastic::Membership& m, mesh::Communicator& comm, std::int64_t step, std::int64_t furthest);
+
+  // Rank 0: the job completed at `step` (the job state's outcome), or stopped there by request
+  // (`checkpoint`: the step saved, "failed" or "none").
+  void completed(const elastic::Membership& m, std::int64_t step);
+  void stopped(const elastic::Membership& m, std::int64_t step, const std::string& checkpoint);
+
+  WorkerMetrics& metrics() { return metrics_; }
+
+ private:
+  void write_metrics_line(const elastic::Membership& m, std::int64_t step, const mesh::StepResult& result,
+                          double step_ms, double lr, double tokens_per_s, int world, const SpeedFigures& speeds);
+  void write_tensorboard(std::int64_t step, const mesh::StepResult& result, double step_ms, double lr,
+                         double tokens_per_s, int world);
+
+  const TrainerConfig& config_;
+  elastic::JobState job_;
+  EventLog& events_;
+  WorkerMetrics metrics_;                           // every rank, for its agent's /metrics
+  std::unique_ptr<TensorBoardWriter> tensorboard_;  // rank 0, created at its first step
+  bool tensorboard_failed_ = false;
+  std::optional<SteadyClock::time_point> interrupted_;
+};
+
+}  // namespace hdp::trainer

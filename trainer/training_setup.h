@@ -1,0 +1,51 @@
+// File: trainer/training_setup.h
+//
+// What a job's configuration (trainer_config.h) builds, built once: the checkpoint layout of the
+// model's parameters, the data source, the planner's cost model and the ranges that take no weight
+// decay. The trainer calls build_setup() once per worker; benchmarks and tests call the parts.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "checkpoint/flat_layout.h"
+#include "mesh/plan/cost_model.h"
+#include "mesh/step/zero.h"
+#include "ops/model/llama_config.h"
+#include "trainer/data/piece_source.h"
+#include "trainer/trainer_config.h"
+
+namespace hdp::trainer {
+
+struct TrainingSetup {
+  checkpoint::FlatLayout layout;
+  std::shared_ptr<const data::PieceSource> data;
+  mesh::CostModel cost;
+  std::vector<mesh::ZeroOptimizer::Range> no_decay;
+};
+
+// All of the below for `config` (its errors, unchanged).
+TrainingSetup build_setup(const TrainerConfig& config);
+
+// The model's parameters as the checkpoint lays them out: ops/model/llama_params.h's tensors, by
+// their Hugging Face names, in buffer order.
+checkpoint::FlatLayout checkpoint_layout(const ops::model::LlamaConfig& model);
+
+// The flat ranges that take no weight decay: every RMSNorm weight (a name ending in
+// "norm.weight"), or none with decay_norms.
+std::vector<mesh::ZeroOptimizer::Range> no_decay_ranges(const TrainerConfig& config);
+
+// The cost model the planner uses: the file when one is named, else an estimate from the model's
+// FLOPs (only the ratios of α, β and γ matter for balancing ranks of equal speed).
+mesh::CostModel trainer_cost_model(const TrainerConfig& config);
+
+// The corpus or synthetic documents of config.data, cut at config.context. InvalidArgument for a
+// directory with no usable document, an unknown distribution, or a vocabulary too small.
+std::shared_ptr<const data::PieceSource> open_data(const TrainerConfig& config);
+
+// Throws InvalidArgument when a job of `world_size` ranks cannot run this configuration: a
+// sequence of `context` tokens that the ranks cannot hold (the planner's own limit under `cost`),
+// or a rank that does not fit the memory limit.
+void check_world(const TrainerConfig& config, const mesh::CostModel& cost, int world_size);
+
+}  // namespace hdp::trainer
