@@ -2,8 +2,15 @@
 //
 // Communicator (communicator.h) over Gloo 0.5.0's TCP transport, for CPU tensors only (a CUDA
 // tensor is an InvalidArgument; the GPU communicator is a separate implementation). Built by
-// mesh/comm/communicator_factory.h; no Gloo type appears outside gloo_communicator.cc and
-// gloo_store.{h,cc}.
+// mesh/comm/communicator_factory.h; no Gloo type appears outside gloo_communicator.cc,
+// gloo_store.{h,cc}, bootstrap.{h,cc} and peer_monitor.{h,cc} (the last three are internal headers
+// of mesh/comm).
+//
+// Files: gloo_communicator.cc (the core: failure and teardown, posting and waiting, the worker
+// queue, the Work handles), bootstrap.{h,cc} (the rendezvous), peer_monitor.{h,cc} (the failure
+// detector), collectives.{h,cc} (the algorithms, over a transport of hdp's own that the core
+// implements with Gloo), reductions.{h,cc}, descriptor.{h,cc}, checks.{h,cc} (argument checks),
+// self_messages.{h,cc} (messages to this rank itself).
 //
 // Point to point. isend/irecv post one Gloo unbound buffer (zero-copy: Gloo reads and writes the
 // tensor's memory directly) under the slot 0x10<<56 | tag and return at once; Work::wait(t) waits
@@ -48,11 +55,11 @@
 //   within one tick of Gloo's network loop (10 ms) plus scheduling.
 // A peer's death is noticed at once even mid-transfer (where Gloo itself would leave the wait to
 // its timeout): a monitor thread keeps a 0-byte probe recv queued on every connection and, when a
-// connection fails, aborts the waits of the operations with that peer (see Impl::probes). A peer
+// connection fails, aborts the waits of the operations with that peer (see peer_monitor.h). A peer
 // that closes while nothing involves it (the end of a generation) fails nothing by itself.
 // SIGPIPE, which Gloo's writes to a reset connection raise, is blocked in the threads that write
-// (this file's, Gloo's network thread, and a caller's thread during a post), never ignored
-// process-wide.
+// (the worker, monitor and bootstrap threads, Gloo's network thread, and a caller's thread during a
+// post), never ignored process-wide.
 // Destruction: a healthy communicator with nothing in flight closes its connections gently (FIN,
 // so data a peer has not read yet still arrives); one with operations in flight or queued is
 // aborted first. Either way it is bounded: no wait is left that an abort does not end, and Gloo's

@@ -9,14 +9,15 @@
 // One adapter serves one bootstrap: its deadline is fixed at construction (now + timeout) and
 // every get/wait ends there with TimeoutError, whatever timeout Gloo passes, so a whole
 // connectFullMesh waits at most `timeout` for the store (GlooCommunicator sets Gloo's own context
-// timeout lower, for its pair connects; see gloo_communicator.cc).
+// timeout lower, for its pair connects; see bootstrap.cc).
 //
 // A bootstrap whose generation is superseded (a member died before connecting, and the leader has
 // published the next generation) can never complete: while it waits, the adapter asks
 // `superseded` about every 250 ms and gives up with PeerLost at once, instead of sitting out the
 // whole timeout.
 //
-// Only mesh/comm/gloo_communicator.cc includes this header: no other hdp file sees a Gloo type.
+// An internal header of mesh/comm, as bootstrap.h and peer_monitor.h are: only mesh/comm/bootstrap.cc
+// includes it, and no header outside mesh/comm names a Gloo type.
 #pragma once
 
 #include <gloo/rendezvous/store.h>

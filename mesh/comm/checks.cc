@@ -1,0 +1,60 @@
+#include "mesh/comm/checks.h"
+
+#include "common/error.h"
+#include "mesh/comm/collectives.h"
+
+namespace hdp::mesh {
+namespace {
+
+bool overlaps(const std::byte* a, std::size_t a_bytes, const std::byte* b, std::size_t b_bytes) {
+  return a_bytes > 0 && b_bytes > 0 && a < b + b_bytes && b < a + a_bytes;
+}
+
+}  // namespace
+
+void check_tensor(const ops::Tensor& t, const std::string& what, const char* name) {
+  if (!t.defined()) throw InvalidArgument(what + ": " + name + " is an undefined tensor");
+  // ops::Tensor is always dense and contiguous (ops/tensor.h): no stride to check.
+  if (t.device() != ops::Device::kCpu) {
+    throw InvalidArgument(what + ": " + name + " is " + t.describe() + "; GlooCommunicator takes CPU tensors only");
+  }
+}
+
+std::vector<std::int64_t> check_counts(std::span<const std::int64_t> counts, int size, const std::string& what) {
+  if (std::ssize(counts) != size) {
+    throw InvalidArgument(what + ": counts has " + std::to_string(counts.size()) + " entries for " +
+                          std::to_string(size) + " ranks");
+  }
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    if (counts[i] < 0) throw InvalidArgument(what + ": counts[" + std::to_string(i) + "] is " + std::to_string(counts[i]));
+  }
+  return {counts.begin(), counts.end()};
+}
+
+Blocks check_blocks(const std::string& what, const ops::Tensor& whole, const char* whole_name, const ops::Tensor& part,
+                    const char* part_name, std::span<const std::int64_t> counts_in, int rank, int size) {
+  check_tensor(whole, what, whole_name);
+  check_tensor(part, what, part_name);
+  Blocks b{check_counts(counts_in, size, what), {}, ops::dtype_size(whole.dtype())};
+  b.offsets = offsets_of(b.counts);
+  if (whole.dtype() != part.dtype()) {
+    throw InvalidArgument(what + ": " + whole_name + " is " + whole.describe() + " but " + part_name + " is " +
+                          part.describe());
+  }
+  if (whole.numel() != b.offsets.back()) {
+    throw InvalidArgument(what + ": " + whole_name + " has " + std::to_string(whole.numel()) +
+                          " elements, the counts sum to " + std::to_string(b.offsets.back()));
+  }
+  const std::int64_t mine = b.counts[static_cast<std::size_t>(rank)];
+  if (part.numel() != mine) {
+    throw InvalidArgument(what + ": " + part_name + " has " + std::to_string(part.numel()) + " elements, counts[" +
+                          std::to_string(rank) + "] is " + std::to_string(mine));
+  }
+  const std::byte* own = bytes_of(whole) + static_cast<std::size_t>(b.offsets[static_cast<std::size_t>(rank)]) * b.elem;
+  if (overlaps(bytes_of(part), part.bytes(), bytes_of(whole), whole.bytes()) && bytes_of(part) != own) {
+    throw InvalidArgument(what + ": " + part_name + " overlaps " + whole_name + " other than as this rank's block");
+  }
+  return b;
+}
+
+}  // namespace hdp::mesh
