@@ -20,6 +20,7 @@
 
 #include "common/error.h"
 #include "mesh/comm/collectives.h"
+#include "tests/support/ranks.h"
 
 namespace hdp::mesh {
 namespace {
@@ -148,37 +149,24 @@ class MemoryTransport final : public Transport {
   int posts_ = 0;
 };
 
-// Runs fn(transport) on one thread per rank over one network; returns what each rank threw.
-// fail_rank's transport fails at its post number fail_at.
+// Runs fn(transport) on one thread per rank over one network (tests/support/ranks.h); returns what
+// each rank threw. fail_rank's transport fails at its post number fail_at.
 std::vector<std::exception_ptr> on_ranks(int n, const std::function<void(MemoryTransport&)>& fn, int fail_rank = -1,
                                          int fail_at = -1) {
   auto network = std::make_shared<Network>();
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      MemoryTransport transport(network, r, n, r == fail_rank ? fail_at : -1);
-      try {
-        fn(transport);
-      } catch (...) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
+  return test::on_ranks(n, [&](int r) {
+    MemoryTransport transport(network, r, n, r == fail_rank ? fail_at : -1);
+    fn(transport);
+  });
 }
 
+// Like on_ranks, but fails the test with every rank's exception.
 void on_ranks_ok(int n, const std::function<void(MemoryTransport&)>& fn) {
-  const auto errors = on_ranks(n, fn);
-  for (std::size_t r = 0; r < errors.size(); ++r) {
-    if (!errors[r]) continue;
-    try {
-      std::rethrow_exception(errors[r]);
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "rank " << r << " of " << n << " threw: " << e.what();
-    }
-  }
+  auto network = std::make_shared<Network>();
+  test::on_ranks_ok(n, [&](int r) {
+    MemoryTransport transport(network, r, n, -1);
+    fn(transport);
+  });
 }
 
 Clock::time_point deadline() { return Clock::now() + kDeadline; }

@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "mesh/comm/communicator_factory.h"
+#include "tests/support/ranks.h"
 
 namespace hdp::mesh {
 namespace {
@@ -27,35 +28,8 @@ constexpr auto kTimeout = 20s;  // default of every call; the tests that time ou
 
 using Comms = std::vector<std::unique_ptr<Communicator>>;
 
-// Runs fn(rank) on one thread per rank; returns what each threw (null: nothing).
-std::vector<std::exception_ptr> on_ranks(int n, const std::function<void(int)>& fn) {
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (...) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
-}
-
-// Like on_ranks, but fails the test with the first rank's exception.
-void on_ranks_ok(int n, const std::function<void(int)>& fn) {
-  const auto errors = on_ranks(n, fn);
-  for (std::size_t r = 0; r < errors.size(); ++r) {
-    if (!errors[r]) continue;
-    try {
-      std::rethrow_exception(errors[r]);
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "rank " << r << " threw: " << e.what();
-    }
-  }
-}
+using test::on_ranks;     // tests/support/ranks.h
+using test::on_ranks_ok;
 
 // What rank r contributes at index i: small integers, so that f32 sums are exact.
 double value(int r, std::int64_t i) { return static_cast<double>((r + 1) * ((i % 7) + 1) - 3 * (i % 2)); }
