@@ -166,11 +166,7 @@ void Recovery::restore(const Membership& m, Communicator& comm, std::int64_t fur
   zero_->set_no_decay(setup_.no_decay);
   std::optional<checkpoint::RestoredProgress> restored;
   if (checkpoints() && may_restore(m, comm)) {
-    const Tensor params = model_.params();
-    const checkpoint::ShardRange range{zero_->offset(), zero_->offset() + zero_->count()};
-    checkpoint::ShardTarget target{range,
-                                   {span_of(params.view(range.begin, {range.size()})), span_of(zero_->exp_avg()),
-                                    span_of(zero_->exp_avg_sq())}};
+    const checkpoint::ShardTarget target = shard();
     CheckpointReporter reporter(ctx_.store(), m.generation, m.rank);
     checkpoint::CheckpointOptions options = checkpoints_;
     options.hooks = reporter.hooks();
@@ -260,15 +256,22 @@ void Recovery::step_completed() {
   pending_position_.reset();
 }
 
+checkpoint::ShardTarget Recovery::shard() const {
+  const checkpoint::ShardRange range{zero_->offset(), zero_->offset() + zero_->count()};
+  return {range,
+          {span_of(model_.params().view(range.begin, {range.size()})), span_of(zero_->exp_avg()),
+           span_of(zero_->exp_avg_sq())}};
+}
+
 void Recovery::save(checkpoint::AsyncSaver& saver) {
-  checkpoint::ShardSnapshot shard;
-  shard.range = {zero_->offset(), zero_->offset() + zero_->count()};
-  shard.buffers = {span_of(model_.params().view(zero_->offset(), {zero_->count()})), span_of(zero_->exp_avg()),
-                   span_of(zero_->exp_avg_sq())};
-  shard.step = step_;
-  shard.rng_state = rng_bytes(config_.seed);
-  shard.data = position_;
-  saver.save(shard);
+  const checkpoint::ShardTarget buffers = shard();
+  checkpoint::ShardSnapshot snapshot;
+  snapshot.range = buffers.range;
+  snapshot.buffers = {buffers.buffers[0], buffers.buffers[1], buffers.buffers[2]};
+  snapshot.step = step_;
+  snapshot.rng_state = rng_bytes(config_.seed);
+  snapshot.data = position_;
+  saver.save(snapshot);
   last_saved_step_ = step_;
 }
 

@@ -72,6 +72,9 @@ class Recovery {
   void restore(const elastic::Membership& m, mesh::Communicator& comm, std::int64_t furthest, const std::string& why);
   bool may_restore(const elastic::Membership& m, mesh::Communicator& comm);
   bool checkpoints() const { return !checkpoints_.root.empty(); }
+  // This rank's ZeRO-1 shard as a checkpoint holds it: its range of the parameters and both AdamW
+  // moments, in place (what save() hands over and restore() fills).
+  checkpoint::ShardTarget shard() const;
 
   elastic::ElasticContext& ctx_;
   const TrainerConfig& config_;
