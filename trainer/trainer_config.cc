@@ -212,4 +212,14 @@ std::int64_t estimate_rank_bytes(const TrainerConfig& config, int world_size) {
   return 4 * (2 * n + moments + activations + ring);
 }
 
+void check_rank_memory(const TrainerConfig& config, int world_size) {
+  if (config.max_rank_memory_bytes <= 0) return;
+  const std::int64_t need = estimate_rank_bytes(config, world_size);
+  if (need > config.max_rank_memory_bytes) {
+    throw InvalidArgument("the model needs about " + mib(need) + " per rank at C = " + std::to_string(config.capacity) +
+                          " on " + std::to_string(world_size) + " rank(s), above --max-rank-memory-mb " +
+                          mib(config.max_rank_memory_bytes));
+  }
+}
+
 }  // namespace hdp::trainer

@@ -133,4 +133,8 @@ struct TrainerConfig {
 // shard of both AdamW moments, and the activations of a full micro-batch of C tokens.
 std::int64_t estimate_rank_bytes(const TrainerConfig& config, int world_size);
 
+// InvalidArgument when estimate_rank_bytes exceeds config.max_rank_memory_bytes (> 0); part of
+// check_world (trainer/training_setup.h).
+void check_rank_memory(const TrainerConfig& config, int world_size);
+
 }  // namespace hdp::trainer

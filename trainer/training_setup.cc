@@ -9,12 +9,6 @@
 #include "trainer/data/synthetic.h"
 
 namespace hdp::trainer {
-namespace {
-
-std::string mib(std::int64_t bytes) { return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB"; }
-
-}  // namespace
-
 TrainingSetup build_setup(const TrainerConfig& config) {
   return {.layout = checkpoint_layout(config.model),
           .data = open_data(config),
@@ -41,14 +35,7 @@ std::vector<mesh::ZeroOptimizer::Range> no_decay_ranges(const TrainerConfig& con
 }
 
 void check_world(const TrainerConfig& config, const mesh::CostModel& cost, int world_size) {
-  if (config.max_rank_memory_bytes > 0) {
-    const std::int64_t need = estimate_rank_bytes(config, world_size);
-    if (need > config.max_rank_memory_bytes) {
-      throw InvalidArgument("the model needs about " + mib(need) + " per rank at C = " +
-                            std::to_string(config.capacity) + " on " + std::to_string(world_size) +
-                            " rank(s), above --max-rank-memory-mb " + mib(config.max_rank_memory_bytes));
-    }
-  }
+  check_rank_memory(config, world_size);
   // The planner's own limit on the longest sequence a job of this size can hold.
   mesh::PlanRequest request;
   request.lengths = {config.context};
