@@ -1,9 +1,9 @@
-// bench/comm: the communicator's allreduce and reduce-scatter bus bandwidth (GlooCommunicator,
-// hdp's ring collectives over Gloo TCP unbound buffers), beside Gloo's own ring allreduce on
-// contexts built the same way and beside memcpy, all measured in the same run.
+// bench/comm: the communicator's allreduce and reduce-scatter bus bandwidth (TcpCommunicator,
+// hdp's ring collectives over hdp's own TCP transport), beside Gloo 0.5.0's own ring allreduce on
+// a full-mesh Gloo context and beside memcpy, all measured in the same run.
 //
-// Ranks are threads of this one process, each with its own Gloo device (network thread) and TCP
-// connections over loopback, as mesh::connect_local builds them. So the figures measure the
+// Ranks are threads of this one process, each with its own network thread and TCP connections
+// over loopback, as mesh::connect_local builds them (Gloo's baseline likewise, one device each). So the figures measure the
 // collectives' software path and loopback TCP on this machine's cores, not a network; with more
 // ranks than cores the ranks share CPUs.
 //

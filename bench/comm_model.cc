@@ -153,7 +153,7 @@ void add_ring_attention_rows(Report& report, const std::vector<int>& ranks, std:
 
     auto gloo = mesh::connect_local(d, 600s);
     auto mailbox = std::make_shared<Mailbox>();
-    // Per rep and rank: the micro-batch's time and wait over Gloo, the same in memory, the
+    // Per rep and rank: the micro-batch's time and wait over TCP, the same in memory, the
     // transfers alone.
     const auto cells = static_cast<std::size_t>(reps * d);
     std::vector<double> t_gloo(cells), w_gloo(cells), t_mem(cells), w_mem(cells), t_transfers(cells);

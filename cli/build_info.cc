@@ -1,6 +1,6 @@
 #include "cli/build_info.h"
 
-#include <gloo/config.h>
+#include <boost/version.hpp>
 #include <hdf5.h>
 #include <hiredis/hiredis.h>
 
@@ -47,15 +47,11 @@ nlohmann::json nccl_info() {
   return nccl;
 }
 
-nlohmann::json gloo_info() {
-  nlohmann::json transports = nlohmann::json::array();
-  if (GLOO_HAVE_TRANSPORT_TCP) transports.push_back("tcp");
-  if (GLOO_HAVE_TRANSPORT_TCP_TLS) transports.push_back("tcp_tls");
-  if (GLOO_HAVE_TRANSPORT_IBVERBS) transports.push_back("ibverbs");
-  if (GLOO_HAVE_TRANSPORT_UV) transports.push_back("uv");
-  return {{"version", std::to_string(GLOO_VERSION_MAJOR) + "." + std::to_string(GLOO_VERSION_MINOR) + "." +
-                          std::to_string(GLOO_VERSION_PATCH)},
-          {"transports", transports}};
+// The CPU data plane: hdp's own TCP transport (mesh/comm/tcp_network.h) over Boost.Asio.
+nlohmann::json transport_info() {
+  return {{"cpu", "tcp"},
+          {"asio", std::to_string(BOOST_VERSION / 100000) + "." + std::to_string(BOOST_VERSION / 100 % 1000) + "." +
+                       std::to_string(BOOST_VERSION % 100)}};
 }
 
 std::string hdf5_version() {
@@ -85,7 +81,7 @@ nlohmann::json build_info() {
           {"sanitizers", HDP_SANITIZE},
           {"cuda", cuda_info()},
           {"nccl", nccl_info()},
-          {"gloo", gloo_info()},
+          {"transport", transport_info()},
           {"hdf5", hdf5_version()},
           {"hiredis", std::to_string(HIREDIS_MAJOR) + "." + std::to_string(HIREDIS_MINOR) + "." +
                           std::to_string(HIREDIS_PATCH)}};
@@ -106,9 +102,9 @@ std::string format_build_info(const nlohmann::json& info) {
   out << "\n  nccl:     "
       << (info["nccl"]["built"].get<bool>() ? "built (" + info["nccl"]["version"].get<std::string>() + ")"
                                             : std::string("not built"));
-  out << "\n  gloo:     " << info["gloo"]["version"].get<std::string>() << " (transports:";
-  for (const auto& transport : info["gloo"]["transports"]) out << " " << transport.get<std::string>();
-  out << ")\n  hdf5:     " << info["hdf5"].get<std::string>();
+  out << "\n  transport: " << info["transport"]["cpu"].get<std::string>() << " (Boost.Asio "
+      << info["transport"]["asio"].get<std::string>() << ")";
+  out << "\n  hdf5:     " << info["hdf5"].get<std::string>();
   out << "\n  hiredis:  " << info["hiredis"].get<std::string>();
   const auto sanitizers = info["sanitizers"].get<std::string>();
   out << "\n  sanitize: " << (sanitizers.empty() ? "none" : sanitizers) << "\n";

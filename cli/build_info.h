@@ -11,7 +11,7 @@
 namespace hdp::cli {
 
 // Fields: version, build_type, sanitizers, cuda {built, runtime, architectures, devices},
-// nccl {built, version}, gloo {version, transports}, hdf5, hiredis.
+// nccl {built, version}, transport {cpu, asio}, hdf5, hiredis.
 nlohmann::json build_info();
 
 // CUDA devices this process can use (0 without CUDA, a driver or a device).

@@ -200,7 +200,7 @@ void ElasticContext::report_broken(const Membership& m, const std::string& reaso
 Bootstrap ElasticContext::bootstrap(const Membership& m) {
   return Bootstrap{m.generation, m.rank, m.world_size, identity_.advertise_address,
                    std::make_shared<PrefixStore>(store_, keys::bootstrap(m.generation)),
-                   [this, m] { return changed(m); }};
+                   identity_.job + "/" + keys::bootstrap(m.generation), [this, m] { return changed(m); }};
 }
 
 }  // namespace hdp::elastic

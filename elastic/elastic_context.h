@@ -59,6 +59,10 @@ struct Bootstrap {
   int world_size = 0;
   std::string advertise_address;
   std::shared_ptr<Store> store;  // the generation's bootstrap namespace, gen:<g>:boot:
+  // That namespace's name, job included ("<job>/gen:<g>:boot:"): the communicators' connection
+  // handshake checks a hash of it (with the channel), so a rank of another job or generation that
+  // reaches this one's address is refused.
+  std::string group;
   // True once a generation other than this one is current (ElasticContext::changed). It refers
   // to the ElasticContext that made it, which must outlive every call (the connects, which run
   // on the thread that owns that context: changed() is not thread-safe).

@@ -20,7 +20,8 @@ inline constexpr const char* kOutcome = "outcome";    // "completed" once the jo
 inline constexpr const char* kEvictions = "evictions";  // JSON: evicted node/slots and their cool-downs (leader)
 
 inline std::string generation(std::int64_t g) { return "gen:" + std::to_string(g); }
-// Prefix under which a generation's communicator bootstrap lives (Gloo's keys).
+// Prefix under which a generation's communicator bootstrap lives (each rank's address record per
+// channel, mesh/comm/wire.h).
 inline std::string bootstrap(std::int64_t g) { return "gen:" + std::to_string(g) + ":boot:"; }
 // Set by a worker that lost a peer in generation g: the leader then publishes a new generation
 // even when the members look unchanged (a crashed worker restarted before its agent noticed).

@@ -6,7 +6,7 @@
 // collectives must come from one thread in one order on every rank).
 //
 // Failure: barrier() and all_true() throw what the communicator throws (PeerLost, TimeoutError),
-// each within `timeout` (the communicator's default when zero; note that a GlooCommunicator's
+// each within `timeout` (the communicator's default when zero; note that a TcpCommunicator's
 // collective never runs longer than its communicator's timeout()). A save that meets one fails
 // on this rank (the saver's writer thread catches it), and ~AsyncSaver, which waits for the save
 // in flight, is bounded by the same timeout.

@@ -16,7 +16,7 @@ void check_tensor(const ops::Tensor& t, const std::string& what, const char* nam
   if (!t.defined()) throw InvalidArgument(what + ": " + name + " is an undefined tensor");
   // ops::Tensor is always dense and contiguous (ops/tensor.h): no stride to check.
   if (t.device() != ops::Device::kCpu) {
-    throw InvalidArgument(what + ": " + name + " is " + t.describe() + "; GlooCommunicator takes CPU tensors only");
+    throw InvalidArgument(what + ": " + name + " is " + t.describe() + "; TcpCommunicator takes CPU tensors only");
   }
 }
 

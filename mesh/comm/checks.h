@@ -1,6 +1,6 @@
 // File: mesh/comm/checks.h
 //
-// The argument checks of GlooCommunicator's calls, made on the caller's thread before anything is
+// The argument checks of TcpCommunicator's calls, made on the caller's thread before anything is
 // sent: each throws InvalidArgument naming the operation (`what`) and the value.
 #pragma once
 

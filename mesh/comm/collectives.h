@@ -2,8 +2,8 @@
 //
 // hdp's own collective algorithms, written over a small transport of hdp's own (Transport: post a
 // send or a recv of one message on a slot, wait for it with a deadline, kill the transport) that
-// names no Gloo type. GlooCommunicator implements it over Gloo's unbound buffers
-// (gloo_communicator.cc); tests/mesh/collectives_test.cc runs the same algorithms over an
+// names no socket. TcpCommunicator implements it over its network (tcp_communicator.cc,
+// tcp_network.h); tests/mesh/collectives_test.cc runs the same algorithms over an
 // in-memory transport, ranks as threads.
 //   - exchange_descriptor: every collective's first step (descriptor.h), with both ring neighbours;
 //   - ring reduce-scatter and ring allgather, uneven counts, zeros included;
@@ -13,7 +13,7 @@
 // Every rank calls the same algorithm with the same sequence number, counts and sizes (the
 // descriptor exchange checks that). Each wait ends at the caller's deadline; a failure is the
 // transport's to report (it throws from post or wait), and after one every later call throws.
-// The slots every hdp message uses, point to point and the peer monitor's included, are here.
+// The slots every hdp message uses, point to point included, are here.
 #pragma once
 
 #include <chrono>
@@ -29,11 +29,10 @@
 
 namespace hdp::mesh {
 
-// Slots (data-plane.md §1.4): Gloo's own collectives use top bytes 0x01-0x08; hdp's start at 0x10.
+// Slots: top bytes 0x10 and up (0x01-0x08 were Gloo's own collectives', data-plane.md §1.4).
 inline constexpr std::uint64_t kP2pSlot = std::uint64_t{0x10} << 56;         // | tag (< 2^56)
 inline constexpr std::uint64_t kDescriptorSlot = std::uint64_t{0x11} << 56;  // every collective's descriptor
 inline constexpr std::uint64_t kCollectiveSlot = std::uint64_t{0x12} << 56;  // | seq << 20 | phase
-inline constexpr std::uint64_t kProbeSlot = std::uint64_t{0x13} << 56;       // never sent to: see peer_monitor.h
 inline constexpr int kPhaseBits = 20;
 inline constexpr std::uint64_t kSeqMask = (std::uint64_t{1} << (56 - kPhaseBits)) - 1;
 inline constexpr int kMaxSize = 1 << (kPhaseBits - 2);  // allreduce uses 2(n-1) phases

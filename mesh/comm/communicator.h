@@ -8,7 +8,7 @@
 //
 // Buffers are ops::Tensor: contiguous, with a dtype and a device, so an implementation on a GPU
 // (NCCL) receives device memory and the `Stream` to order its work on; the CPU implementation
-// (GlooCommunicator, gloo_communicator.h) ignores the stream.
+// (TcpCommunicator, tcp_communicator.h) ignores the stream.
 //
 // Contract, for every implementation:
 //  - Every call has a deadline: the blocking forms use `timeout` (the communicator's default
@@ -25,12 +25,13 @@
 //  - Bad arguments (a rank out of range, a buffer whose size does not match the counts, counts
 //    that do not have one entry per rank, a dtype the reduction cannot handle, a reserved tag)
 //    throw InvalidArgument naming the value, before anything is sent. Sizes that differ across
-//    ranks in a collective are detected where the implementation can (GlooCommunicator exchanges
+//    ranks in a collective are detected where the implementation can (TcpCommunicator exchanges
 //    a small descriptor of every collective with its ring neighbours) and throw InvalidArgument.
 //  - Point-to-point: a send to rank d with tag t matches the recv from this rank with tag t on d;
 //    messages with the same (peer, tag) match in the order they were posted. Both sides must post
 //    the same byte count: sizes come from a layout both sides compute (the plan), since a
-//    transport may not be able to tell (Gloo cannot; see gloo_communicator.h).
+//    transport may not be able to tell (NCCL cannot; TcpCommunicator can and fails, see
+//    tcp_communicator.h).
 //  - Collectives: every rank calls the same collectives in the same order (program order on each
 //    rank); the non-blocking forms are started in that order too and complete in that order.
 //  - Thread safety: calls may come from several threads as long as each thread's collectives are

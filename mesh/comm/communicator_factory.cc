@@ -6,7 +6,7 @@
 #include "common/error.h"
 #include "elastic/memory_store.h"
 #include "elastic/prefix_store.h"
-#include "mesh/comm/gloo_communicator.h"
+#include "mesh/comm/tcp_communicator.h"
 
 namespace hdp::mesh {
 
@@ -16,25 +16,28 @@ std::unique_ptr<Communicator> connect_communicator(const elastic::Bootstrap& boo
     throw InvalidArgument("communicator channel '" + std::string(channel) + "' is empty or contains '/'");
   }
   if (!boot.store) throw InvalidArgument("communicator bootstrap of generation " + std::to_string(boot.generation) + ": no store");
-  GlooConnectOptions options;
+  TcpConnectOptions options;
   options.rank = boot.rank;
   options.size = boot.world_size;
   options.hostname = boot.advertise_address;
   options.store = std::make_shared<elastic::PrefixStore>(boot.store, std::string(channel) + "/");
+  options.group = boot.group + std::string(channel) + "/";
+  options.generation = boot.generation;
   options.superseded = boot.superseded;
   options.timeout = timeout;
-  return GlooCommunicator::connect(options);
+  return TcpCommunicator::connect(options);
 }
 
 std::unique_ptr<Communicator> connect_rank(std::shared_ptr<elastic::Store> store, std::string prefix, int rank,
                                            int size, std::chrono::milliseconds timeout, std::string hostname) {
-  GlooConnectOptions options;
+  TcpConnectOptions options;
   options.rank = rank;
   options.size = size;
   options.hostname = std::move(hostname);
+  options.group = prefix;
   options.store = std::make_shared<elastic::PrefixStore>(std::move(store), std::move(prefix));
   options.timeout = timeout;
-  return GlooCommunicator::connect(options);
+  return TcpCommunicator::connect(options);
 }
 
 std::vector<std::unique_ptr<Communicator>> connect_local(int n, std::chrono::milliseconds timeout) {

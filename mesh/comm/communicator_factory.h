@@ -1,6 +1,6 @@
 // File: mesh/comm/communicator_factory.h
 //
-// Building communicators (GlooCommunicator, CPU, over TCP) for a generation, for one rank of a
+// Building communicators (TcpCommunicator, CPU, over TCP) for a generation, for one rank of a
 // group bootstrapped through any Store, and for n ranks as threads of one process (tests, benches).
 //
 // Example (the worker's loop, trainer/elastic_loop.cc):
@@ -29,8 +29,8 @@ namespace hdp::mesh {
 std::unique_ptr<Communicator> connect_communicator(const elastic::Bootstrap& boot, std::string_view channel,
                                                    std::chrono::milliseconds timeout);
 
-// One rank of a group of `size`, bootstrapped under `prefix` of `store` (a fresh prefix per group:
-// the bootstrap keys are write-once). For processes that share a store (e.g. a redis-server).
+// One rank of a group of `size`, bootstrapped under `prefix` of `store` (a fresh prefix per group: it names
+// the group in the connection handshake). For processes that share a store (e.g. a redis-server).
 std::unique_ptr<Communicator> connect_rank(std::shared_ptr<elastic::Store> store, std::string prefix, int rank,
                                            int size, std::chrono::milliseconds timeout,
                                            std::string hostname = "127.0.0.1");

@@ -1,6 +1,6 @@
 // File: mesh/comm/self_messages.h
 //
-// GlooCommunicator's messages from a rank to itself, matched in memory: a send and a recv with the
+// TcpCommunicator's messages from a rank to itself, matched in memory: a send and a recv with the
 // same tag match in the order they were posted, and the bytes are copied when both are there.
 // No locking of its own: the communicator calls it, and reads SelfMessage::done, under its mutex.
 #pragma once

@@ -1,5 +1,5 @@
 // hdp's collective algorithms (mesh/comm/collectives.h) over an in-memory transport, ranks as
-// threads, without Gloo: ring reduce-scatter and allgather with uneven counts (zeros included),
+// threads, without sockets: ring reduce-scatter and allgather with uneven counts (zeros included),
 // allreduce (bit-identical on every rank), broadcast from every root, barrier, the descriptor
 // exchange, for 1, 2, 3, 5 and 8 ranks and every dtype and op the reductions support, against a
 // straightforward reference; and a transport that fails mid-collective, or a rank that never

@@ -1,4 +1,4 @@
-// GlooCommunicator with ranks as real processes (fork), bootstrapped through a private
+// TcpCommunicator with ranks as real processes (fork), bootstrapped through a private
 // redis-server, where one rank dies (SIGKILL) or hangs (SIGSTOP) in the middle of a call:
 //   (a) while the others wait in a recv from it,
 //   (a') in the middle of ring attention steps (mesh/step/ring_attention.h),
@@ -306,7 +306,7 @@ TEST_F(CommunicatorFaultTest, APeerKilledDuringACheckpointBarrier) {
   expect_survivors(run(s), {kPeerLost}, kDeathBound, true);
 }
 
-// Whoever times out first has Gloo close all its connections; a survivor whose connection closes
+// Whoever times out first closes all its connections; a survivor whose connection closes
 // before its own deadline sees PeerLost, so the survivors see TimeoutError or PeerLost, at least one
 // TimeoutError, all within the timeout + 1 s of their call's start.
 TEST_F(CommunicatorFaultTest, AStoppedPeerTimesTheCallOut) {

@@ -1,4 +1,4 @@
-// GlooCommunicator with ranks as threads of this process (connect_local, real TCP on loopback):
+// TcpCommunicator with ranks as threads of this process (connect_local, real TCP on loopback):
 // point to point with tags, every collective with every dtype and op, uneven and zero counts,
 // non-blocking forms, argument errors, collectives that differ across ranks, abort, timeouts,
 // and destruction with operations in flight.
@@ -326,8 +326,8 @@ TEST(CommunicatorErrors, CudaTensorsAreRejected) {
   EXPECT_THAT(invalid_argument_message([&] { comms[0]->iallreduce(gpu, ReduceOp::kSum); }), HasSubstr("CPU tensors only"));
 }
 
-// Sizes that differ across ranks would make Gloo terminate the receiving process (a message larger
-// than the posted recv); the descriptor exchange turns them into InvalidArgument instead, and the
+// Sizes that differ across ranks: the descriptor exchange turns them into InvalidArgument before a
+// message of the wrong size is sent, and the
 // ranks that did not see the difference fail fast with PeerLost (the communicator closed).
 void expect_mismatch_detected(int n, const std::function<void(int, Communicator&)>& call, const std::string& needle) {
   Comms comms = connect_local(n, kTimeout);
@@ -443,7 +443,7 @@ TEST(CommunicatorFailure, ATimedOutRecvThrowsTimeoutErrorAndKillsTheCommunicator
   const Tensor t = Tensor::zeros({4}, DType::kF32);
   const auto took = time_throw<TimeoutError>([&] { comms[0]->recv(t, 1, 3, 300ms); });
   EXPECT_GE(took, 300ms);
-  // Gloo closes every connection of the context when a wait times out (a loop tick per pair).
+  // The communicator closes every connection when a wait times out.
   EXPECT_LT(took, 1300ms);
   EXPECT_TRUE(comms[0]->dead());
   EXPECT_LT(time_throw<PeerLost>([&] { comms[0]->send(t, 1, 3); }), 50ms);

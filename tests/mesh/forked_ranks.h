@@ -4,7 +4,7 @@
 // returns (3 when it threw). The parent reaps them; a child still running after `bound` is killed
 // with SIGKILL (and its status reports that), so no test can hang on a rank and no child outlives
 // the call. Fork from a process without threads of its own (a gtest binary whose earlier cases
-// started none): the children run Gloo, which starts threads after the fork.
+// started none): the children run communicators, which start threads after the fork.
 #pragma once
 
 #include <sys/types.h>

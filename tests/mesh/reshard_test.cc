@@ -1,4 +1,4 @@
-// Recovery from memory (mesh/step/reshard.h) with real ZeRO-1 steps over Gloo on loopback (ranks as
+// Recovery from memory (mesh/step/reshard.h) with real ZeRO-1 steps over TCP on loopback (ranks as
 // threads):
 //   - the commit rule and the plan, as a pure function: a shard whose copies are all lost makes
 //     the plan impossible and says which; the newest complete layout wins; the pieces cut every new

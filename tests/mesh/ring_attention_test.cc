@@ -1,5 +1,5 @@
 // Distributed ring attention (mesh/step/ring_attention.h) over D = 1, 2, 3, 4, 5, 8 ranks as threads
-// with real Gloo TCP pairs on loopback, against single-rank attention over the whole sequences,
+// with real TCP connections on loopback, against single-rank attention over the whole sequences,
 // forward (output and LSE) and backward (dq, dk, dv). Each micro-batch holds three sharded
 // sequences (one not a multiple of 2D, one shorter than 2D, one a multiple of 4D) and whole local
 // sequences on two members; the ring's order is a permutation of the ranks, not 0..D-1; GQA with

@@ -1,5 +1,5 @@
 // Step equivalence: one global batch of mixed lengths (1 to 300 tokens), run by DistributedStep
-// in forked processes over Gloo TCP on loopback under many plans on 1, 2, 3 and 4 ranks, gives
+// in forked processes over TCP on loopback under many plans on 1, 2, 3 and 4 ranks, gives
 // the same loss, reduced gradients, updated parameters and AdamW moments as one process running
 // the whole batch packed (LlamaModel::forward, backward(1 / targets), AdamW on the full buffer).
 // Plans: everything whole on one rank; static; naive; balanced (speeds 1 on 2 and 3 ranks,

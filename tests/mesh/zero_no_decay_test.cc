@@ -1,5 +1,5 @@
 // ZeroOptimizer's weight-decay exemption (set_no_decay): over 3 ranks (threads of one process,
-// Gloo on loopback) with exempt ranges that start, end and lie inside different shards, the
+// TCP on loopback) with exempt ranges that start, end and lie inside different shards, the
 // updated parameters equal AdamW run over the whole buffer in one process, element by element:
 // weight decay where the element is not exempt, none where it is. AdamW is element-wise, so the
 // two must agree exactly (same float operations on each element). An exemption ignored would

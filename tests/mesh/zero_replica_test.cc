@@ -3,7 +3,7 @@
 //     one copy) whenever no node has more than half the ranks; otherwise the copies spread over
 //     the other nodes; one node: none; deterministic;
 //     a property check over 300 seeded random memberships;
-//   - the copies stay bitwise equal to the originals, step after step (Gloo on loopback, ranks as
+//   - the copies stay bitwise equal to the originals, step after step (TCP on loopback, ranks as
 //     threads): 4 ranks on 2 nodes and 3 ranks on 2 unequal nodes (one rank holds two copies),
 //     uneven shards, weight-decay exemptions across shard boundaries, gradient clipping active.
 //     Bitwise because the holder runs the same float operations on the same inputs: the owner's

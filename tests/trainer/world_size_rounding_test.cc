@@ -2,7 +2,7 @@
 // allows relative 1e-4 between them) is summation order, not a different computation: the first
 // steps of the trainer's own batches (the tiny model, /usr/include cut at 128 tokens, 1,024 tokens
 // a step, the balanced plan of each world size, the trainer's seed, schedule and weight-decay
-// exemption) run through DistributedStep on 2 and on 4 ranks (threads of this process over Gloo
+// exemption) run through DistributedStep on 2 and on 4 ranks (threads of this process over TCP
 // TCP on loopback) give, in float64, the same losses and parameters within 1e-9 (relative); in
 // float32 they differ by float32 rounding only (loss within 1e-5, parameters within 1e-4 of the
 // largest; measured 2e-9 and 7e-7, printed). Measured float64: 2e-16 and 6e-16.
