@@ -1,12 +1,13 @@
 // bench_bootstrap: what one generation's data-plane bootstrap costs, against a real redis-server,
 // at N ranks as threads of this process, each with its own Redis connection (as each worker has).
 //
-// A generation, as the trainer's is: every rank connects its communicator (mesh::connect_rank:
-// one address record written, the ring neighbours connected), then a plan's rings exchange a
-// message with their neighbours (rings of 2 to 16 ranks drawn from a seeded shuffle: the peers of
+// A generation, as the trainer's is: every rank connects its two communicators, "main" (one
+// address record written, the ring neighbours connected) and "ckpt" (one record written; its
+// pairs connect on the first save, as the trainer's do: mesh::Connect::kOnFirstUse), then a plan's rings exchange a message with their neighbours (rings of 2 to 16 ranks drawn from a seeded shuffle: the peers of
 // a step's ring attention), then one allreduce runs (ZeRO's ring). A rank is ready when its last
 // message of all that arrived. Measured:
-//   - wall: from the common start to the last rank ready;
+//   - ready: from the common start until the last rank is ready (both channels connected, its plan
+//     ring exchanged); then how long the first allreduce on each channel took (2(N-1) hops each);
 //   - Redis commands and bytes out of Redis (INFO stats: total_commands_processed,
 //     total_net_output_bytes), before and after, less the INFO calls themselves;
 //   - beside it, at the N given by --full-mesh-max and below, the baseline measured in the same
@@ -62,6 +63,18 @@ struct Figures {
   double wall_s = 0;
   double commands = 0;
   double bytes_out = 0;
+  // hdp's generation only: when the last rank had connected (both connect() calls returned), had
+  // exchanged its plan ring's messages (ready), and had finished the allreduce on each channel,
+  // from the common start.
+  double connected_s = 0, ring_s = 0, allreduce_s = 0, ckpt_s = 0;
+};
+
+// Per rank, the moments its phases ended.
+struct Phases {
+  std::vector<Clock::time_point> connected, ring, allreduce, ckpt;
+  explicit Phases(int n)
+      : connected(static_cast<std::size_t>(n)), ring(connected.size()), allreduce(connected.size()),
+        ckpt(connected.size()) {}
 };
 
 std::shared_ptr<elastic::RedisStore> redis_connection(const std::string& url) {
@@ -72,7 +85,8 @@ std::shared_ptr<elastic::RedisStore> redis_connection(const std::string& url) {
 
 // Runs `body(rank)` on n threads that first open their Redis connections, then start together;
 // returns the wall time from the common start to the last one's end and Redis' counters over it.
-Figures measure(const std::string& url, int n, const std::function<void(int, std::shared_ptr<elastic::Store>)>& body) {
+Figures measure(const std::string& url, int n, const std::function<void(int, std::shared_ptr<elastic::Store>)>& body,
+                Phases* phases = nullptr) {
   auto monitor = redis_connection(url);
   std::vector<std::shared_ptr<elastic::Store>> stores;
   for (int r = 0; r < n; ++r) stores.push_back(redis_connection(url));
@@ -105,6 +119,15 @@ Figures measure(const std::string& url, int n, const std::function<void(int, std
   f.wall_s = std::chrono::duration<double>(*std::max_element(ends.begin(), ends.end()) - start).count();
   f.commands = after.commands - before.commands - 1;  // less the second INFO itself
   f.bytes_out = after.bytes_out - before.bytes_out;
+  if (phases) {
+    auto last = [&](const std::vector<Clock::time_point>& at) {
+      return std::chrono::duration<double>(*std::max_element(at.begin(), at.end()) - start).count();
+    };
+    f.connected_s = last(phases->connected);
+    f.ring_s = last(phases->ring);
+    f.allreduce_s = last(phases->allreduce);
+    f.ckpt_s = last(phases->ckpt);
+  }
   return f;
 }
 
@@ -130,11 +153,18 @@ std::vector<std::vector<int>> plan_rings(int n, std::uint64_t seed) {
 // One generation of hdp's bootstrap on `n` ranks.
 Figures hdp_generation(const std::string& url, int n, int generation) {
   const auto rings = plan_rings(n, static_cast<std::uint64_t>(generation));
-  const std::string prefix = "bench/gen:" + std::to_string(generation) + ":boot:main/";
-  std::vector<std::unique_ptr<mesh::Communicator>> keep(static_cast<std::size_t>(n));
+  const std::string prefix = "bench/gen:" + std::to_string(generation) + ":boot:";
+  std::vector<std::unique_ptr<mesh::Communicator>> keep(static_cast<std::size_t>(n)), keep_ckpt(keep.size());
   std::barrier done(n);
+  Phases phases(n);
+  const auto i = [](int r) { return static_cast<std::size_t>(r); };
   Figures f = measure(url, n, [&](int r, std::shared_ptr<elastic::Store> store) {
-    auto comm = mesh::connect_rank(std::move(store), prefix, r, n, 120s);
+    elastic::Bootstrap boot{.generation = generation, .rank = r, .world_size = n, .advertise_address = "127.0.0.1",
+                            .store = std::make_shared<elastic::PrefixStore>(store, prefix),
+                            .group = "bench/" + prefix};
+    auto comm = mesh::connect_communicator(boot, "main", 120s);
+    keep_ckpt[i(r)] = mesh::connect_communicator(boot, "ckpt", 120s, mesh::Connect::kOnFirstUse);
+    phases.connected[i(r)] = Clock::now();
     // The plan's ring: one 1 KiB message to the next rank of the ring, one from the previous.
     const auto& ring = rings[static_cast<std::size_t>(r)];
     if (ring.size() > 1) {
@@ -148,11 +178,16 @@ Figures hdp_generation(const std::string& url, int n, int generation) {
       send->wait(120s);
       if (in.data<float>()[0] != static_cast<float>(prev)) throw std::runtime_error("ring message garbled");
     }
+    phases.ring[i(r)] = Clock::now();
     // ZeRO's ring.
     if (comm->allreduce_sum(std::int64_t{1}) != n) throw std::runtime_error("allreduce gave a wrong sum");
+    phases.allreduce[i(r)] = Clock::now();
+    // The first save's ring on the checkpoint channel (trainer::CommunicatorGroup: allreduces).
+    if (keep_ckpt[i(r)]->allreduce_sum(std::int64_t{1}) != n) throw std::runtime_error("ckpt allreduce gave a wrong sum");
+    phases.ckpt[i(r)] = Clock::now();
     keep[static_cast<std::size_t>(r)] = std::move(comm);
     done.arrive_and_wait();  // nobody closes while a peer may still read from it
-  });
+  }, &phases);
   return f;
 }
 
@@ -248,11 +283,17 @@ int main(int argc, char** argv) {
       auto with = [&](const char* name, double base) {
         return baseline ? std::optional<Baseline>(Baseline{std::string("gloo full mesh ") + name, base}) : std::nullopt;
       };
-      report.add(Row{"bootstrap wall", n, f.wall_s, "s", with("wall", baseline ? baseline->wall_s : 0)});
+      // Ready: both channels connected and the plan's rings exchanged (hdp); the full mesh
+      // connected (Gloo, one channel: the old path built two per generation).
+      report.add(Row{"all ranks ready", n, f.ring_s, "s", with("wall (one channel)", baseline ? baseline->wall_s : 0)});
+      report.add(Row{"  last connect() returned", n, f.connected_s, "s", std::nullopt});
+      report.add(Row{"  then the first allreduce (ZeRO ring)", n, f.allreduce_s - f.ring_s, "s", std::nullopt});
+      report.add(Row{"  then the first ckpt allreduce", n, f.ckpt_s - f.allreduce_s, "s", std::nullopt});
+      // Redis over the whole generation, the lazy ckpt connections included.
       report.add(Row{"redis commands per rank", n, f.commands / n, "commands",
-                     with("commands per rank", baseline ? baseline->commands / n : 0)});
+                     with("commands per rank (one channel)", baseline ? baseline->commands / n : 0)});
       report.add(Row{"redis bytes out per rank", n, f.bytes_out / n, "bytes",
-                     with("bytes out per rank", baseline ? baseline->bytes_out / n : 0)});
+                     with("bytes out per rank (one channel)", baseline ? baseline->bytes_out / n : 0)});
       if (!first_commands_per_rank) {
         first_commands_per_rank = f.commands / n;
         first_bytes_per_rank = f.bytes_out / n;

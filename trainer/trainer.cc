@@ -140,7 +140,11 @@ class Trainer {
     source_.log_refusals(m.rank == 0);
     if (!min_nodes_) min_nodes_ = read_min_nodes(*ctx_.store());
     std::unique_ptr<Communicator> ckpt_comm;
-    if (checkpoints()) ckpt_comm = mesh::connect_communicator(ctx_.bootstrap(m), "ckpt", config_.timeout);
+    // The saver's channel connects on its first save: a generation's bootstrap is then the
+    // training channel's, plus one record (mesh/comm/communicator_factory.h).
+    if (checkpoints()) {
+      ckpt_comm = mesh::connect_communicator(ctx_.bootstrap(m), "ckpt", config_.timeout, mesh::Connect::kOnFirstUse);
+    }
 
     const std::int64_t furthest = recovery_.start(m, comm);
     monitor_.start_generation(m, comm, min_nodes_.value_or(1));

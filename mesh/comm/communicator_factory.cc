@@ -11,7 +11,7 @@
 namespace hdp::mesh {
 
 std::unique_ptr<Communicator> connect_communicator(const elastic::Bootstrap& boot, std::string_view channel,
-                                                   std::chrono::milliseconds timeout) {
+                                                   std::chrono::milliseconds timeout, Connect connect) {
   if (channel.empty() || channel.find('/') != std::string_view::npos) {
     throw InvalidArgument("communicator channel '" + std::string(channel) + "' is empty or contains '/'");
   }
@@ -23,6 +23,7 @@ std::unique_ptr<Communicator> connect_communicator(const elastic::Bootstrap& boo
   options.store = std::make_shared<elastic::PrefixStore>(boot.store, std::string(channel) + "/");
   options.group = boot.group + std::string(channel) + "/";
   options.generation = boot.generation;
+  options.connect_neighbours = connect == Connect::kRingNow;
   options.superseded = boot.superseded;
   options.timeout = timeout;
   return TcpCommunicator::connect(options);

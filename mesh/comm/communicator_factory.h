@@ -5,7 +5,7 @@
 //
 // Example (the worker's loop, trainer/elastic_loop.cc):
 //   auto comm = mesh::connect_communicator(ctx.bootstrap(m), "main", 30s);
-//   auto ckpt = mesh::connect_communicator(ctx.bootstrap(m), "ckpt", 600s);  // the saver's own
+//   auto ckpt = mesh::connect_communicator(ctx.bootstrap(m), "ckpt", 600s, Connect::kOnFirstUse);
 #pragma once
 
 #include <chrono>
@@ -20,6 +20,13 @@
 
 namespace hdp::mesh {
 
+// When a communicator connects its ring neighbours: before connect_communicator returns (the
+// training channel: its first collective follows at once, and a missing peer is best found while
+// `superseded` is still asked), or on its first message like every other pair (a channel used
+// later, the checkpoint writer's: its bootstrap is then one record, and a generation's cost does
+// not double).
+enum class Connect { kRingNow, kOnFirstUse };
+
 // The generation's communicator on `channel`: it bootstraps under boot.store's namespace +
 // "<channel>/", so one generation can have several independent communicators (one per channel;
 // a channel is used once per generation). `timeout` bounds the bootstrap and is the default of
@@ -27,7 +34,8 @@ namespace hdp::mesh {
 // the bootstrap still waits for a peer, TimeoutError after `timeout`, InvalidArgument for an
 // empty channel or one containing '/'.
 std::unique_ptr<Communicator> connect_communicator(const elastic::Bootstrap& boot, std::string_view channel,
-                                                   std::chrono::milliseconds timeout);
+                                                   std::chrono::milliseconds timeout,
+                                                   Connect connect = Connect::kRingNow);
 
 // One rank of a group of `size`, bootstrapped under `prefix` of `store` (a fresh prefix per group: it names
 // the group in the connection handshake). For processes that share a store (e.g. a redis-server).

@@ -323,13 +323,14 @@ std::unique_ptr<TcpCommunicator> TcpCommunicator::connect(const TcpConnectOption
   net.hostname = options.hostname;
   net.store = options.store;
   net.timeout = options.timeout;
+  net.record_refresh = options.record_refresh;
   auto impl = std::make_shared<Impl>(options.rank, options.size, options.timeout);
   Impl* raw = impl.get();
   net.on_closed = [raw] { raw->wake(); };
   impl->network = std::make_unique<TcpNetwork>(std::move(net));
   impl->network->publish();
   // The ring neighbours: every collective begins with them.
-  if (options.size > 1) {
+  if (options.size > 1 && options.connect_neighbours) {
     const int next = (options.rank + 1) % options.size, prev = (options.rank + options.size - 1) % options.size;
     try {
       impl->network->connect_now({prev, next}, deadline, options.superseded);

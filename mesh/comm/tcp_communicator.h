@@ -78,6 +78,7 @@
 
 #include "elastic/store.h"
 #include "mesh/comm/communicator.h"
+#include "mesh/comm/wire.h"
 
 namespace hdp::mesh {
 
@@ -95,13 +96,19 @@ struct TcpConnectOptions {
   // Asked while the bootstrap waits for a peer; true: give up with PeerLost. May be empty.
   std::function<bool()> superseded;
   std::chrono::milliseconds timeout{30000};  // the bootstrap, and every later call's default
+  // Connect the ring neighbours in connect() (and wait for them there, where `superseded` is
+  // asked); false: publish the record and return, every pair connects on its first message.
+  bool connect_neighbours = true;
+  // How often the address record is rewritten (its TTL is wire::kRecordTtl); tests shorten it.
+  std::chrono::milliseconds record_refresh = wire::kRecordRefresh;
 };
 
 class TcpCommunicator final : public Communicator {
  public:
-  // Publishes this rank's address and connects its ring neighbours. TimeoutError when they do not
-  // arrive within the timeout, PeerLost when `superseded` says so or a neighbour fails or refuses
-  // the connection, InvalidArgument for a bad rank, size, timeout or store, or an address it
+  // Publishes this rank's address and connects its ring neighbours (unless
+  // options.connect_neighbours is false). TimeoutError when they do not arrive within the
+  // timeout, PeerLost when `superseded` says so or a neighbour fails or refuses the connection,
+  // InvalidArgument for a bad rank, size, timeout or store, or an address it
   // cannot listen on.
   static std::unique_ptr<TcpCommunicator> connect(const TcpConnectOptions& options);
 

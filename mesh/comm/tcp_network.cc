@@ -92,6 +92,15 @@ struct TcpNetwork::Impl {
       : options(std::move(o)), work(asio::make_work_guard(io)), acceptor(io),
         links(static_cast<std::size_t>(options.identity.size)) {}
 
+  // The link to `peer`, made on first use: a rank talks to a few peers of many, and a Link is a
+  // few hundred bytes (ranks as threads of one process would otherwise hold N^2 of them). Under
+  // the mutex; a Link never moves once made, so the I/O thread keeps using it.
+  Link& link_to(int peer) {
+    auto& slot = links[static_cast<std::size_t>(peer)];
+    if (!slot) slot = std::make_unique<Link>();
+    return *slot;
+  }
+
   const Options options;
   const int rank = options.identity.rank;
   asio::io_context io;
@@ -103,10 +112,12 @@ struct TcpNetwork::Impl {
 
   mutable std::mutex mutex;
   std::condition_variable changed;
-  std::vector<Link> links;  // by peer
+  std::vector<std::unique_ptr<Link>> links;  // by peer; made on first use (link_to())
   bool dead = false;
   bool closed = false;   // dead, and every socket closed: no buffer is touched any more
   bool stopped = false;  // the I/O thread is stopping or gone
+  bool stopping = false;  // shutdown() began: the record keeper ends
+  std::thread keeper;     // rewrites the address record (publish())
   std::string reason;
   std::set<Socket> handshaking;  // connections not up yet (either side): closed by fail()
   std::atomic<std::int64_t> refused{0}, connections{0}, records_read{0};
@@ -194,7 +205,7 @@ struct TcpNetwork::Impl {
     const int from = hs->hello.from;
     if (verdict == wire::Verdict::kAccepted) {
       std::lock_guard lock(mutex);
-      Link& link = links[static_cast<std::size_t>(from)];
+      Link& link = link_to(from);
       if (link.state == Link::State::kUp || link.state == Link::State::kLost ||
           link.state == Link::State::kConnecting) {
         verdict = wire::Verdict::kDuplicate;
@@ -244,7 +255,7 @@ struct TcpNetwork::Impl {
   // then hand the connect to the I/O thread. Returns false when `stop` said so (nothing started).
   bool start_connect(int peer, Clock::time_point deadline, const std::function<bool()>& stop) {
     const std::string key = wire::record_key(peer);
-    elastic::Backoff poll({.initial = Millis(1), .max = Millis(50), .multiplier = 2.0, .jitter = 0.0});
+    elastic::Backoff poll({.initial = Millis(2), .max = Millis(100), .multiplier = 2.0, .jitter = 0.0});
     std::string why;
     bool timed_out = false;
     std::optional<wire::Address> address;
@@ -335,7 +346,7 @@ struct TcpNetwork::Impl {
     {
       std::lock_guard lock(mutex);
       handshaking.erase(socket);
-      Link& link = links[static_cast<std::size_t>(peer)];
+      Link& link = link_to(peer);
       if (dead || link.state == Link::State::kLost) {
         close_hard(*socket);
         return;
@@ -353,7 +364,7 @@ struct TcpNetwork::Impl {
 
   // ---- messages --------------------------------------------------------------------------------
   void read_next(int peer, const Socket& socket) {
-    Link& link = links[static_cast<std::size_t>(peer)];
+    Link& link = link_to(peer);
     asio::async_read(*socket, asio::buffer(&link.incoming, sizeof link.incoming),
                      [this, peer, socket](const boost::system::error_code& ec, std::size_t) {
                        if (ec) return lose(peer, closed_why(peer, ec));
@@ -367,7 +378,7 @@ struct TcpNetwork::Impl {
   }
 
   void on_header(int peer, const Socket& socket) {
-    Link& link = links[static_cast<std::size_t>(peer)];
+    Link& link = link_to(peer);
     const wire::FrameHeader header = link.incoming;
     std::shared_ptr<NetOp> op;
     std::shared_ptr<Unexpected> early;
@@ -409,7 +420,7 @@ struct TcpNetwork::Impl {
 
   void on_payload(int peer, const std::shared_ptr<NetOp>& op, const std::shared_ptr<Unexpected>& early) {
     std::lock_guard lock(mutex);
-    Link& link = links[static_cast<std::size_t>(peer)];
+    Link& link = link_to(peer);
     if (op) {
       if (op->state == NetOp::State::kPending) op->state = NetOp::State::kDone;
       link.reading.reset();
@@ -428,7 +439,7 @@ struct TcpNetwork::Impl {
 
   // Writes the next queued send of `peer`, if its connection is up and idle.
   void pump(int peer) {
-    Link& link = links[static_cast<std::size_t>(peer)];
+    Link& link = link_to(peer);
     std::shared_ptr<NetOp> op;
     Socket socket;
     {
@@ -445,7 +456,7 @@ struct TcpNetwork::Impl {
       if (ec) return lose(peer, closed_why(peer, ec));
       {
         std::lock_guard lock(mutex);
-        Link& link = links[static_cast<std::size_t>(peer)];
+        Link& link = link_to(peer);
         link.writing = false;
         if (!link.sends.empty() && link.sends.front() == op) link.sends.pop_front();
         if (op->state == NetOp::State::kPending) op->state = NetOp::State::kDone;
@@ -491,7 +502,7 @@ struct TcpNetwork::Impl {
     Socket socket;
     {
       std::lock_guard lock(mutex);
-      Link& link = links[static_cast<std::size_t>(peer)];
+      Link& link = link_to(peer);
       if (dead || link.state == Link::State::kLost) return;
       link.state = Link::State::kLost;
       link.why = why;
@@ -540,8 +551,9 @@ struct TcpNetwork::Impl {
       std::lock_guard lock(mutex);
       const std::string why = reason.empty() ? "the communicator was closed" : reason;
       for (auto& link : links) {
-        if (auto s = clear_link(link, why)) sockets.push_back(std::move(s));
-        link.unexpected.clear();
+        if (!link) continue;
+        if (auto s = clear_link(*link, why)) sockets.push_back(std::move(s));
+        link->unexpected.clear();
       }
       sockets.insert(sockets.end(), handshaking.begin(), handshaking.end());
       handshaking.clear();
@@ -566,8 +578,9 @@ struct TcpNetwork::Impl {
   // Whether any operation is queued or moving. Under the mutex.
   bool busy() const {
     for (const auto& link : links) {
-      if (!link.sends.empty() || link.reading || link.reading_early) return true;
-      for (const auto& [slot, queue] : link.recvs) {
+      if (!link) continue;
+      if (!link->sends.empty() || link->reading || link->reading_early) return true;
+      for (const auto& [slot, queue] : link->recvs) {
         if (!queue.empty()) return true;
       }
     }
@@ -578,7 +591,10 @@ struct TcpNetwork::Impl {
     {
       std::lock_guard lock(mutex);
       if (stopped) return;
+      stopping = true;
+      changed.notify_all();
     }
+    if (keeper.joinable()) keeper.join();
     if (thread.joinable()) {
       asio::post(io, [this] {
         bool gentle = false;
@@ -628,7 +644,23 @@ TcpNetwork::~TcpNetwork() {
   if (impl_) impl_->shutdown();
 }
 
-void TcpNetwork::publish() { impl_->options.store->set(wire::record_key(impl_->rank), impl_->address); }
+void TcpNetwork::publish() {
+  Impl& impl = *impl_;
+  impl.options.store->set_with_ttl(wire::record_key(impl.rank), impl.address, wire::kRecordTtl);
+  impl.keeper = std::thread([&impl] {
+    std::unique_lock lock(impl.mutex);
+    while (!impl.changed.wait_for(lock, impl.options.record_refresh, [&] { return impl.stopping; })) {
+      lock.unlock();
+      try {
+        impl.options.store->set_with_ttl(wire::record_key(impl.rank), impl.address, wire::kRecordTtl);
+      } catch (const std::exception& e) {
+        log()->warn("communicator {}: rewriting its address record failed (next try in {} ms): {}", impl.name(),
+                    impl.options.record_refresh.count(), e.what());
+      }
+      lock.lock();
+    }
+  });
+}
 
 std::string TcpNetwork::address() const { return impl_->address; }
 
@@ -640,7 +672,7 @@ void TcpNetwork::connect_now(const std::vector<int>& peers, Clock::time_point de
     std::lock_guard lock(impl.mutex);
     for (int peer : peers) {
       if (peer == impl.rank) continue;
-      Link& link = impl.links[static_cast<std::size_t>(peer)];
+      Link& link = impl.link_to(peer);
       if (link.state != Link::State::kNone) continue;
       if (wire::initiates(impl.rank, peer)) {
         link.state = Link::State::kConnecting;
@@ -665,7 +697,7 @@ void TcpNetwork::connect_now(const std::vector<int>& peers, Clock::time_point de
     std::string waiting;
     for (int peer : peers) {
       if (peer == impl.rank) continue;
-      const Link& link = impl.links[static_cast<std::size_t>(peer)];
+      const Link& link = impl.link_to(peer);
       if (link.state == Link::State::kLost) {
         const std::string why = "connecting " + impl.name() + ": " + link.why;
         if (link.timed_out) throw TimeoutError(why);
@@ -703,7 +735,7 @@ std::shared_ptr<NetOp> TcpNetwork::post(bool send, int peer, std::uint64_t slot,
       impl.changed.wait(lock, [&] { return impl.closed; });
       throw PeerLost(what + ": " + impl.reason);
     }
-    Link& link = impl.links[static_cast<std::size_t>(peer)];
+    Link& link = impl.link_to(peer);
     const bool arrived = !send && !link.unexpected[slot].empty();  // (whole, if the link is lost)
     if (link.state == Link::State::kLost && !arrived) {
       // Like a failed wait: the communicator dies with it (its other peers then fail fast).

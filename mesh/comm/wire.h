@@ -17,6 +17,7 @@
 // Gloo's and NCCL's wire formats assume); the magic number catches a peer that does not.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -86,7 +87,12 @@ const char* verdict_name(std::uint32_t verdict);
 // A 64-bit hash (xxHash) of a communicator's namespace.
 std::uint64_t group_of(std::string_view name);
 
-// The address record.
+// The address record. It lives as long as its communicator: written with a TTL of kRecordTtl and
+// rewritten every kRecordRefresh (a pair of a later step's plan may connect hours into a
+// generation), so that a generation's records vanish within an hour of its end, like its other
+// keys (docs/redis-schema.md).
+inline constexpr std::chrono::minutes kRecordTtl{60};
+inline constexpr std::chrono::minutes kRecordRefresh{15};
 std::string record_key(int rank);
 std::string record(std::string_view host, std::uint16_t port);
 struct Address {

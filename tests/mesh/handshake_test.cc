@@ -198,6 +198,31 @@ TEST(Handshake, GarbageAndSilentConnectionsAreRefusedAndCounted) {
   expect_working(comms);
 }
 
+// The address record lives as long as its communicator: written with a TTL, rewritten (here every
+// 100 ms instead of 15 min) even after someone erased it, and no longer once the communicator is
+// gone.
+TEST(Handshake, TheAddressRecordIsKeptWhileTheCommunicatorLives) {
+  Group g{.name = "job/gen:1:boot:main/", .generation = 1};
+  TcpConnectOptions options = g.options(0, 1);
+  options.record_refresh = 100ms;
+  auto comm = TcpCommunicator::connect(options);
+  auto store = g.store();
+  const std::string key = wire::record_key(0);
+  const auto ttl = store->remaining_ttl({key});
+  ASSERT_TRUE(ttl[0]);
+  EXPECT_GT(*ttl[0], std::chrono::duration_cast<std::chrono::milliseconds>(wire::kRecordTtl) - 60s);
+  const auto written = store->get(key);
+  ASSERT_TRUE(written);
+  ASSERT_TRUE(store->erase(key));
+  const auto deadline = Clock::now() + 5s;
+  while (!store->get(key) && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(store->get(key), written) << "not rewritten within 5 s";
+  comm.reset();
+  ASSERT_TRUE(store->erase(key));
+  std::this_thread::sleep_for(300ms);
+  EXPECT_FALSE(store->get(key)) << "rewritten after the communicator was destroyed";
+}
+
 // Connections are made for the pairs that talk, not for every pair: after connect, a rank is
 // connected to its two ring neighbours only; a message to another rank adds exactly that one.
 TEST(Handshake, OnlyThePairsThatTalkAreConnected) {
