@@ -157,12 +157,21 @@ struct TcpCommunicator::Impl final : Transport {
     return job;
   }
 
+  // Runs the collectives in start order; between them, rewrites the address record when it is
+  // due (TcpNetwork::republish: one SET every record_refresh, so no thread of its own).
   void run_worker() {
+    auto refresh_at = Clock::now() + network->record_refresh();
     for (;;) {
       std::shared_ptr<Job> job;
       {
         std::unique_lock lock(mutex);
-        queue_changed.wait(lock, [&] { return stopping || !queue.empty(); });
+        while (!stopping && queue.empty()) {
+          if (queue_changed.wait_until(lock, refresh_at, [&] { return stopping || !queue.empty(); })) break;
+          lock.unlock();
+          network->republish();
+          refresh_at = Clock::now() + network->record_refresh();
+          lock.lock();
+        }
         if (queue.empty()) return;
         job = std::move(queue.front());
         queue.pop_front();
@@ -181,11 +190,17 @@ struct TcpCommunicator::Impl final : Transport {
         fail(job->name + ": " + e.what());
         error = std::current_exception();
       }
-      std::lock_guard lock(mutex);
-      job->done = true;
-      job->error = error;
-      running = false;
-      changed.notify_all();
+      {
+        std::lock_guard lock(mutex);
+        job->done = true;
+        job->error = error;
+        running = false;
+        changed.notify_all();
+      }
+      if (Clock::now() >= refresh_at) {
+        network->republish();
+        refresh_at = Clock::now() + network->record_refresh();
+      }
     }
   }
 

@@ -116,8 +116,6 @@ struct TcpNetwork::Impl {
   bool dead = false;
   bool closed = false;   // dead, and every socket closed: no buffer is touched any more
   bool stopped = false;  // the I/O thread is stopping or gone
-  bool stopping = false;  // shutdown() began: the record keeper ends
-  std::thread keeper;     // rewrites the address record (publish())
   std::string reason;
   std::set<Socket> handshaking;  // connections not up yet (either side): closed by fail()
   std::atomic<std::int64_t> refused{0}, connections{0}, records_read{0};
@@ -591,10 +589,7 @@ struct TcpNetwork::Impl {
     {
       std::lock_guard lock(mutex);
       if (stopped) return;
-      stopping = true;
-      changed.notify_all();
     }
-    if (keeper.joinable()) keeper.join();
     if (thread.joinable()) {
       asio::post(io, [this] {
         bool gentle = false;
@@ -645,22 +640,20 @@ TcpNetwork::~TcpNetwork() {
 }
 
 void TcpNetwork::publish() {
-  Impl& impl = *impl_;
-  impl.options.store->set_with_ttl(wire::record_key(impl.rank), impl.address, wire::kRecordTtl);
-  impl.keeper = std::thread([&impl] {
-    std::unique_lock lock(impl.mutex);
-    while (!impl.changed.wait_for(lock, impl.options.record_refresh, [&] { return impl.stopping; })) {
-      lock.unlock();
-      try {
-        impl.options.store->set_with_ttl(wire::record_key(impl.rank), impl.address, wire::kRecordTtl);
-      } catch (const std::exception& e) {
-        log()->warn("communicator {}: rewriting its address record failed (next try in {} ms): {}", impl.name(),
-                    impl.options.record_refresh.count(), e.what());
-      }
-      lock.lock();
-    }
-  });
+  impl_->options.store->set_with_ttl(wire::record_key(impl_->rank), impl_->address, wire::kRecordTtl);
 }
+
+void TcpNetwork::republish() {
+  if (dead()) return;
+  try {
+    publish();
+  } catch (const std::exception& e) {
+    log()->warn("communicator {}: rewriting its address record failed (next try in {} ms): {}", impl_->name(),
+                impl_->options.record_refresh.count(), e.what());
+  }
+}
+
+TcpNetwork::Millis TcpNetwork::record_refresh() const { return impl_->options.record_refresh; }
 
 std::string TcpNetwork::address() const { return impl_->address; }
 

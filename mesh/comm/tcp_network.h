@@ -70,7 +70,7 @@ class TcpNetwork {
     std::string hostname = "127.0.0.1";  // where it listens (port chosen by the system)
     std::shared_ptr<elastic::Store> store;  // the communicator's namespace: records live here
     Millis timeout{30000};             // how long a record lookup may wait
-    Millis record_refresh = wire::kRecordRefresh;  // how often publish()'s thread rewrites the record
+    Millis record_refresh = wire::kRecordRefresh;  // how often republish() is due
     // Called (from any thread, no lock held) once the network died and closed its sockets.
     std::function<void()> on_closed;
   };
@@ -82,13 +82,15 @@ class TcpNetwork {
   TcpNetwork(const TcpNetwork&) = delete;
   TcpNetwork& operator=(const TcpNetwork&) = delete;
 
-  // Writes this rank's record (its listening address, TTL wire::kRecordTtl) to the store: one SET.
-  // A thread of the network rewrites it every wire::kRecordRefresh until shutdown() (a failed
-  // rewrite is logged and tried again at the next one). (Reading the first
+  // Writes this rank's record (its listening address, TTL wire::kRecordTtl) to the store: one SET. (Reading the first
   // peers' records in the same round trip, as a commit, was tried: Redis counts a script's inner
   // commands too, so it cost more commands than it saved round trips.)
   void publish();
   std::string address() const;
+  // publish() again, every record_refresh() while the network lives (the communicator's worker
+  // calls it between collectives): a failure is logged, not thrown; nothing once it is dead.
+  void republish();
+  Millis record_refresh() const;
 
   // Connects the given peers now (the lower rank of each pair connects, the higher waits for it)
   // and waits until every one is up: PeerLost when one is lost or refused us, or when `stop`
