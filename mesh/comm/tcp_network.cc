@@ -93,8 +93,9 @@ struct TcpNetwork::Impl {
         links(static_cast<std::size_t>(options.identity.size)) {}
 
   // The link to `peer`, made on first use: a rank talks to a few peers of many, and a Link is a
-  // few hundred bytes (ranks as threads of one process would otherwise hold N^2 of them). Under
-  // the mutex; a Link never moves once made, so the I/O thread keeps using it.
+  // few hundred bytes (ranks as threads of one process would otherwise hold N^2 of them). Made
+  // under the mutex; a Link never moves once made, so the I/O thread, which only touches links
+  // that are up (made before), may look it up without the mutex.
   Link& link_to(int peer) {
     auto& slot = links[static_cast<std::size_t>(peer)];
     if (!slot) slot = std::make_unique<Link>();
@@ -118,7 +119,7 @@ struct TcpNetwork::Impl {
   bool stopped = false;  // the I/O thread is stopping or gone
   std::string reason;
   std::set<Socket> handshaking;  // connections not up yet (either side): closed by fail()
-  std::atomic<std::int64_t> refused{0}, connections{0}, records_read{0};
+  std::atomic<std::int64_t> refused{0}, connections{0};
 
   std::string name() const {
     return "rank " + std::to_string(rank) + " of " + std::to_string(options.identity.size);
@@ -262,7 +263,6 @@ struct TcpNetwork::Impl {
       if (stop && stop()) return false;
       try {
         const auto value = options.store->get(key);
-        ++records_read;
         if (value) {
           address = wire::parse_record(*value);
           if (!address) why = "rank " + std::to_string(peer) + "'s address record is not host:port: '" + *value + "'";
@@ -797,6 +797,5 @@ void TcpNetwork::shutdown() { impl_->shutdown(); }
 
 std::int64_t TcpNetwork::refused() const { return impl_->refused.load(); }
 std::int64_t TcpNetwork::connections() const { return impl_->connections.load(); }
-std::int64_t TcpNetwork::records_read() const { return impl_->records_read.load(); }
 
 }  // namespace hdp::mesh

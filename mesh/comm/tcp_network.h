@@ -82,13 +82,16 @@ class TcpNetwork {
   TcpNetwork(const TcpNetwork&) = delete;
   TcpNetwork& operator=(const TcpNetwork&) = delete;
 
-  // Writes this rank's record (its listening address, TTL wire::kRecordTtl) to the store: one SET. (Reading the first
-  // peers' records in the same round trip, as a commit, was tried: Redis counts a script's inner
-  // commands too, so it cost more commands than it saved round trips.)
+  // Writes this rank's record (its listening address, TTL wire::kRecordTtl) to the store: one SET.
+  // (Not a commit that also reads the first peers' records: a commit is a Lua script on Redis,
+  // which counts its inner commands too and costs more CPU than plain commands, and a peer's
+  // record is often not written yet at that moment anyway.)
   void publish();
   std::string address() const;
   // publish() again, every record_refresh() while the network lives (the communicator's worker
   // calls it between collectives): a failure is logged, not thrown; nothing once it is dead.
+  // During a store outage the call blocks for the store's retry budget, so a collective queued
+  // meanwhile starts that much later (once per record_refresh at most).
   void republish();
   Millis record_refresh() const;
 
@@ -120,9 +123,8 @@ class TcpNetwork {
 
   // Connection attempts this rank's listener refused (and closed), counted since it started.
   std::int64_t refused() const;
-  // Connections to peers made or accepted so far, and records read from the store.
+  // Connections to peers made or accepted so far.
   std::int64_t connections() const;
-  std::int64_t records_read() const;
 
   struct Impl;  // tcp_network.cc
 
