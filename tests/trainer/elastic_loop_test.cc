@@ -79,11 +79,14 @@ TEST_F(ElasticLoopTest, ANewerGenerationAbortsACollectiveBlockedOnAFrozenPeer) {
     EXPECT_LT(after, 1500ms) << node << " reached generation 2 " << after.count() << " ms after it was published";
   }
   // Whichever watcher fires first aborts its communicator and closes its connections, so a
-  // survivor may leave with PeerLost from that before its own watcher fires; one of them at least
-  // names the new generation.
-  EXPECT_TRUE(left_gen1["a"].find("superseded") != std::string::npos ||
-              left_gen1["b"].find("superseded") != std::string::npos)
-      << left_gen1["a"] << " | " << left_gen1["b"];
+  // survivor leaves either through its own watcher (the generation was superseded) or with
+  // PeerLost from a peer whose watcher fired first (the frozen member's included) -- never
+  // through the collective's 20 s timeout.
+  for (const char* node : {"a", "b"}) {
+    const std::string& why = left_gen1[node];
+    EXPECT_TRUE(why.find("superseded") != std::string::npos || why.find("peer lost") != std::string::npos)
+        << node << ": " << why;
+  }
 }
 
 // A worker that starts after the job completed (its agent restarted it as the others finished)
