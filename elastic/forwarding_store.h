@@ -58,6 +58,9 @@ class ForwardingStore : public Store {
   std::vector<StreamEntry> stream_tail(std::string_view k, std::size_t c) override {
     return forward("stream_tail", [&] { return inner_->stream_tail(k, c); });
   }
+  std::vector<StreamEntry> stream_read(std::string_view k, std::string_view a, std::size_t c, Duration b) override {
+    return forward("stream_read", [&] { return inner_->stream_read(k, a, c, b); });
+  }
   CommitResult commit(const Transaction& t) override {
     return forward("commit", [&] { return inner_->commit(t); });
   }

@@ -199,6 +199,45 @@ std::vector<StreamEntry> MemoryStore::stream_tail(std::string_view key, std::siz
   return {entry->stream.begin() + static_cast<std::ptrdiff_t>(skip), entry->stream.end()};
 }
 
+namespace {
+
+// A stream id "<ms>-<seq>" (or "<ms>", or "0") as a pair that orders like Redis's ids.
+std::pair<std::uint64_t, std::uint64_t> parse_stream_id(std::string_view id) {
+  auto number = [&](std::string_view text) {
+    std::uint64_t value = 0;
+    auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
+      throw InvalidArgument("stream_read: " + quote_value(id) + " is not a stream id (<ms>-<seq>)");
+    }
+    return value;
+  };
+  const auto dash = id.find('-');
+  if (dash == std::string_view::npos) return {number(id), 0};
+  return {number(id.substr(0, dash)), number(id.substr(dash + 1))};
+}
+
+}  // namespace
+
+std::vector<StreamEntry> MemoryStore::stream_read(std::string_view key, std::string_view after, std::size_t count,
+                                                  Duration block) {
+  if (count == 0) throw InvalidArgument("stream_read: count must be >= 1");
+  const auto from = parse_stream_id(after);
+  const auto deadline = Clock::now() + block;
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    std::vector<StreamEntry> found;
+    if (Entry* entry = find_kind(key, Entry::Kind::kStream)) {
+      for (const StreamEntry& e : entry->stream) {
+        if (parse_stream_id(e.id) <= from) continue;
+        found.push_back(e);
+        if (found.size() == count) break;
+      }
+    }
+    if (!found.empty() || Clock::now() >= deadline) return found;
+    changed_.wait_until(lock, deadline);
+  }
+}
+
 void MemoryStore::apply(const Write& write) {
   switch (write.op) {
     case Write::Op::kSet: {

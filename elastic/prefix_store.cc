@@ -75,6 +75,11 @@ std::vector<StreamEntry> PrefixStore::stream_tail(std::string_view key, std::siz
   return unscoped_errors([&] { return inner_->stream_tail(scoped(key), count); });
 }
 
+std::vector<StreamEntry> PrefixStore::stream_read(std::string_view key, std::string_view after, std::size_t count,
+                                               Duration block) {
+  return unscoped_errors([&] { return inner_->stream_read(scoped(key), after, count, block); });
+}
+
 CommitResult PrefixStore::commit(const Transaction& transaction) {
   Transaction inner = transaction;
   for (auto& condition : inner.conditions) condition.key = scoped(condition.key);

@@ -33,6 +33,8 @@ class PrefixStore final : public Store {
   std::vector<std::optional<Duration>> remaining_ttl(const std::vector<std::string>& keys) override;
   std::map<std::string, std::string> hash_get_all(std::string_view key) override;
   std::vector<StreamEntry> stream_tail(std::string_view key, std::size_t count) override;
+  std::vector<StreamEntry> stream_read(std::string_view key, std::string_view after, std::size_t count,
+                                       Duration block) override;
   CommitResult commit(const Transaction& transaction) override;
 
  private:

@@ -175,15 +175,20 @@ RedisReply RedisStore::command(const std::vector<std::string_view>& args, bool i
 
 std::vector<RedisReply> RedisStore::pipeline(const std::vector<std::vector<std::string_view>>& commands,
                                              bool idempotent) {
+  return pipeline(commands, idempotent, Duration(0));
+}
+
+std::vector<RedisReply> RedisStore::pipeline(const std::vector<std::vector<std::string_view>>& commands,
+                                             bool idempotent, Duration server_wait) {
   std::lock_guard lock(mutex_);
-  const auto deadline = Clock::now() + options_.retry_timeout;
+  const auto deadline = Clock::now() + options_.retry_timeout + server_wait;
   for (;;) {
     if (!connection_ || !connection_->alive()) reconnect(deadline);
     try {
       // No attempt waits past the retry deadline: a caller's budget (an agent's is under a
       // heartbeat interval, elastic/lease_timing.h) bounds the whole call, not each attempt.
       const auto remaining = std::chrono::duration_cast<Duration>(deadline - Clock::now());
-      connection_->set_command_timeout(std::clamp(remaining, Duration(1), options_.command_timeout));
+      connection_->set_command_timeout(std::clamp(remaining, Duration(1), options_.command_timeout + server_wait));
       return connection_->pipeline(commands);
     } catch (const RedisIoError& e) {
       connection_.reset();
@@ -380,6 +385,36 @@ std::vector<StreamEntry> RedisStore::stream_tail(std::string_view key, std::size
     }
     StreamEntry entry{std::move(it->elements[0].str), {}};
     auto& flat = it->elements[1].elements;
+    for (std::size_t i = 0; i + 1 < flat.size(); i += 2) entry.fields.emplace_back(std::move(flat[i].str), std::move(flat[i + 1].str));
+    entries.push_back(std::move(entry));
+  }
+  return entries;
+}
+
+std::vector<StreamEntry> RedisStore::stream_read(std::string_view key, std::string_view after, std::size_t count,
+                                                 Duration block) {
+  if (count == 0) throw InvalidArgument("stream_read: count must be >= 1");
+  const std::string count_text = std::to_string(count), block_text = std::to_string(block.count());
+  std::vector<std::string_view> args{"XREAD", "COUNT", count_text};
+  // BLOCK 0 would wait for ever: without a wait the read returns at once.
+  if (block.count() > 0) args.insert(args.end(), {"BLOCK", block_text});
+  args.insert(args.end(), {"STREAMS", key, after});
+  RedisReply reply = std::move(pipeline({args}, true, std::max(block, Duration(0))).front());
+  if (reply.type == RedisReply::Type::kError && reply.str.find("Invalid stream ID") != std::string::npos) {
+    throw InvalidArgument("stream_read: " + quote_value(after) + " is not a stream id (<ms>-<seq>)");
+  }
+  reply = checked(std::move(reply), "XREAD", key);
+  std::vector<StreamEntry> entries;
+  if (reply.type == RedisReply::Type::kNil) return entries;  // nothing within `block`
+  // [[key, [[id, [field, value, ...]], ...]]]
+  auto malformed = [&] {
+    return InvalidArgument("redis at " + endpoint_.display() + ": unexpected XREAD reply for key " + quote_value(key));
+  };
+  if (reply.elements.size() != 1 || reply.elements[0].elements.size() != 2) throw malformed();
+  for (RedisReply& item : reply.elements[0].elements[1].elements) {
+    if (item.elements.size() != 2) throw malformed();
+    StreamEntry entry{std::move(item.elements[0].str), {}};
+    auto& flat = item.elements[1].elements;
     for (std::size_t i = 0; i + 1 < flat.size(); i += 2) entry.fields.emplace_back(std::move(flat[i].str), std::move(flat[i + 1].str));
     entries.push_back(std::move(entry));
   }

@@ -62,6 +62,8 @@ class RedisStore final : public Store {
   std::vector<std::optional<Duration>> remaining_ttl(const std::vector<std::string>& keys) override;
   std::map<std::string, std::string> hash_get_all(std::string_view key) override;
   std::vector<StreamEntry> stream_tail(std::string_view key, std::size_t count) override;
+  std::vector<StreamEntry> stream_read(std::string_view key, std::string_view after, std::size_t count,
+                                       Duration block) override;
   CommitResult commit(const Transaction& transaction) override;
 
   // Runs any command with the retry policy above (`idempotent` says whether it may run twice).
@@ -71,6 +73,10 @@ class RedisStore final : public Store {
   std::vector<RedisReply> pipeline(const std::vector<std::vector<std::string_view>>& commands, bool idempotent);
 
  private:
+  // As pipeline(), for commands the server may hold for up to `server_wait` before it answers (a
+  // blocking read): each attempt's reply timeout and the call's retry budget grow by it.
+  std::vector<RedisReply> pipeline(const std::vector<std::vector<std::string_view>>& commands, bool idempotent,
+                                   Duration server_wait);
   // Runs a Lua script by its SHA (EVALSHA), loading it on a NOSCRIPT reply (a restarted server
   // has an empty script cache; NOSCRIPT means the script did not run, so a retry is safe).
   RedisReply eval(std::string_view script, const std::vector<std::string_view>& keys_and_args, std::size_t key_count,

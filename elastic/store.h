@@ -18,8 +18,10 @@
 //  - commit() is the one atomic multi-key primitive (etcd's Txn, a Lua script on Redis): if every
 //    condition holds, every write is applied, all at once; otherwise nothing is. Fencing by
 //    generation, leader leases and generation publication are all commit()s. Conditions compare
-//    string keys only; hash and stream keys are written by commit() and read by hash_get_all()
-//    and stream_tail().
+//    string keys only; hash and stream keys are written by commit() and read by hash_get_all(),
+//    stream_tail() and stream_read().
+//  - stream_read() is the one call that may wait for a write by another client (as wait() does):
+//    it returns the entries after a given id, waiting up to `block` for one to be appended.
 //
 // Every call may block (network I/O for RedisStore). Implementations are safe to call from many
 // threads at once. Tier-1 failures (unreachable store) throw StoreUnavailable. A key that holds
@@ -93,6 +95,13 @@ class Store {
   virtual std::map<std::string, std::string> hash_get_all(std::string_view key) = 0;
   // The newest `count` entries of a stream written by Write::stream_append, oldest first.
   virtual std::vector<StreamEntry> stream_tail(std::string_view key, std::size_t count) = 0;
+  // The entries of the stream `key` whose ids are greater than `after` ("<ms>-<seq>", or "0" for
+  // the whole stream), oldest first, at most `count` (>= 1). When there are none it waits up to
+  // `block` for one to be appended (0: returns at once); a missing key reads, and is waited on, as
+  // an empty stream. How an agent learns of a new generation without polling (membership_agent.h).
+  // Throws InvalidArgument for an `after` that is not an id.
+  virtual std::vector<StreamEntry> stream_read(std::string_view key, std::string_view after, std::size_t count,
+                                               Duration block) = 0;
   // Atomically: if every condition holds, apply every write; else change nothing. Then read the
   // transaction's read keys (one round trip for a lease refresh and the reads that go with it).
   virtual CommitResult commit(const Transaction& transaction) = 0;

@@ -429,6 +429,56 @@ TEST_P(StoreConformance, StreamKeepsTheNewestEntriesInOrderWithIncreasingIds) {
   EXPECT_TRUE(store_->stream_tail("nothing", 5).empty());
 }
 
+TEST_P(StoreConformance, StreamReadReturnsTheEntriesAfterAnIdOldestFirst) {
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(store_->commit(Transaction{}.add(Write::stream_append("s", {{"seq", std::to_string(i)}}, 100))));
+  }
+  auto all = store_->stream_read("s", "0", 100, 0ms);
+  ASSERT_EQ(all.size(), 5u);
+  EXPECT_EQ(all.front().fields, (elastic::Fields{{"seq", "0"}}));
+  auto after_second = store_->stream_read("s", all[1].id, 2, 0ms);  // capped at `count`
+  ASSERT_EQ(after_second.size(), 2u);
+  EXPECT_EQ(after_second[0].id, all[2].id);
+  EXPECT_EQ(after_second[1].id, all[3].id);
+  EXPECT_TRUE(store_->stream_read("s", all.back().id, 10, 0ms).empty());
+  EXPECT_TRUE(store_->stream_read("missing", "0", 10, 0ms).empty());
+  EXPECT_THROW(store_->stream_read("s", "not-an-id", 10, 0ms), InvalidArgument);
+  EXPECT_THROW(store_->stream_read("s", "0", 0, 0ms), InvalidArgument);
+}
+
+// The read blocks until another client appends (not until `block` runs out), and gives up after
+// `block` when nobody does. Bounds: the append comes 300 ms in, the read must end well before its
+// 10 s block (5 s allows for a loaded machine); an unanswered 300 ms block ends within 3 s.
+TEST_P(StoreConformance, StreamReadWaitsForAnAppendByAnotherClient) {
+  ASSERT_TRUE(store_->commit(Transaction{}.add(Write::stream_append("s", {{"n", "1"}}, 10))));
+  const std::string last = store_->stream_tail("s", 1).at(0).id;
+  auto writer = backend_->client();
+  std::thread append([&] {
+    std::this_thread::sleep_for(300ms);
+    writer->commit(Transaction{}.add(Write::stream_append("s", {{"n", "2"}}, 10)));
+  });
+  const auto start = Clock::now();
+  auto entries = store_->stream_read("s", last, 10, 10s);
+  const auto waited = Clock::now() - start;
+  append.join();
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(entries[0].fields, (elastic::Fields{{"n", "2"}}));
+  EXPECT_GE(waited, 250ms);
+  EXPECT_LT(waited, 5s);
+
+  const auto idle = Clock::now();
+  EXPECT_TRUE(store_->stream_read("s", entries[0].id, 10, 300ms).empty());
+  EXPECT_GE(Clock::now() - idle, 250ms);
+  EXPECT_LT(Clock::now() - idle, 3s);
+  // A stream that does not exist yet is waited on too.
+  std::thread create([&] {
+    std::this_thread::sleep_for(200ms);
+    writer->commit(Transaction{}.add(Write::stream_append("new", {{"n", "1"}}, 10)));
+  });
+  EXPECT_EQ(store_->stream_read("new", "0", 10, 10s).size(), 1u);
+  create.join();
+}
+
 TEST_P(StoreConformance, CommitWithAWrongTypeWritesNothingAndSaysWhy) {
   Transaction make_hash;
   make_hash.add(Write::hash_set("h", {{"f", "v"}}));
