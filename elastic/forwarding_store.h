@@ -61,6 +61,7 @@ class ForwardingStore : public Store {
   std::vector<StreamEntry> stream_read(std::string_view k, std::string_view a, std::size_t c, Duration b) override {
     return forward("stream_read", [&] { return inner_->stream_read(k, a, c, b); });
   }
+  void stop_stream_reads() override { inner_->stop_stream_reads(); }
   CommitResult commit(const Transaction& t) override {
     return forward("commit", [&] { return inner_->commit(t); });
   }

@@ -4,6 +4,7 @@
 // docs/redis-schema.md documents every key and field.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -18,6 +19,10 @@ inline constexpr const char* kEvents = "events";      // capped stream
 inline constexpr const char* kSamples = "samples";    // capped stream: one entry per training step (rank 0)
 inline constexpr const char* kOutcome = "outcome";    // "completed" once the job is done; ends publishing
 inline constexpr const char* kEvictions = "evictions";  // JSON: evicted node/slots and their cool-downs (leader)
+// Capped stream: one entry {gen: <g>} per published generation, appended in the publishing commit.
+// Agents block on it (Store::stream_read) to learn of a new generation without polling.
+inline constexpr const char* kGenerationLog = "generations";
+inline constexpr std::size_t kGenerationLogLength = 16;
 
 inline std::string generation(std::int64_t g) { return "gen:" + std::to_string(g); }
 // Prefix under which a generation's communicator bootstrap lives (each rank's address record per

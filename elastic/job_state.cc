@@ -31,10 +31,15 @@ CommitResult commit_with_job_state(Store& store, const Transaction& txn) {
   try {
     return store.commit(txn);
   } catch (const WrongType& e) {
-    if (e.key() != keys::kState && e.key() != keys::kEvents && e.key() != keys::kSamples) throw;
+    const std::string_view key = e.key();
+    const char* what = key == keys::kState          ? "state hash"
+                       : key == keys::kEvents        ? "event stream"
+                       : key == keys::kSamples       ? "sample stream"
+                       : key == keys::kGenerationLog ? "generation log"
+                                                     : nullptr;
+    if (!what) throw;
     log()->warn("erasing Redis key {}: it holds a value of another type than the job's {} ({})", quote_value(e.key()),
-                e.key() == keys::kState ? "state hash" : e.key() == keys::kEvents ? "event stream" : "sample stream",
-                e.what());
+                what, e.what());
     store.erase(e.key());
     return store.commit(txn);
   }

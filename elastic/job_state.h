@@ -47,10 +47,11 @@ Write event_write(const std::string& type, Fields details);
 // A write that appends one training step's sample (kSampleFields) to the capped `samples` stream.
 Write sample_write(Fields fields);
 
-// store.commit(txn) for a transaction that writes the `state` hash or appends to `events`. No hdp
-// process decides anything from those two keys (they are for people and tools), so one that holds
-// a value of another type (a string written by hand) must not stop a registration, a publication
-// or a worker's report: it is erased (logged, naming the key) and the commit tried once more.
+// store.commit(txn) for a transaction that writes the `state` hash or appends to `events`,
+// `samples` or `generations`. No hdp process decides anything from those keys alone (they are for
+// people and tools, and `generations` only wakes agents that then read `gen`), so one that holds a
+// value of another type (a string written by hand) must not stop a registration, a publication or
+// a worker's report: it is erased (logged, naming the key) and the commit tried once more.
 CommitResult commit_with_job_state(Store& store, const Transaction& txn);
 
 // Whether the job's `outcome` key says completed. A store that cannot be read (or a value of

@@ -460,6 +460,7 @@ std::optional<std::int64_t> MembershipController::publish(std::vector<Member> me
                                  {"status", encode(next.status)},
                                  {"members", node_list(next.members)},
                                  {"standby", std::to_string(standby.size())}}));
+  txn.add(Write::stream_append(keys::kGenerationLog, {{"gen", std::to_string(next.number)}}, keys::kGenerationLogLength));
   for (auto& write : extra) txn.add(std::move(write));
   if (!commit_with_job_state(*store_, txn)) return std::nullopt;  // another leader or a newer generation: re-read next tick
   log()->info("published generation {}: {} node(s), world size {}, {} [{}]", next.number, next.members.size(), world,

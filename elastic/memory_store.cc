@@ -225,6 +225,7 @@ std::vector<StreamEntry> MemoryStore::stream_read(std::string_view key, std::str
   const auto deadline = Clock::now() + block;
   std::unique_lock lock(mutex_);
   for (;;) {
+    if (stream_reads_stopped_) return {};
     std::vector<StreamEntry> found;
     if (Entry* entry = find_kind(key, Entry::Kind::kStream)) {
       for (const StreamEntry& e : entry->stream) {
@@ -236,6 +237,14 @@ std::vector<StreamEntry> MemoryStore::stream_read(std::string_view key, std::str
     if (!found.empty() || Clock::now() >= deadline) return found;
     changed_.wait_until(lock, deadline);
   }
+}
+
+void MemoryStore::stop_stream_reads() {
+  {
+    std::lock_guard lock(mutex_);
+    stream_reads_stopped_ = true;
+  }
+  changed_.notify_all();
 }
 
 void MemoryStore::apply(const Write& write) {

@@ -34,6 +34,7 @@ class MemoryStore final : public Store {
   std::vector<StreamEntry> stream_tail(std::string_view key, std::size_t count) override;
   std::vector<StreamEntry> stream_read(std::string_view key, std::string_view after, std::size_t count,
                                        Duration block) override;
+  void stop_stream_reads() override;
   CommitResult commit(const Transaction& transaction) override;
 
   // Forgets every key, as a Redis server restarted without persistence (or FLUSHALL) does.
@@ -62,6 +63,7 @@ class MemoryStore final : public Store {
   void apply(const Write& write);  // requires mutex_
 
   std::mutex mutex_;
+  bool stream_reads_stopped_ = false;  // guarded by mutex_
   std::condition_variable changed_;  // notified on every write; wait() sleeps on it
   Map entries_;                      // guarded by mutex_
   std::uint64_t last_stream_ms_ = 0, stream_sequence_ = 0;  // guarded by mutex_; stream ids

@@ -80,6 +80,8 @@ std::vector<StreamEntry> PrefixStore::stream_read(std::string_view key, std::str
   return unscoped_errors([&] { return inner_->stream_read(scoped(key), after, count, block); });
 }
 
+void PrefixStore::stop_stream_reads() { inner_->stop_stream_reads(); }
+
 CommitResult PrefixStore::commit(const Transaction& transaction) {
   Transaction inner = transaction;
   for (auto& condition : inner.conditions) condition.key = scoped(condition.key);

@@ -35,6 +35,7 @@ class PrefixStore final : public Store {
   std::vector<StreamEntry> stream_tail(std::string_view key, std::size_t count) override;
   std::vector<StreamEntry> stream_read(std::string_view key, std::string_view after, std::size_t count,
                                        Duration block) override;
+  void stop_stream_reads() override;
   CommitResult commit(const Transaction& transaction) override;
 
  private:

@@ -101,6 +101,8 @@ void RedisConnection::login(const RedisEndpoint& endpoint) {
   }
 }
 
+int RedisConnection::socket() const { return context_->fd; }
+
 bool RedisConnection::alive() const {
   const redisContext* context = context_.get();
   if (!context || context->err || context->fd < 0) return false;

@@ -59,6 +59,9 @@ class RedisConnection {
   std::vector<RedisReply> pipeline(const std::vector<std::vector<std::string_view>>& commands);
   // Sets how long a command may wait for its reply from now on (a syscall only when it changes).
   void set_command_timeout(Duration timeout);
+  // The socket, for shutdown(2) from another thread while a command waits on it (the one call
+  // that is safe to make concurrently: it wakes the waiting read, which then fails).
+  int socket() const;
 
  private:
   void login(const RedisEndpoint& endpoint);

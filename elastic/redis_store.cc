@@ -1,5 +1,7 @@
 #include "elastic/redis_store.h"
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <deque>
 #include <thread>
@@ -175,20 +177,15 @@ RedisReply RedisStore::command(const std::vector<std::string_view>& args, bool i
 
 std::vector<RedisReply> RedisStore::pipeline(const std::vector<std::vector<std::string_view>>& commands,
                                              bool idempotent) {
-  return pipeline(commands, idempotent, Duration(0));
-}
-
-std::vector<RedisReply> RedisStore::pipeline(const std::vector<std::vector<std::string_view>>& commands,
-                                             bool idempotent, Duration server_wait) {
   std::lock_guard lock(mutex_);
-  const auto deadline = Clock::now() + options_.retry_timeout + server_wait;
+  const auto deadline = Clock::now() + options_.retry_timeout;
   for (;;) {
     if (!connection_ || !connection_->alive()) reconnect(deadline);
     try {
       // No attempt waits past the retry deadline: a caller's budget (an agent's is under a
       // heartbeat interval, elastic/lease_timing.h) bounds the whole call, not each attempt.
       const auto remaining = std::chrono::duration_cast<Duration>(deadline - Clock::now());
-      connection_->set_command_timeout(std::clamp(remaining, Duration(1), options_.command_timeout + server_wait));
+      connection_->set_command_timeout(std::clamp(remaining, Duration(1), options_.command_timeout));
       return connection_->pipeline(commands);
     } catch (const RedisIoError& e) {
       connection_.reset();
@@ -399,7 +396,38 @@ std::vector<StreamEntry> RedisStore::stream_read(std::string_view key, std::stri
   // BLOCK 0 would wait for ever: without a wait the read returns at once.
   if (block.count() > 0) args.insert(args.end(), {"BLOCK", block_text});
   args.insert(args.end(), {"STREAMS", key, after});
-  RedisReply reply = std::move(pipeline({args}, true, std::max(block, Duration(0))).front());
+  RedisReply reply;
+  if (block.count() <= 0) {
+    reply = command(args, true);
+  } else {
+    // A blocking read holds the connection (every other call on this store waits for it) and can
+    // be woken by stop_stream_reads(), which shuts its socket down.
+    std::lock_guard lock(mutex_);
+    {
+      std::lock_guard blocking(blocking_mutex_);
+      if (stream_reads_stopped_) return {};
+    }
+    try {
+      if (!connection_ || !connection_->alive()) reconnect(Clock::now() + options_.retry_timeout);
+      {
+        std::lock_guard blocking(blocking_mutex_);
+        if (stream_reads_stopped_) return {};
+        blocking_socket_ = connection_->socket();
+      }
+      connection_->set_command_timeout(options_.command_timeout + block);
+      reply = connection_->command(args);
+    } catch (const RedisIoError& e) {
+      connection_.reset();
+      {
+        std::lock_guard blocking(blocking_mutex_);
+        blocking_socket_ = -1;
+        if (stream_reads_stopped_) return {};
+      }
+      throw StoreUnavailable(e.what());  // idempotent, but a retry would block again: the caller decides
+    }
+    std::lock_guard blocking(blocking_mutex_);
+    blocking_socket_ = -1;
+  }
   if (reply.type == RedisReply::Type::kError && reply.str.find("Invalid stream ID") != std::string::npos) {
     throw InvalidArgument("stream_read: " + quote_value(after) + " is not a stream id (<ms>-<seq>)");
   }
@@ -419,6 +447,12 @@ std::vector<StreamEntry> RedisStore::stream_read(std::string_view key, std::stri
     entries.push_back(std::move(entry));
   }
   return entries;
+}
+
+void RedisStore::stop_stream_reads() {
+  std::lock_guard blocking(blocking_mutex_);
+  stream_reads_stopped_ = true;
+  if (blocking_socket_ >= 0) ::shutdown(blocking_socket_, SHUT_RDWR);
 }
 
 CommitResult RedisStore::commit(const Transaction& transaction) {

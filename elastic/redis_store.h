@@ -1,7 +1,11 @@
 // File: elastic/redis_store.h
 //
 // The Store over a Redis server (hiredis). One connection, guarded by a mutex, so one RedisStore
-// serves many threads one command at a time; open one per thread for parallel traffic.
+// serves many threads one command at a time; open one per thread for parallel traffic. A blocking
+// stream_read() holds the connection while it waits: the other calls wait behind it (an agent
+// times its reads to end before its next heartbeat, membership_agent.h), and stop_stream_reads()
+// wakes it by shutting its socket down. A blocking read is not retried after a broken connection
+// (it throws StoreUnavailable: its caller reads again from the id it last saw).
 //
 // Failure policy:
 //  - A broken connection is re-opened with capped exponential backoff plus jitter, for at most
@@ -64,6 +68,7 @@ class RedisStore final : public Store {
   std::vector<StreamEntry> stream_tail(std::string_view key, std::size_t count) override;
   std::vector<StreamEntry> stream_read(std::string_view key, std::string_view after, std::size_t count,
                                        Duration block) override;
+  void stop_stream_reads() override;
   CommitResult commit(const Transaction& transaction) override;
 
   // Runs any command with the retry policy above (`idempotent` says whether it may run twice).
@@ -73,10 +78,6 @@ class RedisStore final : public Store {
   std::vector<RedisReply> pipeline(const std::vector<std::vector<std::string_view>>& commands, bool idempotent);
 
  private:
-  // As pipeline(), for commands the server may hold for up to `server_wait` before it answers (a
-  // blocking read): each attempt's reply timeout and the call's retry budget grow by it.
-  std::vector<RedisReply> pipeline(const std::vector<std::vector<std::string_view>>& commands, bool idempotent,
-                                   Duration server_wait);
   // Runs a Lua script by its SHA (EVALSHA), loading it on a NOSCRIPT reply (a restarted server
   // has an empty script cache; NOSCRIPT means the script did not run, so a retry is safe).
   RedisReply eval(std::string_view script, const std::vector<std::string_view>& keys_and_args, std::size_t key_count,
@@ -94,6 +95,12 @@ class RedisStore final : public Store {
   std::unique_ptr<RedisConnection> connection_;  // guarded by mutex_; null while broken
   bool connected_once_ = false;                  // guarded by mutex_
   int reconnects_ = 0;                           // guarded by mutex_
+  // stop_stream_reads(): set once; the socket of a blocking read in progress (-1: none), which
+  // stop_stream_reads() shuts down to wake it. Both guarded by blocking_mutex_, so that the socket
+  // is never shut down after the read ended (its descriptor may have been reused by then).
+  std::mutex blocking_mutex_;
+  bool stream_reads_stopped_ = false;
+  int blocking_socket_ = -1;
   std::mutex scripts_mutex_;
   std::map<std::string, std::string, std::less<>> script_shas_;  // script text -> SHA1; guarded by scripts_mutex_
 };

@@ -102,6 +102,9 @@ class Store {
   // Throws InvalidArgument for an `after` that is not an id.
   virtual std::vector<StreamEntry> stream_read(std::string_view key, std::string_view after, std::size_t count,
                                                Duration block) = 0;
+  // Makes every stream_read() in progress, and every later one, return at once with nothing: how
+  // an owner stops a thread blocked in one before it shuts down. Every other call is unaffected.
+  virtual void stop_stream_reads() = 0;
   // Atomically: if every condition holds, apply every write; else change nothing. Then read the
   // transaction's read keys (one round trip for a lease refresh and the reads that go with it).
   virtual CommitResult commit(const Transaction& transaction) = 0;

@@ -479,6 +479,29 @@ TEST_P(StoreConformance, StreamReadWaitsForAnAppendByAnotherClient) {
   create.join();
 }
 
+// stop_stream_reads() wakes a read blocked for 10 s (bound: 2 s, for a loaded machine) and makes
+// every later one return at once; the store's other calls go on working.
+TEST_P(StoreConformance, StopStreamReadsWakesABlockedReadAndLaterOnes) {
+  std::atomic<bool> returned{false};
+  std::vector<elastic::StreamEntry> got{{"x", {}}};
+  const auto start = Clock::now();
+  std::thread reader([&] {
+    got = store_->stream_read("s", "0", 10, 10s);
+    returned = true;
+  });
+  std::this_thread::sleep_for(200ms);  // the read is blocked by now
+  EXPECT_FALSE(returned);
+  store_->stop_stream_reads();
+  reader.join();
+  EXPECT_TRUE(got.empty());
+  EXPECT_LT(Clock::now() - start, 2s);
+  const auto later = Clock::now();
+  EXPECT_TRUE(store_->stream_read("s", "0", 10, 10s).empty());
+  EXPECT_LT(Clock::now() - later, 1s);
+  store_->set("k", "v");
+  EXPECT_EQ(store_->get("k"), "v");
+}
+
 TEST_P(StoreConformance, CommitWithAWrongTypeWritesNothingAndSaysWhy) {
   Transaction make_hash;
   make_hash.add(Write::hash_set("h", {{"f", "v"}}));
