@@ -5,17 +5,24 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include "agents/agent_metrics.h"
 #include "agents/systemd_notify.h"
+#include "agents/worker_channel.h"
 #include "agents/worker_supervisor.h"
 #include "common/error.h"
 #include "common/exit_codes.h"
 #include "common/log.h"
+#include "elastic/generation_watch.h"
 #include "elastic/job_state.h"
 #include "elastic/membership_agent.h"
 #include "elastic/worker_env.h"
@@ -33,8 +40,9 @@ using std::chrono::milliseconds;
 // worker contract's environment for the incarnation being started.
 class SupervisedWorkers final : public NodeWorkers {
  public:
-  SupervisedWorkers(const AgentOptions& options, WorkerSupervisor& supervisor, AgentMetrics* metrics)
-      : options_(options), supervisor_(supervisor), metrics_(metrics) {}
+  SupervisedWorkers(const AgentOptions& options, WorkerSupervisor& supervisor, AgentMetrics* metrics,
+                    const WorkerChannel& channel)
+      : options_(options), supervisor_(supervisor), metrics_(metrics), channel_(channel) {}
 
   std::vector<int> healthy() const override { return supervisor_.healthy(); }
   void kill_all() override { supervisor_.kill_and_reap_all(); }
@@ -58,6 +66,7 @@ class SupervisedWorkers final : public NodeWorkers {
     values.nproc_per_node = options_.slots;
     values.advertise_address = options_.advertise_address;
     values.agent_pid = static_cast<int>(getpid());
+    values.agent_channel = channel_.name();
     if (metrics_) {
       metrics_->worker_gone(slot);  // a new process: nothing of its predecessor's
       values.metrics_file = metrics_->worker_file(slot).string();
@@ -68,6 +77,88 @@ class SupervisedWorkers final : public NodeWorkers {
   const AgentOptions& options_;
   WorkerSupervisor& supervisor_;
   AgentMetrics* metrics_;
+  const WorkerChannel& channel_;
+};
+
+// Blocks on the job's `generations` stream (elastic/generation_watch.h) on a thread of its own,
+// but only while the Asio thread lets it: the agent has one Redis connection, and a blocking read
+// holds it, so the Asio thread grants the watch the time until its next heartbeat (allow_until)
+// after each heartbeat and after each notice. Each read's outcome (a new generation or none) is
+// posted to the Asio thread, which then grants again. stop() wakes a blocked read
+// (Store::stop_stream_reads) and joins the thread.
+class GenerationWatcher {
+ public:
+  using Clock = std::chrono::steady_clock;
+  GenerationWatcher(std::shared_ptr<Store> store, asio::io_context& io,
+                    std::function<void(std::optional<std::int64_t>)> on_read)
+      : store_(std::move(store)), watch_(store_), io_(io), on_read_(std::move(on_read)), thread_([this] { run(); }) {}
+  ~GenerationWatcher() { stop(); }
+
+  void allow_until(Clock::time_point deadline) {
+    {
+      std::lock_guard lock(mutex_);
+      grant_ = deadline;
+    }
+    wake_.notify_all();
+  }
+  void stop() {
+    {
+      std::lock_guard lock(mutex_);
+      if (stop_) return;
+      stop_ = true;
+    }
+    wake_.notify_all();
+    store_->stop_stream_reads();
+    thread_.join();
+  }
+
+ private:
+  void run() {
+    for (;;) {
+      Clock::time_point deadline;
+      {
+        std::unique_lock lock(mutex_);
+        wake_.wait(lock, [&] { return stop_ || grant_; });
+        if (stop_) return;
+        deadline = *std::exchange(grant_, std::nullopt);
+      }
+      const std::optional<std::int64_t> generation = read(deadline);
+      asio::post(io_, [this, generation] { on_read_(generation); });
+    }
+  }
+
+  // One read of the stream until `deadline`. (Its own function, returning the optional: GCC 12 at
+  // -O2 left a local optional with an undefined engaged flag after `generation = watch_.wait(...)`
+  // threw, and the agent told its workers a garbage generation.)
+  std::optional<std::int64_t> read(Clock::time_point deadline) {
+    const auto block = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    if (block < milliseconds(10)) return std::nullopt;
+    try {
+      return watch_.wait(block);
+    } catch (const Error& e) {
+      // Unreachable or garbage: the heartbeat reads `gen` anyway. Wait out the grant, so that a
+      // store that is down costs no busy loop.
+      const auto now = Clock::now();
+      if (now - logged_ >= std::chrono::seconds(30)) {
+        log()->warn("watching the generation stream: {} (the heartbeat reads the generation meanwhile)", e.what());
+        logged_ = now;
+      }
+      std::unique_lock lock(mutex_);
+      wake_.wait_until(lock, deadline, [&] { return stop_; });
+      return std::nullopt;
+    }
+  }
+
+  std::shared_ptr<Store> store_;
+  GenerationWatch watch_;
+  asio::io_context& io_;
+  std::function<void(std::optional<std::int64_t>)> on_read_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;                          // guarded by mutex_
+  std::optional<Clock::time_point> grant_;     // guarded by mutex_
+  Clock::time_point logged_{};
+  std::thread thread_;  // last: starts once the members above exist
 };
 
 class Agent {
@@ -83,8 +174,10 @@ class Agent {
         drain_timer_(io_),
         supervisor_(io_, {options.worker_command, options.slots, options.max_restarts},
                     [this](int slot, int status, bool exhausted) { on_final_exit(slot, status, exhausted); }),
-        workers_(options, supervisor_, metrics),
-        control_(control_options(options), std::move(store), workers_) {}
+        channel_(io_, options.timing.heartbeat),
+        workers_(options, supervisor_, metrics, channel_),
+        control_(control_options(options), store, workers_),
+        watcher_(store, io_, [this](std::optional<std::int64_t> g) { on_watch(g); }) {}
 
   AgentOutcome run() {
     control_.register_node();
@@ -130,6 +223,7 @@ class Agent {
   // The leader's tick (every 200 ms, lease/10 for short leases), while this agent leads.
   void lead() {
     if (!control([&] { control_.lead(); })) return;
+    channel_.publish(control_.last_generation());
     if (!control_.leading()) {
       leading_ = false;
       return;
@@ -142,6 +236,25 @@ class Agent {
       }
       lead();
     });
+  }
+
+  // A read of the generation stream ended: act on a new generation at once (tell the workers,
+  // check the membership), then let the watch block again until the next heartbeat.
+  void on_watch(std::optional<std::int64_t> generation) {
+    if (outcome_ || error_) return;
+    if (generation) {
+      if (!control([&] { control_.notified(*generation); })) return;
+      channel_.publish(control_.last_generation());
+    }
+    grant_watch();
+  }
+
+  // The connection is the watch's until shortly before the next heartbeat (which needs it), while
+  // this agent follows; a leader reads `gen` every tick, and a draining agent needs no news.
+  void grant_watch() {
+    if (control_.leading() || draining_) return;
+    const auto margin = std::min(milliseconds(100), options_.timing.heartbeat / 10);
+    watcher_.allow_until(next_heartbeat_ - margin);
   }
 
   void heartbeat() {
@@ -158,10 +271,13 @@ class Agent {
                         .restarts_total = supervisor_.restarts_total()});
     }
     if (control_.member_id() != member) notify_status("re-registered as " + control_.member_id());
+    channel_.publish(control_.last_generation());  // the fallback to the watch: `gen` as read now
     if (control_.leading() && !leading_) {
       leading_ = true;
       lead();
     }
+    next_heartbeat_ = std::chrono::steady_clock::now() + options_.timing.heartbeat;
+    grant_watch();
     heartbeat_timer_.expires_after(options_.timing.heartbeat);
     heartbeat_timer_.async_wait([this](const boost::system::error_code& error) {
       if (!error && !draining_) heartbeat();
@@ -235,7 +351,10 @@ class Agent {
     if (code == 0) {
       // A worker that exited cleanly: the job completed, or its ranks agreed to stop (a signal
       // reached a worker but not this agent); the job's outcome tells which.
-      if (supervisor_.all_exited()) finish(elastic::job_completed(control_.store()) ? AgentOutcome::kCompleted : AgentOutcome::kDrained);
+      if (supervisor_.all_exited()) {
+        watcher_.stop();  // the store is needed now, not at the next heartbeat
+        finish(elastic::job_completed(control_.store()) ? AgentOutcome::kCompleted : AgentOutcome::kDrained);
+      }
       return;
     }
     if (exhausted_slots_ == options_.slots) {
@@ -259,7 +378,9 @@ class Agent {
 
   void cleanup() {
     notify_stopping();
+    watcher_.stop();
     supervisor_.kill_and_reap_all();
+    channel_.close();
     control_.leave();
   }
 
@@ -270,14 +391,17 @@ class Agent {
   asio::signal_set child_signal_;
   asio::steady_timer poll_timer_, heartbeat_timer_, watchdog_timer_, drain_timer_;
   WorkerSupervisor supervisor_;
+  WorkerChannel channel_;
   SupervisedWorkers workers_;
   MembershipAgent control_;
+  std::chrono::steady_clock::time_point next_heartbeat_{};
   bool leading_ = false;  // the leader tick's timer is running
   bool draining_ = false;
   int exhausted_slots_ = 0;
   std::optional<AgentOutcome> stop_outcome_;  // what a stop in progress will return
   std::optional<AgentOutcome> outcome_;
   std::exception_ptr error_;
+  GenerationWatcher watcher_;  // last: its thread posts to the members above
 };
 
 }  // namespace

@@ -1,14 +1,19 @@
 // bench/rendezvous: the control plane at cluster scale against one redis-server. Simulates N
-// agents (default 1,536 nodes x 8 slots = 12,288 GPUs) in a few threads of one process, each
-// doing exactly what `hdp agent` does against the store (register; every lease/3 one heartbeat,
-// which also reads the leader and generation keys), with one of them running the real
-// MembershipController every 200 ms. Measures:
+// agents (default 1,536 nodes x 8 slots = 12,288 GPUs) each with its own Redis connection, doing on
+// the wire what a follower `hdp agent` does (bench/sim_agents.h: a heartbeat of one round trip
+// every heartbeat period, derived from the lease by elastic/lease_timing.h, and between heartbeats
+// a blocking read of the `generations` stream), with the real MembershipController ticking as the
+// leader does. Workers add nothing here: each agent relays the generation to its workers over a
+// unix socket (they hold no Redis connection while they train; tests/agents/notification_test.cc).
+// Measures:
 //   1. time until every node is registered and the first generation with all of them is published;
-//   2. time from one node's lease expiring (it stops heartbeating) to the generation without it;
-//   3. steady-state Redis commands per second and Redis CPU as a fraction of one core (INFO): with
-//      the leader ticking, and then with the heartbeats alone (the leader idle for that window; the
-//      simulated agents do not contend for the leader lease, so its expiry meanwhile changes nothing).
-// Usage: rendezvous [--nodes 1536] [--slots 8] [--lease-ms 5000] [--threads 8] [--steady-s 10] [--pin]
+//   2. steady-state Redis commands per second, Redis CPU as a fraction of one core (INFO), Redis
+//      connections and clients blocked on the stream: with the leader ticking, then with the agents
+//      alone (the leader idle for that window);
+//   3. after one agent dies (its connection closed, its heartbeats stopped): the time from its lease
+//      expiring to the generation without it (detection + publication), and to every live agent
+//      knowing that generation (notification).
+// Usage: rendezvous [--nodes 1536] [--slots 8] [--lease-ms 5000] [--threads 8] [--steady-s 10] [--pin] [--json]
 // --pin puts redis-server on CPU 0 and the simulated agents on the other CPUs, so that the Redis
 // CPU figure is not inflated by the load generator sharing its core (on a 2-core machine).
 #include <sched.h>
@@ -25,7 +30,9 @@
 
 #include "agents/embedded_redis.h"
 #include "common/log.h"
+#include "bench/sim_agents.h"
 #include "elastic/job_keys.h"
+#include "elastic/lease_timing.h"
 #include "elastic/leader_lease.h"
 #include "elastic/membership_controller.h"
 #include "elastic/node_registration.h"
@@ -69,42 +76,36 @@ RedisCounters read_counters(elastic::RedisStore& redis) {
   return {field(stats, "total_commands_processed"), field(cpu, "used_cpu_user") + field(cpu, "used_cpu_sys")};
 }
 
-// The simulated agents of one thread: register, then heartbeat on each agent's own schedule. `silenced` stops one node's heartbeats (it "dies").
-void run_agents(const std::string& url, const Settings& s, int first, int count, std::atomic<bool>& stop,
-                std::atomic<int>& registered, std::atomic<int>& silenced, std::mutex& last_beat_mutex,
-                std::vector<Clock::time_point>& last_beat) {
+// Registers nodes [first, first + count) as agents do (claim, lease, join announcement) on one
+// connection of its own, and returns their lease keys. The registration's TTL is long: the
+// simulated agents' heartbeats (PEXPIRE to the lease) start once every node is registered.
+std::vector<std::string> register_nodes(const std::string& url, const Settings& s, int first, int count,
+                                        std::atomic<int>& registered) {
   auto store = connect_job(url);
-  const milliseconds lease(s.lease_ms);
-  std::vector<elastic::NodeRegistration> nodes;
+  std::vector<std::string> keys;
   for (int i = first; i < first + count; ++i) {
     elastic::NodeLease lease_record{.node = "node" + std::to_string(i), .host = "10.0.0.1", .pid = 1,
                                     .version = "bench", .slots = s.slots};
     for (int slot = 0; slot < s.slots; ++slot) lease_record.healthy.push_back(slot);
-    nodes.emplace_back(store, lease_record, lease);
-    nodes.back().register_new_incarnation(lease);
+    elastic::NodeRegistration node(store, lease_record, std::chrono::minutes(10));
+    node.register_new_incarnation(milliseconds(s.lease_ms));
+    keys.push_back(elastic::keys::lease(node.lease().node, node.lease().incarnation));
     ++registered;
   }
-  // Spread each agent's schedule over the period, as independent agents would be.
-  std::vector<Clock::time_point> next_beat(count);
-  const auto start = Clock::now();
-  for (int i = 0; i < count; ++i) next_beat[i] = start + lease / 3 * i / count;
-  while (!stop) {
-    const auto now = Clock::now();
-    auto soonest = now + milliseconds(50);
-    for (int i = 0; i < count; ++i) {
-      if (first + i == silenced.load()) continue;
-      if (now >= next_beat[i]) {
-        nodes[i].heartbeat(nodes[i].lease().healthy, 1);
-        {
-          std::lock_guard lock(last_beat_mutex);
-          last_beat[first + i] = Clock::now();
-        }
-        next_beat[i] += lease / 3;
-      }
-      soonest = std::min(soonest, next_beat[i]);
-    }
-    std::this_thread::sleep_until(soonest);
-  }
+  return keys;
+}
+
+// INFO clients: connected and blocked clients.
+struct Clients {
+  double connected = 0, blocked = 0;
+};
+Clients read_clients(elastic::RedisStore& redis) {
+  const std::string info = redis.command({"INFO", "clients"}, true).str;
+  auto field = [&](const std::string& name) {
+    auto pos = info.find(name + ":");
+    return pos == std::string::npos ? 0.0 : std::stod(info.substr(pos + name.size() + 1));
+  };
+  return {field("connected_clients"), field("blocked_clients")};
 }
 
 }  // namespace
@@ -115,15 +116,19 @@ int main(int argc, char** argv) {
   app.add_option("--nodes", s.nodes)->check(CLI::Range(2, 100000));
   app.add_option("--slots", s.slots)->check(CLI::Range(1, 1024));
   app.add_option("--lease-ms", s.lease_ms)->check(CLI::Range(500, 600000));
-  app.add_option("--threads", s.threads)->check(CLI::Range(1, 256));
+  app.add_option("--threads", s.threads, "connections that register the nodes")->check(CLI::Range(1, 256));
   app.add_option("--steady-s", s.steady_s)->check(CLI::Range(1, 3600));
   bool json = false, pin = false;
   app.add_flag("--json", json);
   app.add_flag("--pin", pin, "redis-server on CPU 0, the simulated agents on the others");
   CLI11_PARSE(app, argc, argv);
   set_log_level("warn");
+  const milliseconds lease(s.lease_ms);
+  const elastic::LeaseTiming timing = elastic::derive_lease_timing(lease, std::nullopt);
 
-  agents::EmbeddedRedis redis;
+  // One connection per agent, the leader's, the monitor's and the registering ones.
+  agents::EmbeddedRedis redis(agents::EmbeddedRedisOptions{
+      .extra_args = {"--maxclients", std::to_string(s.nodes + s.threads + 100)}});
   if (pin) {
     const int cpus = static_cast<int>(std::thread::hardware_concurrency());
     if (cpus < 2) {
@@ -140,111 +145,131 @@ int main(int argc, char** argv) {
   }
   elastic::RedisStore monitor(elastic::parse_redis_url(redis.url()));
   auto leader_store = connect_job(redis.url());
-  const milliseconds lease(s.lease_ms);
 
-  std::atomic<bool> stop{false};
-  std::atomic<int> registered{0}, silenced{-1};
-  std::mutex last_beat_mutex;
-  std::vector<Clock::time_point> last_beat(s.nodes);
+  // Registration, on --threads connections that are closed once every node is registered.
   const auto start = Clock::now();
-  std::vector<std::thread> threads;
-  for (int t = 0; t < s.threads; ++t) {
-    const int first = s.nodes * t / s.threads, last = s.nodes * (t + 1) / s.threads;
-    threads.emplace_back(run_agents, redis.url(), std::cref(s), first, last - first, std::ref(stop), std::ref(registered),
-                         std::ref(silenced), std::ref(last_beat_mutex), std::ref(last_beat));
+  std::atomic<int> registered{0};
+  std::vector<std::vector<std::string>> slices(static_cast<std::size_t>(s.threads));
+  {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < s.threads; ++t) {
+      const int first = s.nodes * t / s.threads, last = s.nodes * (t + 1) / s.threads;
+      threads.emplace_back([&, t, first, last] {
+        slices[static_cast<std::size_t>(t)] = register_nodes(redis.url(), s, first, last - first, registered);
+      });
+    }
+    for (auto& thread : threads) thread.join();
   }
+  const double registered_s = seconds(Clock::now() - start);
+  std::vector<std::string> lease_keys;
+  for (auto& slice : slices) lease_keys.insert(lease_keys.end(), slice.begin(), slice.end());
+  const auto prefix = elastic::keys::job_namespace("bench");
+  bench::SimulatedAgents agents({.port = redis.port(), .prefix = prefix, .lease = lease, .heartbeat = timing.heartbeat},
+                                lease_keys);
 
-  // The leader: lease + membership controller, ticking every 200 ms as the agent's leader does.
-  elastic::LeaderLease leader(leader_store, "leader/bench", lease / 2);
+  // The leader: lease + membership controller, ticking as the agent's leader does.
+  elastic::LeaderLease leader(leader_store, "leader/bench", timing.leader_lease);
   elastic::MembershipController controller(leader_store, "leader/bench", {1, 1000000}, milliseconds(1000));
   std::int64_t generation = 0;
-  double first_generation_s = -1, registered_s = -1;
   auto tick = [&] {
     leader.try_acquire_or_renew();
-    if (auto published = controller.tick()) generation = *published;
+    if (auto published = controller.tick(generation)) generation = *published;
   };
+  double first_generation_s = -1;
   std::size_t members_seen = 0;
   while (first_generation_s < 0) {
-    if (Clock::now() - start > std::chrono::seconds(120)) {
-      std::cerr << "rendezvous: no generation with all " << s.nodes << " nodes within 120 s (registered "
-                << registered << ", largest generation " << members_seen << " nodes)\n";
-      std::exit(1);
+    if (Clock::now() - start > std::chrono::seconds(300)) {
+      std::cerr << "rendezvous: no generation with all " << s.nodes << " nodes within 300 s (largest: " << members_seen
+                << " nodes)\n";
+      return 1;
     }
     tick();
-    if (registered_s < 0 && registered == s.nodes) registered_s = seconds(Clock::now() - start);
-    auto record = leader_store->get(elastic::keys::generation(generation));
-    if (record) {
+    if (auto record = leader_store->get(elastic::keys::generation(generation))) {
       members_seen = elastic::decode_generation(*record, "gen").members.size();
-      if (members_seen == static_cast<size_t>(s.nodes)) first_generation_s = seconds(Clock::now() - start);
+      if (members_seen == static_cast<std::size_t>(s.nodes)) first_generation_s = seconds(Clock::now() - start);
     }
-    std::this_thread::sleep_for(milliseconds(200));
+    std::this_thread::sleep_for(timing.leader_tick);
   }
 
-  // Steady state: heartbeats and leader ticks; then a window of heartbeats alone (the leader
-  // idle), so that the heartbeats' own share is measured, not inferred.
+  // Steady state: the agents and the leader's ticks; then a window of the agents alone (the leader
+  // idle), so that their own share is measured, not inferred.
   struct Window {
-    double commands_per_s, core_fraction;
+    double commands_per_s, core_fraction, connections, blocked;
   };
   auto measure = [&](bool leader_ticks) {
     const RedisCounters before = read_counters(monitor);
     const auto window_start = Clock::now();
+    Clients most{};
     while (Clock::now() - window_start < std::chrono::seconds(s.steady_s)) {
       if (leader_ticks) tick();
-      std::this_thread::sleep_for(milliseconds(200));
+      const Clients now = read_clients(monitor);
+      most = {std::max(most.connected, now.connected), std::max(most.blocked, now.blocked)};
+      std::this_thread::sleep_for(timing.leader_tick);
     }
     const RedisCounters after = read_counters(monitor);
     const double wall = seconds(Clock::now() - window_start);
-    return Window{(after.commands - before.commands) / wall, (after.cpu - before.cpu) / wall};
+    return Window{(after.commands - before.commands) / wall, (after.cpu - before.cpu) / wall, most.connected, most.blocked};
   };
   const Window steady = measure(true);
-  const Window heartbeats_only = measure(false);
-  const double commands_per_s = steady.commands_per_s;
-  const double redis_core_fraction = steady.core_fraction;
+  const Window agents_only = measure(false);
 
-  // One node stops heartbeating: its lease expires lease after its last refresh.
-  const int victim = s.nodes / 2;
-  silenced = victim;
-  Clock::time_point expiry;
-  {
-    std::this_thread::sleep_for(milliseconds(50));  // let an in-flight heartbeat of the victim finish
-    std::lock_guard lock(last_beat_mutex);
-    expiry = last_beat[victim] + lease;
-  }
+  // One agent dies: its lease expires `lease` after its last refresh; the leader publishes the
+  // generation without it, and every live agent must learn it.
+  const auto expiry = agents.kill(s.nodes / 2) + lease;
   const std::int64_t before_generation = generation;
   while (generation == before_generation) {
-    if (Clock::now() - expiry > std::chrono::seconds(30)) {
-      std::cerr << "rendezvous: no new generation within 30 s of node" << victim << "'s lease expiry\n";
-      std::exit(1);
+    if (Clock::now() - expiry > std::chrono::seconds(60)) {
+      std::cerr << "rendezvous: no new generation within 60 s of the lease's expiry\n";
+      return 1;
     }
     tick();
-    std::this_thread::sleep_for(milliseconds(200));
+    std::this_thread::sleep_for(timing.leader_tick);
   }
-  const double next_generation_s = seconds(Clock::now() - expiry);
-  stop = true;
-  for (auto& thread : threads) thread.join();
+  const auto published = Clock::now();
+  bench::SimulatedAgents::Known known;
+  while ((known = agents.known(generation)).agents < agents.live()) {
+    if (Clock::now() - published > std::chrono::seconds(60)) {
+      std::cerr << "rendezvous: only " << known.agents << " of " << agents.live() << " agents knew generation "
+                << generation << " 60 s after it was published\n";
+      return 1;
+    }
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  const double detect_publish_s = seconds(published - expiry);
+  const double every_agent_knows_s = seconds(known.last - expiry);
 
   nlohmann::json result = {{"nodes", s.nodes},
                            {"pinned", pin},
                            {"gpus", s.nodes * s.slots},
                            {"lease_ms", s.lease_ms},
+                           {"heartbeat_ms", timing.heartbeat.count()},
                            {"all_registered_s", registered_s},
                            {"first_generation_s", first_generation_s},
-                           {"lease_expiry_to_next_generation_s", next_generation_s},
-                           {"steady_commands_per_s", commands_per_s},
-                           {"steady_redis_core_fraction", redis_core_fraction},
-                           {"heartbeats_only_commands_per_s", heartbeats_only.commands_per_s},
-                           {"heartbeats_only_redis_core_fraction", heartbeats_only.core_fraction}};
+                           {"steady_commands_per_s", steady.commands_per_s},
+                           {"steady_redis_core_fraction", steady.core_fraction},
+                           {"steady_redis_connections", steady.connections},
+                           {"steady_blocked_clients", steady.blocked},
+                           {"agents_only_commands_per_s", agents_only.commands_per_s},
+                           {"agents_only_redis_core_fraction", agents_only.core_fraction},
+                           {"lease_expiry_to_next_generation_s", detect_publish_s},
+                           {"lease_expiry_to_every_agent_knows_s", every_agent_knows_s},
+                           {"agents_told_by_the_stream", known.by_stream},
+                           {"live_agents", agents.live()}};
   if (json) {
     std::cout << result.dump(2) << "\n";
   } else {
-    std::cout << "nodes " << s.nodes << " (" << s.nodes * s.slots << " GPUs), lease " << s.lease_ms << " ms\n"
-              << "  all registered after            " << registered_s << " s\n"
-              << "  first generation (all) after    " << first_generation_s << " s (settle window 1 s)\n"
-              << "  lease expiry -> next generation " << next_generation_s << " s (target <= 1 s)\n"
-              << "  steady state                    " << commands_per_s << " commands/s, "
-              << redis_core_fraction * 100 << "% of one Redis core\n"
-              << "  heartbeats alone (leader idle)  " << heartbeats_only.commands_per_s << " commands/s, "
-              << heartbeats_only.core_fraction * 100 << "% of one Redis core (target <= 5%)\n";
+    std::cout << "nodes " << s.nodes << " (" << s.nodes * s.slots << " GPUs), lease " << s.lease_ms << " ms, heartbeat "
+              << timing.heartbeat.count() << " ms\n"
+              << "  all registered after              " << registered_s << " s\n"
+              << "  first generation (all) after      " << first_generation_s << " s (settle window 1 s)\n"
+              << "  steady state                      " << steady.commands_per_s << " commands/s, "
+              << steady.core_fraction * 100 << "% of one Redis core, " << steady.connections << " connections, "
+              << steady.blocked << " blocked on the stream\n"
+              << "  agents alone (leader idle)        " << agents_only.commands_per_s << " commands/s, "
+              << agents_only.core_fraction * 100 << "% of one Redis core\n"
+              << "  lease expiry -> next generation   " << detect_publish_s << " s\n"
+              << "  lease expiry -> every agent knows " << every_agent_knows_s << " s (" << known.by_stream << " of "
+              << agents.live() << " told by the stream)\n";
   }
   return 0;
 }

@@ -1,5 +1,6 @@
 #include "elastic/elastic_context.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <set>
@@ -22,8 +23,12 @@ using Clock = std::chrono::steady_clock;
 }  // namespace
 
 ElasticContext::ElasticContext(std::shared_ptr<Store> job_store, WorkerIdentity identity,
-                               std::chrono::milliseconds bad_value_limit)
-    : store_(std::move(job_store)), identity_(std::move(identity)), bad_value_limit_(bad_value_limit) {}
+                               std::chrono::milliseconds bad_value_limit, std::chrono::milliseconds channel_limit)
+    : store_(std::move(job_store)),
+      identity_(std::move(identity)),
+      channel_(identity_.agent_channel.empty() ? nullptr : std::make_shared<AgentChannel>(identity_.agent_channel)),
+      channel_limit_(channel_limit),
+      bad_value_limit_(bad_value_limit) {}
 
 ElasticContext ElasticContext::from_environment() {
   // The names and their parsing are the agent's contract (elastic/worker_env.h), shared with the
@@ -38,12 +43,16 @@ ElasticContext ElasticContext::from_environment() {
   identity.nproc_per_node = env.nproc_per_node;
   identity.agent_pid = env.agent_pid;
   identity.metrics_file = env.metrics_file;
+  identity.agent_channel = env.agent_channel;
   RedisEndpoint endpoint = parse_redis_url(env.redis_url);
   if (!env.redis_password_file.empty()) endpoint.password = read_password_file(env.redis_password_file);
   RedisStoreOptions options;
   options.connect_timeout = std::chrono::seconds(1);
   options.command_timeout = std::chrono::seconds(2);
   options.retry_timeout = std::chrono::seconds(2);
+  // A worker needs the store around a generation change (its bootstrap, a report), rank 0 at every
+  // step: the others hold no connection while they train (docs/architecture.md).
+  options.idle_close = kIdleClose;
   auto redis = std::make_shared<RedisStore>(std::move(endpoint), options);
   // Built before `identity` is moved into the constructor's argument.
   auto job_store = std::make_shared<PrefixStore>(redis, keys::job_namespace(identity.job));
@@ -53,10 +62,18 @@ ElasticContext ElasticContext::from_environment() {
 Membership ElasticContext::wait_for_next(std::int64_t after, std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   std::int64_t reported = -1;
+  std::int64_t known = 0;  // the generation number last read
   for (;;) {
     try {
-      auto number = store_->get(keys::kGeneration);
-      const std::int64_t g = number ? decode_generation_number(*number, keys::kGeneration) : 0;
+      std::int64_t g = 0;
+      if (channel_) {
+        check_channel();
+        g = channel_->generation().value_or(0);  // lost: nothing new until it is back
+      } else {
+        auto number = store_->get(keys::kGeneration);
+        g = number ? decode_generation_number(*number, keys::kGeneration) : 0;
+      }
+      known = g;
       if (g > after) {
         const std::string key = keys::generation(g);
         auto values = store_->multi_get({key, keys::broken(g)});
@@ -90,13 +107,41 @@ Membership ElasticContext::wait_for_next(std::int64_t after, std::chrono::millis
       throw TimeoutError("no running generation newer than " + std::to_string(after) + " included this worker within " +
                          std::to_string(timeout.count()) + " ms");
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    // With a channel, the number only changes when the agent says so; the record of a generation
+    // still waiting for nodes is read again every 500 ms (it may be republished in place).
+    const auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    wait_for_generation_change(known, std::clamp(remaining, std::chrono::milliseconds(1), std::chrono::milliseconds(500)),
+                               std::chrono::milliseconds(50));
+  }
+}
+
+void ElasticContext::wait_for_generation_change(std::int64_t known, std::chrono::milliseconds timeout,
+                                                std::chrono::milliseconds poll) const {
+  if (channel_) {
+    channel_->wait_for_change(known, timeout);
+  } else {
+    std::this_thread::sleep_for(std::min(poll, timeout));
+  }
+}
+
+void ElasticContext::check_channel() const {
+  if (!channel_) return;
+  const auto lost = channel_->lost_for();
+  if (lost > channel_limit_) {
+    throw Error("worker " + identity_.node + "/" + std::to_string(identity_.local_rank) + ": lost its agent's channel " +
+                channel_->name() + " for " + std::to_string(lost.count()) + " ms (the limit is " +
+                std::to_string(channel_limit_.count()) + " ms): " + channel_->lost_because());
   }
 }
 
 bool ElasticContext::changed(const Membership& m) {
   // What is cached is the generation last read, not the answer: an answer cached for one
   // generation must not leak into the next.
+  if (channel_) {
+    check_channel();
+    const auto g = channel_->generation();
+    return g && *g != 0 && *g != m.generation;
+  }
   const auto now = Clock::now();
   if (now - last_check_ >= std::chrono::milliseconds(100)) {
     last_check_ = now;
@@ -135,6 +180,7 @@ bool ElasticContext::same_workers(const Membership& m, std::int64_t g) const {
 }
 
 std::optional<std::int64_t> ElasticContext::read_generation() const {
+  if (channel_) return channel_->generation();
   try {
     auto number = store_->get(keys::kGeneration);
     return number ? decode_generation_number(*number, keys::kGeneration) : 0;

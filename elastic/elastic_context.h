@@ -26,6 +26,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "elastic/agent_channel.h"
 #include "elastic/membership.h"
 #include "elastic/store.h"
 
@@ -40,6 +41,7 @@ struct WorkerIdentity {
   int nproc_per_node = 1;
   int agent_pid = 0;  // the agent that started this worker; 0 when none did (tests)
   std::filesystem::path metrics_file;  // where to keep this worker's metrics for its agent; empty: none
+  std::string agent_channel;  // the agent's channel (elastic/agent_channel.h); empty: none, read `gen` from the store
 };
 
 // This worker's place in one generation.
@@ -77,32 +79,48 @@ class ElasticContext {
   // between them for longer than this make wait_for_next() or changed() throw InvalidArgument
   // (`hdp train` exits 2). A minute lets a person or a tool repair a key it wrote by mistake.
   static constexpr std::chrono::milliseconds kBadValueLimit{60000};
+  // A worker's Redis connection (from_environment) is closed after this long without a call
+  // (RedisStoreOptions::idle_close).
+  static constexpr std::chrono::milliseconds kIdleClose{10000};
 
+  // `channel_limit`: how long the agent's channel may be lost before changed() and
+  // wait_for_next() give up (agent_channel::kAgentChannelLimit; shorter in tests).
   ElasticContext(std::shared_ptr<Store> job_store, WorkerIdentity identity,
-                 std::chrono::milliseconds bad_value_limit = kBadValueLimit);
+                 std::chrono::milliseconds bad_value_limit = kBadValueLimit,
+                 std::chrono::milliseconds channel_limit = agent_channel::kAgentChannelLimit);
   // Reads the identity and the store's URL from the environment (read_worker_environment of
   // elastic/worker_env.h); InvalidArgument naming a missing or malformed variable.
   static ElasticContext from_environment();
 
   const WorkerIdentity& identity() const { return identity_; }
   const std::shared_ptr<Store>& store() const { return store_; }
+  // Whether the generation comes from an agent's channel (no store read) rather than the store.
+  bool has_agent_channel() const { return channel_ != nullptr; }
 
   // Blocks until a running, unbroken generation newer than `after` includes this worker; TimeoutError after
   // `timeout`. Store outages and values that do not decode are waited out (they count against the
   // timeout; bad values throw only beyond the bad-value limit, see kBadValueLimit).
   Membership wait_for_next(std::int64_t after, std::chrono::milliseconds timeout);
 
-  // True when a generation other than m's is current. At most one store read per 100 ms; while the
-  // store is unreachable or `gen` does not decode it answers false (training goes on peer to peer
-  // until the store is back or the value is repaired; see kBadValueLimit).
+  // True when a generation other than m's is current. With an agent channel (identity's
+  // agent_channel) the number is the one the agent announced, with no store read; while the
+  // channel is lost it answers false, and throws Error once it was lost for longer than
+  // agent_channel::kAgentChannelLimit. Without a channel: at most one store read of `gen` per
+  // 100 ms; while the store is unreachable or `gen` does not decode it answers false (training goes
+  // on peer to peer until the store is back or the value is repaired; see kBadValueLimit).
   bool changed(const Membership& m);
 
   // How many reads of wait_for_next() and changed() found a value that did not decode, in all.
   std::int64_t bad_value_reads() const { return bad_reads_; }
 
-  // The current generation number as the store has it, read now (thread-safe, unlike changed());
-  // nullopt while the store is unreachable or the value does not decode (logged).
+  // The current generation number as the agent's channel announced it, or as the store has it
+  // (without a channel), read now (thread-safe, unlike changed()); nullopt while the channel is
+  // lost, the store is unreachable or the value does not decode (logged).
   std::optional<std::int64_t> read_generation() const;
+  // Blocks until read_generation() may have changed from `known`, at most `timeout`: an agent's
+  // announcement wakes it at once; without a channel it sleeps `poll` (the store is polled).
+  void wait_for_generation_change(std::int64_t known, std::chrono::milliseconds timeout,
+                                  std::chrono::milliseconds poll) const;
 
   // True when generation `g`'s record (running, not broken) holds exactly the workers of m's
   // generation (the same node, incarnation and slot for each, ranks possibly in another order):
@@ -123,8 +141,13 @@ class ElasticContext {
   Bootstrap bootstrap(const Membership& m);
 
  private:
+  // Throws Error when the agent's channel has been lost for longer than its limit.
+  void check_channel() const;
+
   std::shared_ptr<Store> store_;
   WorkerIdentity identity_;
+  std::shared_ptr<AgentChannel> channel_;  // null: no agent channel
+  std::chrono::milliseconds channel_limit_;
   std::chrono::steady_clock::time_point last_check_{};
   std::int64_t last_seen_generation_ = 0;  // 0: not read yet (or none published)
 

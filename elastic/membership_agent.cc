@@ -93,6 +93,15 @@ void MembershipAgent::heartbeat() {
   });
 }
 
+void MembershipAgent::notified(std::int64_t g) {
+  guarded("generation notice", [&] {
+    if (!registration_.registered()) return;
+    const std::string number = std::to_string(g);
+    observe_generation(number);
+    check_membership(number);
+  });
+}
+
 void MembershipAgent::evicted() {
   log()->warn("node {}: lease of incarnation {} was lost (evicted); restarting workers as a new member",
               options_.node.node, lease().incarnation);

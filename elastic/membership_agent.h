@@ -75,6 +75,10 @@ class MembershipAgent {
   // decode, StoreUnavailable when the store cannot be reached.
   void register_node();
   void heartbeat();
+  // The agent was told (GenerationWatch) that generation `g` was published: remembers it and
+  // checks the membership at once (reads gen:<g>, announces the join again when it is without
+  // this node), as the next heartbeat would. Errors are handled as a heartbeat's.
+  void notified(std::int64_t g);
   // One leader tick: renews the leader lease and runs the membership controller. A no-op unless
   // leading().
   void lead();

@@ -2,6 +2,8 @@
 
 #include <sys/socket.h>
 
+#include <utility>
+
 #include <algorithm>
 #include <deque>
 #include <thread>
@@ -134,15 +136,45 @@ std::vector<std::optional<std::string>> string_values(RedisReply reply) {
 
 RedisStore::RedisStore(RedisEndpoint endpoint, RedisStoreOptions options)
     : endpoint_(std::move(endpoint)), options_(options) {
-  std::lock_guard lock(mutex_);
-  reconnect(Clock::now() + options_.retry_timeout);
+  {
+    std::lock_guard lock(mutex_);
+    reconnect(Clock::now() + options_.retry_timeout);
+    last_used_ = Clock::now();
+  }
+  if (options_.idle_close.count() > 0) idle_thread_ = std::thread([this] { close_when_idle(); });
 }
 
-RedisStore::~RedisStore() = default;
+RedisStore::~RedisStore() {
+  if (!idle_thread_.joinable()) return;
+  {
+    std::lock_guard lock(idle_mutex_);
+    stopping_ = true;
+  }
+  idle_wake_.notify_all();
+  idle_thread_.join();
+}
+
+void RedisStore::close_when_idle() {
+  const Duration every = std::max(Duration(50), options_.idle_close / 2);
+  std::unique_lock idle(idle_mutex_);
+  while (!idle_wake_.wait_for(idle, every, [&] { return stopping_; })) {
+    std::lock_guard lock(mutex_);
+    if (connection_ && Clock::now() - last_used_ >= options_.idle_close) {
+      connection_.reset();
+      idle_closed_ = true;
+      ++idle_closes_;
+    }
+  }
+}
 
 int RedisStore::reconnects() const {
   std::lock_guard lock(mutex_);
   return reconnects_;
+}
+
+int RedisStore::idle_closes() const {
+  std::lock_guard lock(mutex_);
+  return idle_closes_;
 }
 
 void RedisStore::reconnect(Clock::time_point deadline) {
@@ -153,7 +185,9 @@ void RedisStore::reconnect(Clock::time_point deadline) {
     try {
       connection_ = std::make_unique<RedisConnection>(
           endpoint_, std::clamp(remaining, Duration(1), options_.connect_timeout), options_.command_timeout);
-      if (connected_once_) {
+      if (std::exchange(idle_closed_, false)) {
+        // Opened again after it was closed for idleness: not a reconnect.
+      } else if (connected_once_) {
         ++reconnects_;
         log()->info("redis at {}: reconnected after {} attempt(s)", endpoint_.display(), backoff.attempts() + 1);
       }
@@ -186,7 +220,9 @@ std::vector<RedisReply> RedisStore::pipeline(const std::vector<std::vector<std::
       // heartbeat interval, elastic/lease_timing.h) bounds the whole call, not each attempt.
       const auto remaining = std::chrono::duration_cast<Duration>(deadline - Clock::now());
       connection_->set_command_timeout(std::clamp(remaining, Duration(1), options_.command_timeout));
-      return connection_->pipeline(commands);
+      auto replies = connection_->pipeline(commands);
+      last_used_ = Clock::now();
+      return replies;
     } catch (const RedisIoError& e) {
       connection_.reset();
       if (!idempotent) {
@@ -427,6 +463,7 @@ std::vector<StreamEntry> RedisStore::stream_read(std::string_view key, std::stri
     }
     std::lock_guard blocking(blocking_mutex_);
     blocking_socket_ = -1;
+    last_used_ = Clock::now();
   }
   if (reply.type == RedisReply::Type::kError && reply.str.find("Invalid stream ID") != std::string::npos) {
     throw InvalidArgument("stream_read: " + quote_value(after) + " is not a stream id (<ms>-<seq>)");

@@ -22,8 +22,10 @@
 //   store->set_with_ttl("hdp:job:node:n1", "alive", 5s);
 #pragma once
 
+#include <condition_variable>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <optional>
 
 #include "elastic/backoff.h"
@@ -39,6 +41,11 @@ struct RedisStoreOptions {
   std::chrono::milliseconds retry_timeout{10000};   // one call gives up after this (StoreUnavailable); no
                                                     // attempt waits past it
   BackoffOptions backoff{};
+  // > 0: the connection is closed after this long without a call, and opened again by the next
+  // one (not counted as a reconnect). A worker, which only needs the store around a generation
+  // change, then holds no connection while it trains: a job's connections stay near its number of
+  // nodes (its agents), not of its ranks.
+  std::chrono::milliseconds idle_close{0};
 };
 
 class RedisStore final : public Store {
@@ -48,8 +55,10 @@ class RedisStore final : public Store {
   ~RedisStore() override;
 
   const RedisEndpoint& endpoint() const { return endpoint_; }
-  // How many times the connection was re-opened since construction (for tests and status).
+  // How many times the connection was re-opened since construction (for tests and status); a
+  // connection closed for being idle and opened again is not counted, but in idle_closes().
   int reconnects() const;
+  int idle_closes() const;
 
   void set(std::string_view key, std::string_view value) override;
   void set_with_ttl(std::string_view key, std::string_view value, Duration ttl) override;
@@ -95,6 +104,15 @@ class RedisStore final : public Store {
   std::unique_ptr<RedisConnection> connection_;  // guarded by mutex_; null while broken
   bool connected_once_ = false;                  // guarded by mutex_
   int reconnects_ = 0;                           // guarded by mutex_
+  std::chrono::steady_clock::time_point last_used_{};  // guarded by mutex_: when the last call ended
+  bool idle_closed_ = false;                     // guarded by mutex_: the connection was closed for idleness
+  int idle_closes_ = 0;                          // guarded by mutex_
+  // With options.idle_close: a thread that closes the idle connection; stopped by the destructor.
+  void close_when_idle();
+  std::mutex idle_mutex_;
+  std::condition_variable idle_wake_;
+  bool stopping_ = false;  // guarded by idle_mutex_
+  std::thread idle_thread_;
   // stop_stream_reads(): set once; the socket of a blocking read in progress (-1: none), which
   // stop_stream_reads() shuts down to wake it. Both guarded by blocking_mutex_, so that the socket
   // is never shut down after the read ended (its descriptor may have been reused by then).

@@ -52,6 +52,7 @@ std::vector<std::string> worker_environment(const WorkerEnvironment& values, con
   set(env::kAdvertiseAddr, values.advertise_address);
   if (values.agent_pid > 0) set(env::kAgentPid, std::to_string(values.agent_pid));
   if (!values.metrics_file.empty()) set(env::kMetricsFile, values.metrics_file);
+  if (!values.agent_channel.empty()) set(env::kAgentChannel, values.agent_channel);
   return result;
 }
 
@@ -74,6 +75,12 @@ WorkerEnvironment read_worker_environment(const std::function<const char*(const 
   if (auto address = optional(env::kAdvertiseAddr); !address.empty()) values.advertise_address = std::string(address);
   if (auto pid = optional(env::kAgentPid); !pid.empty()) values.agent_pid = non_negative(env::kAgentPid, pid);
   values.metrics_file = std::string(optional(env::kMetricsFile));
+  values.agent_channel = std::string(optional(env::kAgentChannel));
+  if (!values.agent_channel.empty() && (values.agent_channel[0] != '@' || values.agent_channel.size() < 2 ||
+                                        values.agent_channel.size() > 100)) {
+    throw InvalidArgument(std::string("environment variable ") + env::kAgentChannel + "='" +
+                          values.agent_channel.substr(0, 64) + "' is not an abstract socket name (@<name>)");
+  }
   return values;
 }
 

@@ -33,11 +33,14 @@ inline constexpr const char* kAgentPid = "HDP_AGENT_PID";
 // metrics::Registry as JSON, replaced atomically), which the agent reads at every scrape. (Not
 // HDP_METRICS_FILE: that is `hdp train --metrics-file`, a setting the agent passes through.)
 inline constexpr const char* kMetricsFile = "HDP_AGENT_METRICS_FILE";
+// Set only by an agent: the abstract unix socket ("@<name>") on which it tells its workers the
+// job's generation (elastic/agent_channel.h). Without it a worker reads `gen` from the store.
+inline constexpr const char* kAgentChannel = "HDP_AGENT_CHANNEL";
 // Every variable of the contract: none of them is ever inherited by a worker.
-inline constexpr std::array<const char*, 10> kAll = {kJobId,    kRedisUrl,     kRedisPasswordFile,
+inline constexpr std::array<const char*, 11> kAll = {kJobId,    kRedisUrl,     kRedisPasswordFile,
                                                      kNodeId,   kNodeIncarnation, kLocalRank,
                                                      kNprocPerNode, kAdvertiseAddr, kAgentPid,
-                                                     kMetricsFile};
+                                                     kMetricsFile, kAgentChannel};
 }  // namespace worker_env
 
 // What an agent tells one worker.
@@ -52,6 +55,7 @@ struct WorkerEnvironment {
   std::string advertise_address = "127.0.0.1";
   int agent_pid = 0;  // 0: not started by an agent (tests); the variable is then not written
   std::string metrics_file;  // empty: the agent serves no metrics; the variable is then not written
+  std::string agent_channel;  // empty: none (the variable is then not written)
 };
 
 // The worker's whole environment as "NAME=value" entries: `inherited` (a null-terminated array

@@ -28,7 +28,9 @@ using GenerationBody = std::function<BodyResult(const elastic::Membership& m, me
 struct LoopOptions {
   std::chrono::milliseconds connect_timeout{30000};  // rendezvous and every collective
   std::chrono::milliseconds wait_slice{1000};        // how often waiting re-checks `stop`
-  // How often a thread beside the body reads the generation number: once a newer generation is
+  // How often a thread beside the body reads the generation number from the store, for a worker
+  // without an agent's channel (with one, it looks every 20 ms at what the agent announced, which
+  // costs no store read): once a newer generation is
   // published, the generation's communicator is aborted, so a body blocked in a collective with a
   // lost or frozen peer leaves it at once (PeerLost) instead of after the collective's timeout.
   // A newer generation of exactly the same workers (ElasticContext::same_workers, ranks possibly

@@ -263,6 +263,7 @@ TEST(Partition, ACutOffNodeCostsTheSurvivorsAboutALeaseAndRejoinsAsANewIncarnati
   EXPECT_NE(n3_text.find("incarnation " + old_incarnation + " was lost (evicted)"), std::string::npos) << n3_text;
   EXPECT_EQ(n3_text.find("re-established"), std::string::npos) << n3_text;
   expect_progress(cluster, 20, 10s);
+  if (HasFailure()) std::printf("==== n3\n%s\n", read_file(n3_log).c_str());  // expect_progress shows the others
   // A wrong all-reduce sum makes a smoke worker exit 3, which its agent logs.
   const std::string all = logs();
   EXPECT_EQ(all.find("expected"), std::string::npos) << "a smoke worker saw a wrong sum:\n" << all;

@@ -293,3 +293,53 @@ TEST(RedisStoreFaults, ConcurrentCallersShareOneStoreThroughARestart) {
 
 }  // namespace
 }  // namespace hdp::test
+
+namespace hdp::test {
+namespace {
+
+double connected_clients(RedisStore& observer) {
+  const std::string info = observer.command({"INFO", "clients"}, true).str;
+  const auto pos = info.find("connected_clients:");
+  return std::stod(info.substr(pos + 18));
+}
+
+// idle_close: the connection is gone 200 ms after the last call (checked within 1 s), the next call
+// opens it again unnoticed, and that is not counted as a reconnect.
+TEST(RedisStoreIdle, AnIdleConnectionIsClosedAndTheNextCallOpensItAgain) {
+  RedisServer server;
+  RedisStore observer(parse_redis_url(server.url()));
+  RedisStoreOptions options = fast_options();
+  options.idle_close = 200ms;
+  RedisStore store(parse_redis_url(server.url()), options);
+  store.set("k", "v");
+  EXPECT_EQ(connected_clients(observer), 2);
+  const auto start = Clock::now();
+  while (connected_clients(observer) > 1 && Clock::now() - start < 1s) std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(connected_clients(observer), 1);
+  EXPECT_GE(store.idle_closes(), 1);
+  EXPECT_EQ(store.get("k"), "v");
+  EXPECT_EQ(store.reconnects(), 0);
+  // A connection in use is never closed under its caller: 30 calls 20 ms apart span 3 idle periods.
+  for (int i = 0; i < 30; ++i) {
+    store.set("k", std::to_string(i));
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(store.get("k"), "29");
+}
+
+// A blocking stream read on a paused server fails (StoreUnavailable) after its block plus the
+// command timeout (300 + 300 ms; bound 3 s), is not retried, and the store works once resumed.
+TEST(RedisStoreIdle, ABlockedStreamReadOnAPausedServerFailsWithinItsBlockAndTheCommandTimeout) {
+  RedisServer server;
+  RedisStore store(parse_redis_url(server.url()), fast_options());
+  server.pause();
+  const auto start = Clock::now();
+  EXPECT_THROW(store.stream_read("s", "0", 10, 300ms), StoreUnavailable);
+  EXPECT_GE(seconds_since(start), 0.5);
+  EXPECT_LT(seconds_since(start), 3.0);
+  server.resume();
+  EXPECT_TRUE(store.stream_read("s", "0", 10, 0ms).empty());
+}
+
+}  // namespace
+}  // namespace hdp::test

@@ -25,6 +25,7 @@ WorkerEnvironment agent_values() {
   values.nproc_per_node = 2;
   values.advertise_address = "10.0.0.7";
   values.agent_pid = 4242;
+  values.agent_channel = "@hdp-agent-4242-0123456789abcdef";
   return values;
 }
 
@@ -114,6 +115,23 @@ TEST(WorkerEnvironment, WorkerReadsBackWhatTheAgentWrote) {
 TEST(WorkerEnvironment, NullInheritedEnvironmentGivesOnlyTheContract) {
   const auto env = worker_environment(agent_values(), nullptr);
   EXPECT_EQ(env.size(), worker_env::kAll.size() - 2);  // all but the password and metrics files
+}
+
+TEST(WorkerEnvironment, AnAgentChannelThatIsNotAnAbstractSocketNameIsRefused) {
+  const auto inherited = as_environ({});
+  const auto complete = worker_environment(agent_values(), inherited.data());
+  EXPECT_EQ(read_worker_environment([&](const char* name) { return first_match(complete, name); }).agent_channel,
+            "@hdp-agent-4242-0123456789abcdef");
+  for (const char* bad : {"/run/hdp.sock", "@", "hdp-agent"}) {
+    try {
+      read_worker_environment([&](const char* name) {
+        return std::strcmp(name, "HDP_AGENT_CHANNEL") == 0 ? bad : first_match(complete, name);
+      });
+      ADD_FAILURE() << "accepted HDP_AGENT_CHANNEL='" << bad << "'";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("HDP_AGENT_CHANNEL"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(WorkerEnvironment, MissingOrMalformedVariablesAreNamed) {

@@ -1,0 +1,131 @@
+#include "agents/worker_channel.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <random>
+
+#include <boost/asio/write.hpp>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "elastic/agent_channel.h"
+
+namespace hdp::agents {
+
+namespace asio = boost::asio;
+using local = asio::local::stream_protocol;
+
+struct WorkerChannel::Peer {
+  explicit Peer(local::socket s) : socket(std::move(s)) {}
+  local::socket socket;
+  bool writing = false;      // a line is in flight
+  std::string pending;       // the newest state, to send once the line in flight is written
+  std::string in_flight;
+  char discard[64];          // what a worker writes (nothing, by the protocol) is read and dropped
+};
+
+namespace {
+
+std::string channel_name() {
+  std::random_device random;
+  char suffix[17];
+  std::snprintf(suffix, sizeof suffix, "%08x%08x", random(), random());
+  return "@hdp-agent-" + std::to_string(getpid()) + "-" + suffix;
+}
+
+}  // namespace
+
+WorkerChannel::WorkerChannel(asio::io_context& io, std::chrono::milliseconds keepalive)
+    : io_(io), keepalive_(keepalive), name_(channel_name()), acceptor_(io), timer_(io) {
+  // An abstract socket ('\0' first): no file to clean up, gone with the agent.
+  const std::string path = std::string(1, '\0') + name_.substr(1);
+  boost::system::error_code error;
+  acceptor_.open(local(), error);
+  if (!error) acceptor_.bind(local::endpoint(path), error);
+  if (!error) acceptor_.listen(asio::socket_base::max_listen_connections, error);
+  if (error) throw Error("cannot open the agent's worker channel " + name_ + ": " + error.message());
+  accept();
+  keep_alive();
+}
+
+WorkerChannel::~WorkerChannel() { close(); }
+
+void WorkerChannel::close() {
+  boost::system::error_code ignored;
+  timer_.cancel();
+  acceptor_.close(ignored);
+  for (auto& peer : peers_) peer->socket.close(ignored);
+  peers_.clear();
+}
+
+void WorkerChannel::accept() {
+  acceptor_.async_accept([this](const boost::system::error_code& error, local::socket socket) {
+    if (error) {
+      if (error != asio::error::operation_aborted) log()->warn("worker channel {}: accept failed: {}", name_, error.message());
+      if (acceptor_.is_open() && error != asio::error::operation_aborted) accept();
+      return;
+    }
+    auto peer = std::make_shared<Peer>(std::move(socket));
+    peers_.push_back(peer);
+    log()->debug("worker channel {}: a worker connected ({} now); generation {}", name_, peers_.size(), generation_);
+    send(peer, elastic::agent_channel::hello_line(keepalive_) + elastic::agent_channel::generation_line(generation_));
+    drop_input(peer);
+    accept();
+  });
+}
+
+// Reads (and drops) what the worker writes until it closes its end: that is how a worker that is
+// gone is noticed and forgotten.
+void WorkerChannel::drop_input(const std::shared_ptr<Peer>& peer) {
+  peer->socket.async_read_some(asio::buffer(peer->discard), [this, peer](const boost::system::error_code& error, std::size_t) {
+    if (error) {
+      std::erase(peers_, peer);
+      return;
+    }
+    drop_input(peer);
+  });
+}
+
+void WorkerChannel::send(const std::shared_ptr<Peer>& peer, std::string line) {
+  if (peer->writing) {
+    peer->pending = std::move(line);  // each line is the whole state: the newest one is enough
+    return;
+  }
+  peer->writing = true;
+  peer->in_flight = std::move(line);
+  asio::async_write(peer->socket, asio::buffer(peer->in_flight), [this, peer](const boost::system::error_code& error, std::size_t) {
+    peer->writing = false;
+    if (error) {
+      boost::system::error_code ignored;
+      peer->socket.close(ignored);
+      std::erase(peers_, peer);
+      return;
+    }
+    if (!peer->pending.empty()) send(peer, std::exchange(peer->pending, std::string()));
+  });
+}
+
+void WorkerChannel::send_all() {
+  const std::string line = elastic::agent_channel::generation_line(generation_);
+  const auto peers = peers_;  // send() may erase from peers_
+  for (const auto& peer : peers) send(peer, line);
+}
+
+void WorkerChannel::publish(std::int64_t generation) {
+  if (generation <= generation_) return;
+  log()->debug("worker channel {}: generation {} to {} worker(s)", name_, generation, peers_.size());
+  generation_ = generation;
+  send_all();
+}
+
+void WorkerChannel::keep_alive() {
+  timer_.expires_after(keepalive_);
+  timer_.async_wait([this](const boost::system::error_code& error) {
+    if (error) return;
+    send_all();
+    keep_alive();
+  });
+}
+
+}  // namespace hdp::agents

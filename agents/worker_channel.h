@@ -1,0 +1,58 @@
+// File: agents/worker_channel.h
+//
+// The agent's end of its channel to its workers (the protocol is elastic/agent_channel.h): an
+// abstract unix socket, named after the agent's pid and a random suffix, on the agent's Asio
+// thread. Every worker that connects gets the hello line and the newest generation at once, then
+// each change (publish()) and, every keepalive interval, the newest generation again, so that a
+// worker tells a stopped agent from a quiet job. Writes never block the agent: a worker that does
+// not read (stopped) has at most one line in flight, and gets the newest state when it reads
+// again; a worker that closes its end is forgotten.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+namespace hdp::agents {
+
+class WorkerChannel {
+ public:
+  // Binds the socket and starts accepting on `io`. Throws hdp::Error when it cannot be bound.
+  WorkerChannel(boost::asio::io_context& io, std::chrono::milliseconds keepalive);
+  ~WorkerChannel();
+  WorkerChannel(const WorkerChannel&) = delete;
+  WorkerChannel& operator=(const WorkerChannel&) = delete;
+
+  // The value of HDP_AGENT_CHANNEL: "@<abstract name>".
+  const std::string& name() const { return name_; }
+  // Tells every worker the newest generation (a no-op unless it is newer than the last one told).
+  void publish(std::int64_t generation);
+  std::int64_t generation() const { return generation_; }
+  std::size_t workers() const { return peers_.size(); }
+  // Closes the socket and every worker's connection.
+  void close();
+
+ private:
+  struct Peer;
+  void accept();
+  void drop_input(const std::shared_ptr<Peer>& peer);
+  void send(const std::shared_ptr<Peer>& peer, std::string line);
+  void send_all();
+  void keep_alive();
+
+  boost::asio::io_context& io_;
+  std::chrono::milliseconds keepalive_;
+  std::string name_;
+  boost::asio::local::stream_protocol::acceptor acceptor_;
+  boost::asio::steady_timer timer_;
+  std::vector<std::shared_ptr<Peer>> peers_;
+  std::int64_t generation_ = 0;
+};
+
+}  // namespace hdp::agents

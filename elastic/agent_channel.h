@@ -1,0 +1,102 @@
+// File: elastic/agent_channel.h
+//
+// The agent's channel to its workers: how a worker learns the job's current generation without
+// asking Redis. The agent (agents/worker_channel.h) listens on an abstract unix socket whose name
+// it passes in HDP_AGENT_CHANNEL (elastic/worker_env.h) and writes, to every worker connected:
+//
+//   hdp-agent 1 <keepalive_ms>\n     once, first: the protocol and how often the agent writes
+//   gen <g>\n                        the newest generation the agent knows (0: none yet), at
+//                                    connection, at every change, and every keepalive_ms
+//
+// Each line is the whole state, so a worker that missed one loses nothing. The worker writes
+// nothing. Both ends include this header: the line formats and the bounds below are the contract.
+//
+// The worker's side, AgentChannel, keeps one connection open on its own thread and reconnects
+// when it breaks. It counts the channel lost while it is not connected, or while the agent has
+// been silent for more than kSilenceKeepalives keepalives (an agent that is stopped or hung keeps
+// its socket open). A worker's watch treats a lost channel as it treats a store outage: training
+// goes on peer to peer, and only a loss longer than kAgentChannelLimit is fatal
+// (ElasticContext throws an Error naming the channel, why and for how long it was lost).
+// Lines that do not parse are counted, logged (at most every 5 s) and ignored.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+
+namespace hdp::elastic {
+
+namespace agent_channel {
+inline constexpr std::string_view kMagic = "hdp-agent";
+inline constexpr int kVersion = 1;
+// The channel counts as lost after this many keepalive intervals without a line (plus 1 s for
+// scheduling), and a worker gives up on an agent it has lost for longer than kAgentChannelLimit.
+inline constexpr int kSilenceKeepalives = 3;
+inline constexpr std::chrono::milliseconds kAgentChannelLimit{30000};
+inline constexpr std::size_t kMaxLine = 128;  // longer lines are garbage
+
+std::string hello_line(std::chrono::milliseconds keepalive);
+std::string generation_line(std::int64_t generation);
+
+// One parsed line. Throws InvalidArgument for a line that is neither (quoted, cut at kMaxLine).
+struct Line {
+  enum class Kind { kHello, kGeneration };
+  Kind kind = Kind::kGeneration;
+  std::chrono::milliseconds keepalive{0};  // kHello
+  std::int64_t generation = 0;             // kGeneration
+};
+Line parse_line(std::string_view line);
+}  // namespace agent_channel
+
+class AgentChannel {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // `name`: the value of HDP_AGENT_CHANNEL ("@<abstract name>"). Starts connecting at once, on a
+  // thread of its own; never throws for an agent that cannot be reached (that is a lost channel).
+  explicit AgentChannel(std::string name);
+  ~AgentChannel();
+  AgentChannel(const AgentChannel&) = delete;
+  AgentChannel& operator=(const AgentChannel&) = delete;
+
+  const std::string& name() const { return name_; }
+  // The newest generation the agent announced; nullopt while the channel is lost (or before the
+  // agent's first line).
+  std::optional<std::int64_t> generation() const;
+  // How long the channel has been lost (zero while it is not), and why (empty while it is not).
+  std::chrono::milliseconds lost_for() const;
+  std::string lost_because() const;
+  // Blocks until the announced generation differs from `known` (or the channel's state changes),
+  // at most `timeout`.
+  void wait_for_change(std::int64_t known, std::chrono::milliseconds timeout) const;
+  // Lines that did not parse, in all.
+  std::int64_t bad_lines() const { return bad_lines_; }
+
+ private:
+  void run();
+  void serve(int socket);  // reads lines until the connection breaks, goes silent, or stop_
+  void lose(const std::string& why);
+  void heard(std::optional<std::int64_t> generation);
+
+  const std::string name_;
+  std::atomic<bool> stop_{false};
+  mutable std::mutex mutex_;
+  mutable std::condition_variable changed_;
+  bool connected_ = false;                        // guarded by mutex_
+  std::optional<std::int64_t> generation_;        // guarded by mutex_
+  std::chrono::milliseconds keepalive_{1000};     // guarded by mutex_
+  Clock::time_point last_line_{};                 // guarded by mutex_
+  Clock::time_point lost_since_ = Clock::now();   // guarded by mutex_
+  std::string lost_because_ = "not connected yet";  // guarded by mutex_
+  std::atomic<std::int64_t> bad_lines_{0};
+  Clock::time_point bad_logged_{};
+  std::thread thread_;  // last: starts once the members above exist
+};
+
+}  // namespace hdp::elastic

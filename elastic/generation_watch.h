@@ -1,0 +1,39 @@
+// File: elastic/generation_watch.h
+//
+// How an agent learns of a new generation without polling: the leader's publishing commit appends
+// {gen: <g>} to the job's capped `generations` stream (keys::kGenerationLog), and the agent blocks
+// on it (Store::stream_read, XREAD BLOCK on Redis) between heartbeats. The heartbeat's own read of
+// `gen` stays the fallback: an entry missed (the stream trimmed past it, the store restarted empty)
+// is seen at the next heartbeat.
+//
+// Example (on a thread of its own; the store is thread-safe):
+//   GenerationWatch watch(job_store);
+//   if (auto g = watch.wait(1500ms)) tell_workers(*g);
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "elastic/store.h"
+
+namespace hdp::elastic {
+
+class GenerationWatch {
+ public:
+  explicit GenerationWatch(std::shared_ptr<Store> job_store) : store_(std::move(job_store)) {}
+
+  // The newest generation appended since the previous call (the first call starts after the
+  // stream's newest entry), waiting up to `block` for one; nullopt when none came. Entries whose
+  // `gen` does not decode are logged and skipped. Throws StoreUnavailable when the store cannot be
+  // reached (the next call reads on from the last entry seen). Not thread-safe: one caller.
+  std::optional<std::int64_t> wait(std::chrono::milliseconds block);
+
+ private:
+  std::shared_ptr<Store> store_;
+  std::optional<std::string> last_id_;  // the newest entry seen; nullopt before the first call
+};
+
+}  // namespace hdp::elastic

@@ -1,0 +1,231 @@
+// The agent's channel to its workers (agents/worker_channel.h, elastic/agent_channel.h), in one
+// process: the agent's end on an Asio thread, workers' ends as AgentChannel objects, and fake
+// agents (a raw abstract socket) for garbage and silence. Bounds: a generation published reaches
+// a connected worker within 1 s (it is one write on a local socket; the rest is scheduling on a
+// loaded 2-core machine); a closed channel is seen as lost within 1 s; a silent one after
+// 3 keepalives + 1 s (the protocol's bound), checked within 1 s more.
+#include "agents/worker_channel.h"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstring>
+#include <functional>
+#include <future>
+#include <optional>
+#include <thread>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/post.hpp>
+
+#include "common/error.h"
+#include "elastic/agent_channel.h"
+#include "elastic/elastic_context.h"
+#include "elastic/job_keys.h"
+#include "elastic/memory_store.h"
+
+namespace hdp::agents {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using elastic::AgentChannel;
+
+// Polls `condition` every 10 ms for up to `limit`.
+bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds limit) {
+  const auto deadline = Clock::now() + limit;
+  while (Clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return condition();
+}
+
+// The agent's end, on an Asio thread of its own; calls run on that thread.
+class AgentEnd {
+ public:
+  explicit AgentEnd(std::chrono::milliseconds keepalive) {
+    on_io([&] { channel_ = std::make_unique<WorkerChannel>(io_, keepalive); });
+  }
+  ~AgentEnd() {
+    on_io([&] { channel_.reset(); });
+    work_.reset();
+    io_.stop();
+    thread_.join();
+  }
+  const std::string& name() { return channel_->name(); }
+  void publish(std::int64_t g) { on_io([&] { channel_->publish(g); }); }
+  void close() { on_io([&] { channel_->close(); }); }
+  std::size_t workers() {
+    std::size_t n = 0;
+    on_io([&] { n = channel_->workers(); });
+    return n;
+  }
+
+ private:
+  void on_io(const std::function<void()>& call) {
+    std::promise<void> done;
+    boost::asio::post(io_, [&] {
+      call();
+      done.set_value();
+    });
+    done.get_future().wait();
+  }
+  boost::asio::io_context io_;
+  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_{io_.get_executor()};
+  std::thread thread_{[this] { io_.run(); }};
+  std::unique_ptr<WorkerChannel> channel_;
+};
+
+// A fake agent: listens on an abstract socket and writes what a test tells it.
+class FakeAgent {
+ public:
+  FakeAgent() : name_("@hdp-test-" + std::to_string(getpid()) + "-" + std::to_string(counter_++)) {
+    listener_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::memcpy(address.sun_path + 1, name_.data() + 1, name_.size() - 1);
+    const auto length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name_.size());
+    if (::bind(listener_, reinterpret_cast<sockaddr*>(&address), length) != 0 || ::listen(listener_, 4) != 0) {
+      throw std::runtime_error("cannot listen");
+    }
+  }
+  ~FakeAgent() {
+    if (peer_ >= 0) ::close(peer_);
+    ::close(listener_);
+  }
+  const std::string& name() const { return name_; }
+  void accept() { peer_ = ::accept(listener_, nullptr, nullptr); }
+  void write(const std::string& text) { ASSERT_EQ(::send(peer_, text.data(), text.size(), MSG_NOSIGNAL), static_cast<ssize_t>(text.size())); }
+
+ private:
+  static inline std::atomic<int> counter_{0};
+  std::string name_;
+  int listener_ = -1, peer_ = -1;
+};
+
+TEST(AgentChannelLines, RoundTripAndGarbageIsRefused) {
+  namespace ac = elastic::agent_channel;
+  auto hello = ac::hello_line(1500ms);
+  auto parsed = ac::parse_line(hello.substr(0, hello.size() - 1));
+  EXPECT_EQ(parsed.kind, ac::Line::Kind::kHello);
+  EXPECT_EQ(parsed.keepalive, 1500ms);
+  auto gen = ac::generation_line(42);
+  EXPECT_EQ(ac::parse_line(gen.substr(0, gen.size() - 1)).generation, 42);
+  for (const char* bad : {"", "gen", "gen -1", "gen 1x", "gen 99999999999999999999", "hdp-agent 2 100", "hdp-agent 1 0",
+                          "hdp-agent 1", "GEN 1", "gen  1"}) {
+    EXPECT_THROW(ac::parse_line(bad), InvalidArgument) << bad;
+  }
+  EXPECT_THROW(ac::parse_line("gen " + std::string(200, '1')), InvalidArgument);
+}
+
+TEST(WorkerChannel, WorkersGetTheGenerationAtOnceAndEveryChange) {
+  AgentEnd agent(1000ms);
+  agent.publish(3);
+  AgentChannel first(agent.name()), second(agent.name());
+  ASSERT_TRUE(eventually([&] { return first.generation() == 3 && second.generation() == 3; }, 1s));
+  EXPECT_EQ(first.lost_for(), 0ms);
+  EXPECT_TRUE(first.lost_because().empty());
+  const auto published = Clock::now();
+  agent.publish(4);
+  first.wait_for_change(3, 2s);  // woken by the line, not by the timeout
+  EXPECT_EQ(first.generation(), 4);
+  EXPECT_LT(Clock::now() - published, 1s);
+  ASSERT_TRUE(eventually([&] { return second.generation() == 4; }, 1s));
+  agent.publish(2);  // older: never told
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(first.generation(), 4);
+  EXPECT_EQ(agent.workers(), 2u);
+}
+
+TEST(WorkerChannel, AWorkerThatLeavesIsForgottenAndOneThatJoinsLateGetsTheNewest) {
+  AgentEnd agent(1000ms);
+  {
+    AgentChannel gone(agent.name());
+    ASSERT_TRUE(eventually([&] { return gone.generation().has_value(); }, 1s));
+    EXPECT_EQ(agent.workers(), 1u);
+  }
+  EXPECT_TRUE(eventually([&] { return agent.workers() == 0; }, 1s));
+  agent.publish(7);
+  AgentChannel late(agent.name());
+  EXPECT_TRUE(eventually([&] { return late.generation() == 7; }, 1s));
+}
+
+// An agent that closed its channel (it is exiting: its workers get SIGKILL from PDEATHSIG next)
+// is lost at once, and the worker keeps trying, saying why.
+TEST(WorkerChannel, AClosedChannelIsLostAndTheWorkerSaysWhy) {
+  auto agent = std::make_unique<AgentEnd>(1000ms);
+  agent->publish(5);
+  AgentChannel worker(agent->name());
+  ASSERT_TRUE(eventually([&] { return worker.generation() == 5; }, 1s));
+  agent->close();
+  ASSERT_TRUE(eventually([&] { return !worker.generation().has_value(); }, 1s));
+  std::this_thread::sleep_for(300ms);
+  EXPECT_GE(worker.lost_for(), 250ms);
+  const std::string why = worker.lost_because();
+  EXPECT_TRUE(why.find("closed its channel") != std::string::npos || why.find("cannot connect") != std::string::npos)
+      << why;
+  EXPECT_NE(why.find(worker.name()), std::string::npos) << why;
+}
+
+// A stopped agent keeps its socket open but writes nothing: lost after 3 keepalives + 1 s.
+TEST(WorkerChannel, ASilentAgentIsLostAfterThreeKeepalivesAndOneSecond) {
+  FakeAgent fake;
+  AgentChannel worker(fake.name());
+  fake.accept();
+  fake.write(elastic::agent_channel::hello_line(100ms) + elastic::agent_channel::generation_line(9));
+  ASSERT_TRUE(eventually([&] { return worker.generation() == 9; }, 1s));
+  const auto last_line = Clock::now();
+  ASSERT_TRUE(eventually([&] { return !worker.generation().has_value(); }, 3s));
+  const auto silent = Clock::now() - last_line;
+  EXPECT_GE(silent, 1200ms);  // 3 x 100 ms + 1 s, less the time the line took to be read
+  EXPECT_LT(silent, 2500ms);
+  EXPECT_NE(worker.lost_because().find("silent"), std::string::npos) << worker.lost_because();
+  fake.write(elastic::agent_channel::generation_line(9));  // it speaks again
+  EXPECT_TRUE(eventually([&] { return worker.generation() == 9; }, 1s));
+}
+
+TEST(WorkerChannel, GarbageLinesAreCountedAndIgnored) {
+  FakeAgent fake;
+  AgentChannel worker(fake.name());
+  fake.accept();
+  fake.write(elastic::agent_channel::hello_line(1000ms));
+  fake.write("gen twelve\n\x01\x02\xff\n" + std::string(300, 'x') + "\ngen 12\n");
+  ASSERT_TRUE(eventually([&] { return worker.generation() == 12; }, 1s));
+  EXPECT_GE(worker.bad_lines(), 3);
+}
+
+// A worker whose agent's channel is lost keeps training (changed() is false) and gives up with an
+// error naming the channel once the loss outlasts its limit (500 ms here, 30 s in production).
+TEST(WorkerChannel, AWorkerThatLostItsAgentForLongerThanTheLimitGivesUpNamingTheChannel) {
+  auto agent = std::make_unique<AgentEnd>(1000ms);
+  agent->publish(1);
+  auto store = std::make_shared<elastic::MemoryStore>();
+  elastic::WorkerIdentity identity{.job = "job", .node = "n", .incarnation = "i", .agent_channel = agent->name()};
+  elastic::ElasticContext ctx(store, identity, elastic::ElasticContext::kBadValueLimit, 500ms);
+  elastic::Membership m{.generation = 1};
+  ASSERT_TRUE(eventually([&] { return ctx.read_generation() == 1; }, 1s));
+  EXPECT_FALSE(ctx.changed(m));
+  agent->publish(2);
+  EXPECT_TRUE(eventually([&] { return ctx.changed(m); }, 1s));
+  agent.reset();  // the agent is gone
+  EXPECT_TRUE(eventually([&] { return !ctx.read_generation().has_value(); }, 1s));
+  EXPECT_FALSE(ctx.changed(m));  // lost, within the limit: keep training
+  std::this_thread::sleep_for(700ms);
+  try {
+    ctx.changed(m);
+    ADD_FAILURE() << "a channel lost for 700 ms was accepted with a 500 ms limit";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(identity.agent_channel), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(ctx.wait_for_next(1, 5s), Error);
+  // The store was never read for the generation: the channel is the only source.
+  EXPECT_EQ(store->get(elastic::keys::kGeneration), std::nullopt);
+}
+
+}  // namespace
+}  // namespace hdp::agents
