@@ -217,15 +217,14 @@ int main(int argc, char** argv) {
   // generation without it, and every live agent must learn it.
   const auto expiry = agents.kill(s.nodes / 2) + lease;
   const std::int64_t before_generation = generation;
-  while (generation == before_generation) {
+  for (tick(); generation == before_generation; tick()) {
     if (Clock::now() - expiry > std::chrono::seconds(60)) {
       std::cerr << "rendezvous: no new generation within 60 s of the lease's expiry\n";
       return 1;
     }
-    tick();
     std::this_thread::sleep_for(timing.leader_tick);
   }
-  const auto published = Clock::now();
+  const auto published = Clock::now();  // the tick that published it has returned
   bench::SimulatedAgents::Known known;
   while ((known = agents.known(generation)).agents < agents.live()) {
     if (Clock::now() - published > std::chrono::seconds(60)) {
