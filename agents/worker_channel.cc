@@ -49,7 +49,10 @@ WorkerChannel::WorkerChannel(asio::io_context& io, std::chrono::milliseconds kee
   keep_alive();
 }
 
-WorkerChannel::~WorkerChannel() { close(); }
+WorkerChannel::~WorkerChannel() {
+  close();
+  alive_.reset();  // handlers still queued on io_ find it expired and touch nothing
+}
 
 void WorkerChannel::close() {
   boost::system::error_code ignored;
@@ -60,7 +63,9 @@ void WorkerChannel::close() {
 }
 
 void WorkerChannel::accept() {
-  acceptor_.async_accept([this](const boost::system::error_code& error, local::socket socket) {
+  acceptor_.async_accept([this, alive = std::weak_ptr<bool>(alive_)](const boost::system::error_code& error,
+                                                                     local::socket socket) {
+    if (alive.expired()) return;  // the channel was destroyed; this handler ran later
     if (error) {
       if (error != asio::error::operation_aborted) log()->warn("worker channel {}: accept failed: {}", name_, error.message());
       if (acceptor_.is_open() && error != asio::error::operation_aborted) accept();
@@ -78,7 +83,9 @@ void WorkerChannel::accept() {
 // Reads (and drops) what the worker writes until it closes its end: that is how a worker that is
 // gone is noticed and forgotten.
 void WorkerChannel::drop_input(const std::shared_ptr<Peer>& peer) {
-  peer->socket.async_read_some(asio::buffer(peer->discard), [this, peer](const boost::system::error_code& error, std::size_t) {
+  peer->socket.async_read_some(asio::buffer(peer->discard), [this, peer, alive = std::weak_ptr<bool>(alive_)](
+                                                                const boost::system::error_code& error, std::size_t) {
+    if (alive.expired()) return;
     if (error) {
       std::erase(peers_, peer);
       return;
@@ -94,7 +101,9 @@ void WorkerChannel::send(const std::shared_ptr<Peer>& peer, std::string line) {
   }
   peer->writing = true;
   peer->in_flight = std::move(line);
-  asio::async_write(peer->socket, asio::buffer(peer->in_flight), [this, peer](const boost::system::error_code& error, std::size_t) {
+  asio::async_write(peer->socket, asio::buffer(peer->in_flight), [this, peer, alive = std::weak_ptr<bool>(alive_)](
+                                                                     const boost::system::error_code& error, std::size_t) {
+    if (alive.expired()) return;
     peer->writing = false;
     if (error) {
       boost::system::error_code ignored;
@@ -121,8 +130,8 @@ void WorkerChannel::publish(std::int64_t generation) {
 
 void WorkerChannel::keep_alive() {
   timer_.expires_after(keepalive_);
-  timer_.async_wait([this](const boost::system::error_code& error) {
-    if (error) return;
+  timer_.async_wait([this, alive = std::weak_ptr<bool>(alive_)](const boost::system::error_code& error) {
+    if (error || alive.expired()) return;
     send_all();
     keep_alive();
   });

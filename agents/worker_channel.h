@@ -6,7 +6,7 @@
 // each change (publish()) and, every keepalive interval, the newest generation again, so that a
 // worker tells a stopped agent from a quiet job. Writes never block the agent: a worker that does
 // not read (stopped) has at most one line in flight, and gets the newest state when it reads
-// again; a worker that closes its end is forgotten.
+// again; a worker that closes its end is forgotten. It may be destroyed while `io` still runs.
 #pragma once
 
 #include <chrono>
@@ -53,6 +53,9 @@ class WorkerChannel {
   boost::asio::steady_timer timer_;
   std::vector<std::shared_ptr<Peer>> peers_;
   std::int64_t generation_ = 0;
+  // Expires when the channel is destroyed: a handler that io_ runs after that (an aborted accept,
+  // read or write) returns at once.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
 }  // namespace hdp::agents

@@ -52,10 +52,14 @@ class AgentEnd {
     on_io([&] { channel_ = std::make_unique<WorkerChannel>(io_, keepalive); });
   }
   ~AgentEnd() {
-    on_io([&] { channel_.reset(); });
+    // Closed on its thread; destroyed only once the thread has stopped, so that no handler of it
+    // (the aborted accept and reads) runs on a destroyed channel. Handlers still queued are
+    // destroyed with io_, not run.
+    on_io([&] { channel_->close(); });
     work_.reset();
     io_.stop();
     thread_.join();
+    channel_.reset();
   }
   const std::string& name() { return channel_->name(); }
   void publish(std::int64_t g) { on_io([&] { channel_->publish(g); }); }
