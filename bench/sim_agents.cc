@@ -178,7 +178,6 @@ void SimulatedAgents::watch(Agent& agent, Clock::time_point now) {
 }
 
 void SimulatedAgents::on_reply(Agent& agent, redisReply* reply, Clock::time_point now) {
-  ++replies_;
   --agent.awaiting;
   switch (agent.state) {
     case Agent::State::kInit:

@@ -61,7 +61,6 @@ class SimulatedAgents {
   };
   Known known(std::int64_t g) const;
   int live() const { return live_; }
-  std::int64_t replies() const { return replies_; }
 
  private:
   struct Agent;
@@ -84,7 +83,6 @@ class SimulatedAgents {
   std::map<int, Clock::time_point> killed_;   // agent -> last refresh, answered to kill()
   std::atomic<bool> stop_{false};
   std::atomic<int> live_{0};
-  std::atomic<std::int64_t> replies_{0};
   std::thread thread_;
 };
 

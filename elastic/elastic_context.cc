@@ -107,20 +107,18 @@ Membership ElasticContext::wait_for_next(std::int64_t after, std::chrono::millis
       throw TimeoutError("no running generation newer than " + std::to_string(after) + " included this worker within " +
                          std::to_string(timeout.count()) + " ms");
     }
-    // With a channel, the number only changes when the agent says so; the record of a generation
-    // still waiting for nodes is read again every 500 ms (it may be republished in place).
+    // With a channel, the number only changes when the agent says so; a read of the record that
+    // failed (the store unreachable, a value that does not decode) is tried again after 500 ms.
     const auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    wait_for_generation_change(known, std::clamp(remaining, std::chrono::milliseconds(1), std::chrono::milliseconds(500)),
-                               std::chrono::milliseconds(50));
+    wait_for_generation_change(known, std::clamp(remaining, std::chrono::milliseconds(1), std::chrono::milliseconds(500)));
   }
 }
 
-void ElasticContext::wait_for_generation_change(std::int64_t known, std::chrono::milliseconds timeout,
-                                                std::chrono::milliseconds poll) const {
+void ElasticContext::wait_for_generation_change(std::int64_t known, std::chrono::milliseconds timeout) const {
   if (channel_) {
     channel_->wait_for_change(known, timeout);
   } else {
-    std::this_thread::sleep_for(std::min(poll, timeout));
+    std::this_thread::sleep_for(std::min(std::chrono::milliseconds(50), timeout));
   }
 }
 

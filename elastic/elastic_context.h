@@ -117,10 +117,6 @@ class ElasticContext {
   // (without a channel), read now (thread-safe, unlike changed()); nullopt while the channel is
   // lost, the store is unreachable or the value does not decode (logged).
   std::optional<std::int64_t> read_generation() const;
-  // Blocks until read_generation() may have changed from `known`, at most `timeout`: an agent's
-  // announcement wakes it at once; without a channel it sleeps `poll` (the store is polled).
-  void wait_for_generation_change(std::int64_t known, std::chrono::milliseconds timeout,
-                                  std::chrono::milliseconds poll) const;
 
   // True when generation `g`'s record (running, not broken) holds exactly the workers of m's
   // generation (the same node, incarnation and slot for each, ranks possibly in another order):
@@ -143,6 +139,10 @@ class ElasticContext {
  private:
   // Throws Error when the agent's channel has been lost for longer than its limit.
   void check_channel() const;
+  // Blocks until the generation may have changed from `known`, at most `timeout`: an agent's
+  // announcement wakes it at once; without a channel it sleeps min(50 ms, timeout) (the store is
+  // polled).
+  void wait_for_generation_change(std::int64_t known, std::chrono::milliseconds timeout) const;
 
   std::shared_ptr<Store> store_;
   WorkerIdentity identity_;

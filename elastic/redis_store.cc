@@ -2,11 +2,10 @@
 
 #include <sys/socket.h>
 
-#include <utility>
-
 #include <algorithm>
 #include <deque>
 #include <thread>
+#include <utility>
 
 #include "common/log.h"
 #include "common/text.h"

@@ -37,8 +37,8 @@ int client_commands(const std::string& monitor, const std::string& command) {
 }
 
 // Three nodes of two smoke workers each. Steady state: over 3 s of training (redis-cli MONITOR),
-// no client's GET of `gen` at all (a worker that read `gen` to watch did 10 a second: 180 here; the
-// agents read it with MGET in their heartbeat, the leader in its tick); the two follower agents sit
+// no client's GET of `gen` at all (a worker that read `gen` to watch did at least 5 a second: 90
+// here; the agents read it with MGET in their heartbeat, the leader in its tick); the two follower agents sit
 // in XREAD BLOCK (Redis's blocked_clients reaches 2); after the workers' idle connections closed
 // (10 s), the job holds at most nodes + 2 connections (its agents, rank 0 which commits progress,
 // and this test's observer). Then a node is killed: the new generation reaches the survivors
