@@ -146,13 +146,15 @@ TEST(Calibration, TimeRoundsKeepsEveryRunOfEveryMicroBatch) {
 // moved by up to about 10% between runs, and beside three other test cases on CI's two cores a
 // held-out median was once 32% off. The speed factor takes out what a round's micro-batches share.
 //
-// Tolerance 20%, not the 15%: fifteen rounds, not the forty bench_calibration takes to
+// Tolerance 30%, not the 15%: fifteen rounds, not the forty bench_calibration takes to
 // measure the 15% figure on the real model (docs/performance.md), and the three-term model's own
 // misfit on this tiny one reaches about 6% (two sequences of C/2 run that much faster than the
 // fit). Alone, the worst held-out micro-batch was 6-13% off over 50 runs; three copies of this
-// test at once on two cores, 7-12% over nine. A wrong model fails by far more: without the quadratic term
-// one sequence of C tokens and 32 sequences of C/32 would be predicted alike, and they differ
-// about 2x here.
+// test at once on two cores, 7-12% over nine; in CI, beside the other suites on two cores, one run
+// had two sequences of 779 tokens 21% off (the round speed factors spanned 0.83-1.13: contention
+// slows the memory-bound short-sequence work more than the GEMMs, which a factor per round cannot
+// take out). A wrong model fails by far more: without the quadratic term one sequence of C tokens
+// and 32 sequences of C/32 would be predicted alike, and they differ about 2x (100%) here.
 TEST(Calibration, FitPredictsMicroBatchesItWasNotFittedOn) {
 #if defined(__SANITIZE_ADDRESS__)
   // Under AddressSanitizer the model's own loops are instrumented and OpenBLAS's are not, so the
@@ -199,7 +201,7 @@ TEST(Calibration, FitPredictsMicroBatchesItWasNotFittedOn) {
     for (int k = 0; k < kRounds; ++k) errors.push_back(predicted / speeds[k] / runs[i][k] - 1);
     const double error = median(errors);
     worst = std::max(worst, std::abs(error));
-    EXPECT_LT(std::abs(error), 0.20) << packings[i].size() << " sequences, " << tokens_of(packings[i])
+    EXPECT_LT(std::abs(error), 0.30) << packings[i].size() << " sequences, " << tokens_of(packings[i])
                                      << " tokens: predicted " << predicted << " ms at speed 1, off by "
                                      << 100 * error << "% in the median round";
   }
