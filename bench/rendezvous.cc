@@ -11,9 +11,13 @@
 //      connections and clients blocked on the stream: with the leader ticking, then with the agents
 //      alone (the leader idle for that window);
 //   3. after one agent dies (its connection closed, its heartbeats stopped): the time from its lease
-//      expiring to the generation without it (detection + publication), and to every live agent
-//      knowing that generation (notification).
-// Usage: rendezvous [--nodes 1536] [--slots 8] [--lease-ms 5000] [--threads 8] [--steady-s 10] [--pin] [--json]
+//      expiring to the generation without it (detection + publication), to every live agent
+//      knowing that generation (notification), and to every live agent having read its record
+//      (gen:<g>, whose size grows with the nodes).
+// Usage: rendezvous [--nodes 1536] [--slots 8] [--lease-ms 5000] [--threads 8] [--steady-s 10] [--pin] [--no-records] [--json]
+// --no-records: the simulated agents learn each generation's number but do not read its record
+// (gen:<g>, about 115 bytes per node), which every real agent does: at 12,500 nodes those reads
+// take Redis minutes (docs/performance.md), and this measures the rest without them.
 // --pin puts redis-server on CPU 0 and the simulated agents on the other CPUs, so that the Redis
 // CPU figure is not inflated by the load generator sharing its core (on a 2-core machine).
 #include <sched.h>
@@ -55,11 +59,19 @@ struct Settings {
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-std::shared_ptr<elastic::Store> connect_job(const std::string& url) {
+// The harness's own connections (registration, the leader, the monitor) wait out a busy server:
+// at 12,500 nodes the agents' reads of a new generation's record keep Redis busy for seconds.
+elastic::RedisStoreOptions harness_options() {
   elastic::RedisStoreOptions options;
-  options.retry_timeout = std::chrono::seconds(5);
-  return std::make_shared<elastic::PrefixStore>(std::make_shared<elastic::RedisStore>(elastic::parse_redis_url(url)),
-                                                elastic::keys::job_namespace("bench"));
+  options.command_timeout = std::chrono::seconds(60);
+  options.retry_timeout = std::chrono::seconds(120);
+  return options;
+}
+
+std::shared_ptr<elastic::Store> connect_job(const std::string& url) {
+  return std::make_shared<elastic::PrefixStore>(
+      std::make_shared<elastic::RedisStore>(elastic::parse_redis_url(url), harness_options()),
+      elastic::keys::job_namespace("bench"));
 }
 
 // Redis' own counters: commands processed and CPU seconds (user + sys).
@@ -118,8 +130,9 @@ int main(int argc, char** argv) {
   app.add_option("--lease-ms", s.lease_ms)->check(CLI::Range(500, 600000));
   app.add_option("--threads", s.threads, "connections that register the nodes")->check(CLI::Range(1, 256));
   app.add_option("--steady-s", s.steady_s)->check(CLI::Range(1, 3600));
-  bool json = false, pin = false;
+  bool json = false, pin = false, no_records = false;
   app.add_flag("--json", json);
+  app.add_flag("--no-records", no_records, "the simulated agents do not read each new generation's record");
   app.add_flag("--pin", pin, "redis-server on CPU 0, the simulated agents on the others");
   CLI11_PARSE(app, argc, argv);
   set_log_level("warn");
@@ -143,7 +156,7 @@ int main(int argc, char** argv) {
     sched_setaffinity(redis.pid(), sizeof redis_cpu, &redis_cpu);
     sched_setaffinity(0, sizeof agent_cpus, &agent_cpus);  // threads started below inherit it
   }
-  elastic::RedisStore monitor(elastic::parse_redis_url(redis.url()));
+  elastic::RedisStore monitor(elastic::parse_redis_url(redis.url()), harness_options());
   auto leader_store = connect_job(redis.url());
 
   // Registration, on --threads connections that are closed once every node is registered.
@@ -164,16 +177,22 @@ int main(int argc, char** argv) {
   std::vector<std::string> lease_keys;
   for (auto& slice : slices) lease_keys.insert(lease_keys.end(), slice.begin(), slice.end());
   const auto prefix = elastic::keys::job_namespace("bench");
-  bench::SimulatedAgents agents({.port = redis.port(), .prefix = prefix, .lease = lease, .heartbeat = timing.heartbeat},
-                                lease_keys);
+  bench::SimulatedAgents agents(
+      {.port = redis.port(), .prefix = prefix, .lease = lease, .heartbeat = timing.heartbeat, .read_records = !no_records},
+      lease_keys);
 
   // The leader: lease + membership controller, ticking as the agent's leader does.
   elastic::LeaderLease leader(leader_store, "leader/bench", timing.leader_lease);
-  elastic::MembershipController controller(leader_store, "leader/bench", {1, 1000000}, milliseconds(1000));
+  elastic::MembershipController controller(leader_store, "leader/bench", {1, 1000000}, milliseconds(1000),
+                                           timing.rejoin_window, timing.heartbeat);
   std::int64_t generation = 0;
+  Clock::time_point published_at{};  // when the tick that published `generation` returned
   auto tick = [&] {
     leader.try_acquire_or_renew();
-    if (auto published = controller.tick(generation)) generation = *published;
+    if (auto published = controller.tick(generation)) {
+      generation = *published;
+      published_at = Clock::now();
+    }
   };
   double first_generation_s = -1;
   std::size_t members_seen = 0;
@@ -190,6 +209,29 @@ int main(int argc, char** argv) {
     }
     std::this_thread::sleep_for(timing.leader_tick);
   }
+  // Every agent reads that generation's record (keeping the leader ticking meanwhile).
+  const auto first_published = published_at;
+  double first_records_s = -1;
+  std::size_t record_bytes = 0;
+  if (!no_records) {
+    bench::SimulatedAgents::Known known;
+    while ((known = agents.known(generation)).records_read < agents.live()) {
+      if (Clock::now() - first_published > std::chrono::seconds(600)) {
+        std::cerr << "rendezvous: only " << known.records_read << " of " << agents.live()
+                  << " agents had read the first generation's record after 600 s\n";
+        return 1;
+      }
+      tick();
+      std::this_thread::sleep_for(timing.leader_tick);
+    }
+    first_records_s = seconds(known.last_record - first_published);
+    record_bytes = known.record_bytes;
+  }
+  const double redis_memory_peak = [&] {
+    const std::string info = monitor.command({"INFO", "memory"}, true).str;
+    auto pos = info.find("used_memory_peak:");
+    return pos == std::string::npos ? 0.0 : std::stod(info.substr(pos + 17));
+  }();
 
   // Steady state: the agents and the leader's ticks; then a window of the agents alone (the leader
   // idle), so that their own share is measured, not inferred.
@@ -218,13 +260,13 @@ int main(int argc, char** argv) {
   const auto expiry = agents.kill(s.nodes / 2) + lease;
   const std::int64_t before_generation = generation;
   for (tick(); generation == before_generation; tick()) {
-    if (Clock::now() - expiry > std::chrono::seconds(60)) {
-      std::cerr << "rendezvous: no new generation within 60 s of the lease's expiry\n";
+    if (Clock::now() - expiry > std::chrono::seconds(300)) {
+      std::cerr << "rendezvous: no new generation within 300 s of the lease's expiry\n";
       return 1;
     }
     std::this_thread::sleep_for(timing.leader_tick);
   }
-  const auto published = Clock::now();  // the tick that published it has returned
+  const auto published = published_at;
   bench::SimulatedAgents::Known known;
   while ((known = agents.known(generation)).agents < agents.live()) {
     if (Clock::now() - published > std::chrono::seconds(60)) {
@@ -236,6 +278,16 @@ int main(int argc, char** argv) {
   }
   const double detect_publish_s = seconds(published - expiry);
   const double every_agent_knows_s = seconds(known.last - expiry);
+  // Then each agent reads the generation's record (the agent's membership check).
+  while (!no_records && (known = agents.known(generation)).records_read < agents.live()) {
+    if (Clock::now() - published > std::chrono::seconds(600)) {
+      std::cerr << "rendezvous: only " << known.records_read << " of " << agents.live()
+                << " agents had read the record of generation " << generation << " 600 s after it was published\n";
+      return 1;
+    }
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  const double every_agent_read_record_s = no_records ? -1 : seconds(known.last_record - expiry);
 
   nlohmann::json result = {{"nodes", s.nodes},
                            {"pinned", pin},
@@ -252,6 +304,11 @@ int main(int argc, char** argv) {
                            {"agents_only_redis_core_fraction", agents_only.core_fraction},
                            {"lease_expiry_to_next_generation_s", detect_publish_s},
                            {"lease_expiry_to_every_agent_knows_s", every_agent_knows_s},
+                           {"lease_expiry_to_every_agent_read_the_record_s", every_agent_read_record_s},
+                           {"records_read", !no_records},
+                           {"generation_record_bytes", record_bytes},
+                           {"first_generation_published_to_every_agent_read_its_record_s", first_records_s},
+                           {"redis_used_memory_peak_bytes", redis_memory_peak},
                            {"agents_told_by_the_stream", known.by_stream},
                            {"live_agents", agents.live()}};
   if (json) {
@@ -261,6 +318,8 @@ int main(int argc, char** argv) {
               << timing.heartbeat.count() << " ms\n"
               << "  all registered after              " << registered_s << " s\n"
               << "  first generation (all) after      " << first_generation_s << " s (settle window 1 s)\n"
+              << "  ... every agent read its record   " << first_records_s << " s later (" << record_bytes
+              << " bytes; -1: --no-records); Redis memory peak " << redis_memory_peak / 1e6 << " MB\n"
               << "  steady state                      " << steady.commands_per_s << " commands/s, "
               << steady.core_fraction * 100 << "% of one Redis core, " << steady.connections << " connections, "
               << steady.blocked << " blocked on the stream\n"
@@ -268,7 +327,8 @@ int main(int argc, char** argv) {
               << agents_only.core_fraction * 100 << "% of one Redis core\n"
               << "  lease expiry -> next generation   " << detect_publish_s << " s\n"
               << "  lease expiry -> every agent knows " << every_agent_knows_s << " s (" << known.by_stream << " of "
-              << agents.live() << " told by the stream)\n";
+              << agents.live() << " told by the stream)\n"
+              << "  ... every agent read its record   " << every_agent_read_record_s << " s\n";
   }
   return 0;
 }

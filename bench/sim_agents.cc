@@ -14,13 +14,14 @@
 #include <cstring>
 #include <queue>
 #include <stdexcept>
+#include <utility>
 
 namespace hdp::bench {
 
 using std::chrono::milliseconds;
 
 struct SimulatedAgents::Agent {
-  enum class State { kInit, kIdle, kBeat, kWatch, kDead };
+  enum class State { kInit, kIdle, kBeat, kWatch, kRecord, kDead };
   int index = 0;
   int fd = -1;
   redisReader* reader = nullptr;
@@ -29,6 +30,7 @@ struct SimulatedAgents::Agent {
   std::string lease_key;
   std::string last_id = "0";
   std::int64_t known = 0;
+  std::int64_t record_due = 0;   // a generation learned whose record is still to be read
   Clock::time_point next_beat{};
   Clock::time_point last_refresh{};
   bool beat_due = false;         // the heartbeat's time came while a read was outstanding
@@ -113,6 +115,9 @@ SimulatedAgents::Known SimulatedAgents::known(std::int64_t g) const {
     total.agents += it->second.agents;
     total.by_stream += it->second.by_stream;
     total.last = std::max(total.last, it->second.last);
+    total.records_read += it->second.records_read;
+    total.last_record = std::max(total.last_record, it->second.last_record);
+    total.record_bytes = std::max(total.record_bytes, it->second.record_bytes);
   }
   return total;
 }
@@ -126,6 +131,7 @@ void SimulatedAgents::learned(Agent& agent, std::int64_t g, bool by_stream, Cloc
     --old.agents;
   }
   agent.known = g;
+  if (options_.read_records) agent.record_due = g;
   Known& entry = learned_[g];
   ++entry.agents;
   if (by_stream) ++entry.by_stream;
@@ -182,15 +188,20 @@ void SimulatedAgents::on_reply(Agent& agent, redisReply* reply, Clock::time_poin
   switch (agent.state) {
     case Agent::State::kInit:
       if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 1) agent.last_id = reply->element[0]->element[0]->str;
-      agent.state = Agent::State::kIdle;
-      break;
+      agent.state = Agent::State::kIdle;  // the first heartbeat comes at its time
+      if (agent.beat_due || now >= agent.next_beat) heartbeat(agent, now);
+      return;
     case Agent::State::kBeat:
       if (reply->type == REDIS_REPLY_INTEGER) {
         agent.last_refresh = now;  // the PEXPIRE
         return;
       }
       if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2) learned(agent, to_generation(reply->element[1]), false, now);
-      watch(agent, now);
+      if (agent.record_due == 0) {
+        watch(agent, now);
+        return;
+      }
+      agent.state = Agent::State::kIdle;
       break;
     case Agent::State::kWatch:
       if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 1) {
@@ -203,17 +214,37 @@ void SimulatedAgents::on_reply(Agent& agent, redisReply* reply, Clock::time_poin
             if (std::strcmp(fields->element[f]->str, "gen") == 0) learned(agent, to_generation(fields->element[f + 1]), true, now);
           }
         }
-        if (!agent.beat_due) {
+        if (!agent.beat_due && agent.record_due == 0) {
           watch(agent, now);  // read on at once, as the agent re-grants after a notice
           break;
         }
       }
       agent.state = Agent::State::kIdle;
       break;
+    case Agent::State::kRecord: {
+      std::lock_guard lock(mutex_);
+      Known& entry = learned_[agent.known];
+      ++entry.records_read;
+      entry.last_record = std::max(entry.last_record, now);
+      if (reply->type == REDIS_REPLY_STRING) entry.record_bytes = static_cast<std::size_t>(reply->len);
+      agent.state = Agent::State::kIdle;
+      break;
+    }
     default:
       break;
   }
-  if (agent.state == Agent::State::kIdle && (agent.beat_due || now >= agent.next_beat)) heartbeat(agent, now);
+  if (agent.state == Agent::State::kIdle) next(agent, now);
+}
+
+void SimulatedAgents::next(Agent& agent, Clock::time_point now) {
+  if (agent.record_due > 0) {
+    agent.state = Agent::State::kRecord;
+    send(agent, {{"GET", options_.prefix + "gen:" + std::to_string(std::exchange(agent.record_due, 0))}});
+  } else if (agent.beat_due || now >= agent.next_beat) {
+    heartbeat(agent, now);
+  } else {
+    watch(agent, now);
+  }
 }
 
 void SimulatedAgents::on_readable(Agent& agent) {

@@ -7,7 +7,9 @@
 //   - between heartbeats, XREAD BLOCK on the job's `generations` stream from the last entry seen,
 //     until shortly before the next heartbeat (min(100 ms, period/10) before), read again at once
 //     after an entry arrives;
-//   - a generation learned either way is recorded with the time it was learned.
+//   - a generation learned either way is recorded with the time it was learned; then the agent
+//     reads its record (GET gen:<g>), as MembershipAgent::check_membership does to find whether
+//     it is a member, and the time that read's reply arrived is recorded too.
 // Commands are formatted and replies parsed by hiredis (redisFormatCommandArgv, redisReader).
 // The workers are not simulated here: a real agent relays the generation to its workers over a
 // unix socket, which costs Redis nothing (tests/agents/notification_test.cc checks that workers
@@ -35,6 +37,7 @@ struct SimAgentsOptions {
   std::string prefix;              // the job's namespace, "hdp:<job>:"
   std::chrono::milliseconds lease{5000};
   std::chrono::milliseconds heartbeat{1666};
+  bool read_records = true;  // read gen:<g> after learning g, as the agent does
 };
 
 class SimulatedAgents {
@@ -58,6 +61,9 @@ class SimulatedAgents {
     int agents = 0;
     int by_stream = 0;
     Clock::time_point last{};
+    int records_read = 0;            // agents whose GET gen:<g> was answered
+    Clock::time_point last_record{};  // when the last of them was
+    std::size_t record_bytes = 0;    // the record's size, as read
   };
   Known known(std::int64_t g) const;
   int live() const { return live_; }
@@ -71,6 +77,9 @@ class SimulatedAgents {
   void watch(Agent& agent, Clock::time_point now);
   void send(Agent& agent, const std::vector<std::vector<std::string>>& commands);
   void learned(Agent& agent, std::int64_t g, bool by_stream, Clock::time_point now);
+  // After a reply was handled: reads the record of a generation just learned, else goes on
+  // (a heartbeat when it is due, else the stream).
+  void next(Agent& agent, Clock::time_point now);
 
   SimAgentsOptions options_;
   int epoll_ = -1;

@@ -212,7 +212,7 @@ void MembershipAgent::lead() {
     if (!leader_.try_acquire_or_renew(head[0])) return;
     if (!controller_) {
       controller_ = std::make_unique<MembershipController>(store_, member_id(), options_.nnodes, options_.settle,
-                                                           options_.timing.rejoin_window);
+                                                           options_.timing.rejoin_window, options_.timing.heartbeat);
     }
     if (auto published = controller_->tick(last_generation_)) last_generation_ = std::max(last_generation_, *published);
   });

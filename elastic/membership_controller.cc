@@ -29,12 +29,58 @@ std::string node_list(const std::vector<Member>& members) {
 }  // namespace
 
 MembershipController::MembershipController(std::shared_ptr<Store> job_store, std::string leader_id, JobConfig config,
-                                           Store::Duration settle, Store::Duration rejoin_window)
+                                           Store::Duration settle, Store::Duration rejoin_window,
+                                           Store::Duration full_read_every)
     : store_(std::move(job_store)),
       leader_id_(std::move(leader_id)),
       config_(config),
       settle_(settle),
-      rejoin_window_(rejoin_window) {}
+      rejoin_window_(rejoin_window),
+      full_read_every_(full_read_every) {
+  if (full_read_every.count() < 0) throw InvalidArgument("MembershipController: full_read_every must be >= 0");
+}
+
+std::map<std::string, NodeLease> MembershipController::read_leases(const std::vector<std::string>& keys, bool force) {
+  const auto now = Clock::now();
+  const bool full = force || full_read_every_.count() == 0 || keys != fully_read_keys_ || now >= next_full_read_;
+  std::vector<std::string> to_read;
+  if (full) {
+    to_read = keys;
+  } else {
+    for (const auto& key : keys) {
+      auto it = lease_cache_.find(key);
+      if (it == lease_cache_.end() || it->second.check_at <= now) to_read.push_back(key);
+    }
+  }
+  if (full) lease_cache_.clear();
+  if (!to_read.empty()) {
+    auto raw = store_->multi_get(to_read);
+    // Read after the values: a TTL measured from `now` (before both) can only run out early, and
+    // a lease looked at early is merely read again.
+    std::vector<std::optional<Store::Duration>> ttls;
+    if (full_read_every_.count() > 0) ttls = store_->remaining_ttl(to_read);
+    for (std::size_t i = 0; i < to_read.size(); ++i) {
+      lease_cache_.erase(to_read[i]);
+      if (!raw[i]) continue;
+      try {
+        // A lease with no TTL (or one that vanished between the two reads) is read again next tick.
+        const auto check_at = i < ttls.size() && ttls[i] ? now + *ttls[i] : now;
+        lease_cache_.emplace(to_read[i], CachedLease{decode_node_lease(*raw[i], to_read[i]), check_at});
+      } catch (const InvalidArgument& e) {
+        log()->warn("treating node as gone: {}", e.what());
+      }
+    }
+  }
+  if (full) {
+    fully_read_keys_ = keys;
+    next_full_read_ = now + full_read_every_;
+  }
+  std::map<std::string, NodeLease> leases;
+  for (const auto& key : keys) {
+    if (auto it = lease_cache_.find(key); it != lease_cache_.end()) leases.emplace(key, it->second.lease);
+  }
+  return leases;
+}
 
 void MembershipController::load_generation(std::int64_t number) {
   if (number == current_.number) return;
@@ -220,9 +266,9 @@ std::optional<std::int64_t> MembershipController::tick(std::int64_t seen_by_lead
   const auto fresh = new_evictions(broken, head[4], evictions);
   if (!fresh) return std::nullopt;
 
-  // One MGET for the leases of every member, candidate and benched node (one whose every slot
-  // is evicted, known from its eviction records), by identity: a lease key names its
-  // incarnation, so a missing key is a dead (or replaced) incarnation.
+  // The leases of every member, candidate and benched node (one whose every slot is evicted,
+  // known from its eviction records), by identity: a lease key names its incarnation, so a
+  // missing key is a dead (or replaced) incarnation. Read as read_leases() says.
   std::vector<std::pair<std::string, std::string>> benched;  // node, incarnation
   auto known_node = [&](const std::string& node) {
     return std::any_of(current_.members.begin(), current_.members.end(), [&](const Member& m) { return m.node == node; }) ||
@@ -236,16 +282,8 @@ std::optional<std::int64_t> MembershipController::tick(std::int64_t seen_by_lead
   for (const auto& member : current_.members) lease_keys.push_back(keys::lease(member.node, member.incarnation));
   for (const auto& candidate : candidates_) lease_keys.push_back(keys::lease(candidate.node, candidate.incarnation));
   for (const auto& [node, incarnation] : benched) lease_keys.push_back(keys::lease(node, incarnation));
-  auto raw = store_->multi_get(lease_keys);
-  std::map<std::string, NodeLease> leases;  // by lease key; only well-formed ones
-  for (std::size_t i = 0; i < raw.size(); ++i) {
-    if (!raw[i]) continue;
-    try {
-      leases.emplace(lease_keys[i], decode_node_lease(*raw[i], lease_keys[i]));
-    } catch (const InvalidArgument& e) {
-      log()->warn("treating node as gone: {}", e.what());
-    }
-  }
+  // by lease key; only well-formed ones
+  const std::map<std::string, NodeLease> leases = read_leases(lease_keys, broken || !fresh->empty() || !cached_is_current);
   auto live = [&](const std::string& node, const std::string& incarnation) -> const NodeLease* {
     auto it = leases.find(keys::lease(node, incarnation));
     return it != leases.end() && it->second.node == node && it->second.incarnation == incarnation &&

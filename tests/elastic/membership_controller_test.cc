@@ -11,6 +11,7 @@
 #include "elastic/memory_store.h"
 #include "elastic/node_registration.h"
 #include "tests/elastic/controller_fixture.h"
+#include "tests/elastic/forwarding_store.h"
 
 namespace hdp::elastic {
 namespace {
@@ -241,6 +242,92 @@ TEST_F(ControllerTest, GarbageInTheStoreIsAClearErrorNotAnAction) {
     EXPECT_NE(std::string(e.what()).find("'gen'"), std::string::npos) << e.what();
   }
   EXPECT_EQ(store_->get(keys::kGeneration), "banana");  // nothing was overwritten
+}
+
+// With full_read_every (an agent passes its heartbeat period), a quiet tick reads no lease value;
+// a lease that expires is seen at the first tick after its TTL ran out (reading that lease alone),
+// and a rewritten value at the next full read.
+class LeaseReadsTest : public ControllerTest {
+ protected:
+  class CountingStore final : public ForwardingStore {
+   public:
+    using ForwardingStore::ForwardingStore;
+    std::vector<std::optional<std::string>> multi_get(const std::vector<std::string>& keys) override {
+      for (const auto& key : keys) leases_read += key.starts_with("lease:");
+      return ForwardingStore::multi_get(keys);
+    }
+    int leases_read = 0;
+  };
+  // Three agents with leases of 600 ms and two slots each, and a leader with generation 1.
+  MembershipController start(Store::Duration full_read_every) {
+    for (const std::string node : {"a", "b", "c"}) {
+      NodeLease lease{.node = node, .host = "127.0.0.1", .pid = 1, .version = "test", .slots = 2, .healthy = {0, 1}};
+      agents_.emplace(node, NodeRegistration(store_, lease, 600ms)).first->second.register_new_incarnation(1s);
+    }
+    store_->set(keys::kLeader, "leader");
+    MembershipController leader(counting_, "leader", {1, 16}, Store::Duration::zero(), Store::Duration::zero(),
+                                full_read_every);
+    EXPECT_EQ(leader.tick(), 1);
+    return leader;
+  }
+  void refresh(const std::vector<std::string>& nodes, std::int64_t generation) {
+    for (const auto& node : nodes) {
+      auto& agent = agents_.at(node);
+      ASSERT_TRUE(agent.heartbeat(agent.lease().healthy, generation).alive) << node;
+    }
+  }
+  std::shared_ptr<CountingStore> counting_ = std::make_shared<CountingStore>(store_);
+  std::map<std::string, NodeRegistration> agents_;
+};
+
+TEST_F(LeaseReadsTest, QuietTicksReadNoLeaseAndAnExpiredOneIsSeenAtTheNextTick) {
+  auto leader = start(60s);
+  ASSERT_EQ(leader.tick(), std::nullopt);
+  const int before = counting_->leases_read;
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(leader.tick(), std::nullopt);
+    refresh({"a", "b", "c"}, 1);
+  }
+  EXPECT_EQ(counting_->leases_read, before) << "quiet ticks read lease values";
+
+  // c stops refreshing. Its TTL as last read ran out no later than its expiry: the tick after it
+  // reads c's lease alone and publishes the generation without it.
+  const auto last_refresh = std::chrono::steady_clock::now();
+  refresh({"c"}, 1);
+  std::optional<std::int64_t> published;
+  int reads = 0;
+  while (!published && std::chrono::steady_clock::now() - last_refresh < 3s) {
+    std::this_thread::sleep_for(10ms);
+    refresh({"a", "b"}, 1);
+    const int was = counting_->leases_read;
+    published = leader.tick();
+    reads += counting_->leases_read - was;
+  }
+  ASSERT_EQ(published, 2) << "the expired lease was never noticed";
+  const auto noticed = std::chrono::steady_clock::now() - last_refresh;
+  EXPECT_GE(noticed, 600ms);
+  EXPECT_LT(noticed, 600ms + 300ms) << "a tick is 10 ms here; the rest is scheduling";
+  // Before c's expiry the ticks read nothing; then c's lease (once or twice: a TTL read just
+  // before the refresh above ran out early) and, for the new generation, no full read yet.
+  EXPECT_GE(reads, 1);
+  EXPECT_LE(reads, 3);
+  EXPECT_EQ(nodes(), (std::vector<std::string>{"a", "b"}));
+}
+
+TEST_F(LeaseReadsTest, ARewrittenValueIsSeenWithinTheFullReadPeriod) {
+  auto leader = start(300ms);
+  ASSERT_EQ(leader.tick(), std::nullopt);
+  ASSERT_TRUE(agents_.at("a").heartbeat({1}, 1).alive);  // slot 0 failed
+  const auto rewritten = std::chrono::steady_clock::now();
+  std::optional<std::int64_t> published;
+  while (!published && std::chrono::steady_clock::now() - rewritten < 2s) {
+    std::this_thread::sleep_for(10ms);
+    refresh({"b", "c"}, 1);
+    published = leader.tick();
+  }
+  ASSERT_EQ(published, 2) << "the rewritten lease was never read";
+  EXPECT_LT(std::chrono::steady_clock::now() - rewritten, 300ms + 200ms);
+  EXPECT_EQ(current().members[0].slots, (std::vector<int>{1}));
 }
 
 TEST(Membership, LeaseAndGenerationDecodersRejectGarbage) {
