@@ -2,7 +2,10 @@
 //
 // Every timing value of an agent, derived from its node lease in this one place and checked
 // once (docs/architecture.md, "Timing"):
-//   heartbeat     = lease / 3        the lease is refreshed this often
+//   heartbeat     = lease / 3        the lease is refreshed this often: it outlives one heartbeat
+//                                    that failed after its whole budget (a call gives up within a
+//                                    period; the next attempt still lands a third of a lease before
+//                                    expiry; docs/architecture.md, "Timing")
 //   leader lease  = lease / 2        followers contend each heartbeat: a dead leader is replaced
 //                                    within 5/6 of a lease
 //   leader tick   = min(200 ms, lease / 10)
