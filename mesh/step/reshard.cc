@@ -112,16 +112,23 @@ ReshardPlan plan_reshard(const std::vector<HeldState>& ranks, std::int64_t n) {
     plan.old_world = old_world;
     plan.step = best->first;
     plan.position = *position_at(plan.step);
+    // Shard k's source: its old owner if that rank holds (k, T), else the lowest new rank that
+    // does. One pass over the ranks in order: a lower rank is seen first, and the first rank
+    // whose old rank is k takes the shard over whenever it comes.
     plan.source.assign(static_cast<std::size_t>(old_world), -1);
-    for (int k = 0; k < old_world; ++k) {
-      for (int r = 0; r < world; ++r) {
-        const HeldState& s = ranks[static_cast<std::size_t>(r)];
-        if (s.layout != layout) continue;
-        const bool has = std::any_of(s.held.begin(), s.held.end(),
-                                     [&](const auto& h) { return h.owner == k && h.step == plan.step; });
-        if (!has) continue;
-        if (plan.source[static_cast<std::size_t>(k)] < 0 || s.old_rank == k) plan.source[static_cast<std::size_t>(k)] = r;
-        if (s.old_rank == k) break;
+    std::vector<bool> by_owner(static_cast<std::size_t>(old_world), false);  // the source is k's old owner
+    for (int r = 0; r < world; ++r) {
+      const HeldState& s = ranks[static_cast<std::size_t>(r)];
+      if (s.layout != layout) continue;
+      for (const auto& h : s.held) {
+        if (h.step != plan.step) continue;
+        const auto k = static_cast<std::size_t>(h.owner);
+        if (by_owner[k]) continue;
+        if (plan.source[k] < 0) plan.source[k] = r;
+        if (s.old_rank == h.owner) {
+          plan.source[k] = r;
+          by_owner[k] = true;
+        }
       }
     }
     plan.receives_params.resize(static_cast<std::size_t>(world));
@@ -130,10 +137,15 @@ ReshardPlan plan_reshard(const std::vector<HeldState>& ranks, std::int64_t n) {
     }
     const std::vector<std::int64_t> old_counts = shard_counts(n, old_world), new_counts = shard_counts(n, world);
     const std::vector<std::int64_t> old_off = offsets_of(old_counts), new_off = offsets_of(new_counts);
+    // The overlaps of two sorted partitions of [0, n): a merge, by new rank then old shard. An old
+    // shard that ends at or before new shard j's start overlaps no later one either.
+    int first_k = 0;
     for (int j = 0; j < world; ++j) {
-      for (int k = 0; k < old_world; ++k) {
-        const std::int64_t begin = std::max(new_off[static_cast<std::size_t>(j)], old_off[static_cast<std::size_t>(k)]);
-        const std::int64_t end = std::min(new_off[static_cast<std::size_t>(j) + 1], old_off[static_cast<std::size_t>(k) + 1]);
+      const std::int64_t j_begin = new_off[static_cast<std::size_t>(j)], j_end = new_off[static_cast<std::size_t>(j) + 1];
+      while (first_k < old_world && old_off[static_cast<std::size_t>(first_k) + 1] <= j_begin) ++first_k;
+      for (int k = first_k; k < old_world && old_off[static_cast<std::size_t>(k)] < j_end; ++k) {
+        const std::int64_t begin = std::max(j_begin, old_off[static_cast<std::size_t>(k)]);
+        const std::int64_t end = std::min(j_end, old_off[static_cast<std::size_t>(k) + 1]);
         if (end > begin) plan.pieces.push_back({k, plan.source[static_cast<std::size_t>(k)], j, begin, end});
       }
     }
