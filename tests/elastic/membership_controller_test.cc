@@ -307,10 +307,13 @@ TEST_F(LeaseReadsTest, QuietTicksReadNoLeaseAndAnExpiredOneIsSeenAtTheNextTick) 
   const auto noticed = std::chrono::steady_clock::now() - last_refresh;
   EXPECT_GE(noticed, 600ms);
   EXPECT_LT(noticed, 600ms + 300ms) << "a tick is 10 ms here; the rest is scheduling";
-  // Before c's expiry the ticks read nothing; then c's lease (once or twice: a TTL read just
-  // before the refresh above ran out early) and, for the new generation, no full read yet.
+  // No full read in this loop (60 s): a lease is read only when the TTL last read for it runs out.
+  // Each of the three was last read at the full read before the quiet ticks, so each is read at
+  // most once when that TTL (600 ms from then) runs out, which its refreshes since have made
+  // early; a and b are then good for another 600 ms, and c is read once more at its real expiry
+  // when its early read came before it (slower runs, under the sanitizers).
   EXPECT_GE(reads, 1);
-  EXPECT_LE(reads, 3);
+  EXPECT_LE(reads, 4);
   EXPECT_EQ(nodes(), (std::vector<std::string>{"a", "b"}));
 }
 
