@@ -39,4 +39,6 @@ void device_zero(void* ptr, size_t bytes) {
   if (bytes > 0) CUDA_CHECK(cudaMemset(ptr, 0, bytes));
 }
 
+void device_synchronize() { CUDA_CHECK(cudaDeviceSynchronize()); }
+
 }  // namespace hdp::kernels::cuda

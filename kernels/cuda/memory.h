@@ -17,5 +17,7 @@ void copy_host_to_device(void* dst, const void* src, size_t bytes);
 void copy_device_to_host(void* dst, const void* src, size_t bytes);
 void copy_device_to_device(void* dst, const void* src, size_t bytes);
 void device_zero(void* ptr, size_t bytes);
+// Waits until every kernel launched so far has finished (benchmarks time around it).
+void device_synchronize();
 
 }  // namespace hdp::kernels::cuda

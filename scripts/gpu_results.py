@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""The results of scripts/gpu-check.sh: one JSON, and docs/performance.md's rows from it.
+
+  gpu_results.py collect DIR [--dry-run 0|1]   the files gpu-check.sh wrote in DIR -> JSON on stdout
+  gpu_results.py table FILE.json                that JSON -> Markdown rows on stdout
+
+Each hdp figure is printed beside PyTorch's on the same shape, measured in the same run.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+
+def read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        return {"error": f"{os.path.basename(path)}: {e}"}
+
+
+def tests_from_junit(path):
+    """Every test case of ctest's JUnit file: name, status, seconds, and its failure text."""
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError) as e:
+        return {"error": f"{os.path.basename(path)}: {e}"}
+    cases = []
+    for case in root.iter("testcase"):
+        status = case.get("status") or "run"
+        failure = case.find("failure")
+        skipped = case.find("skipped")
+        if failure is not None:
+            status = "failed"
+        elif skipped is not None:
+            status = "skipped"
+        out = case.findtext("system-out") or ""
+        if "Skipped" in out and status == "run":
+            status = "skipped"
+        cases.append({"name": case.get("name"), "status": status, "seconds": float(case.get("time") or 0),
+                      "output_tail": out[-1500:] if status != "run" else ""})
+    return {"cases": cases, "passed": sum(c["status"] == "run" for c in cases),
+            "failed": sum(c["status"] == "failed" for c in cases),
+            "skipped": sum(c["status"] == "skipped" for c in cases)}
+
+
+def command_output(*cmd):
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def collect(args):
+    d = args.dir
+    steps = {}
+    try:
+        with open(os.path.join(d, "steps.txt")) as f:
+            for line in f:
+                name, rc, seconds = line.split()
+                steps[name] = {"rc": int(rc), "seconds": int(seconds)}
+    except OSError:
+        pass
+    gpu = command_output("nvidia-smi", "--query-gpu=name,driver_version,memory.total,compute_cap",
+                         "--format=csv,noheader")
+    nvcc = command_output("nvcc", "--version").splitlines()
+    result = {"dry_run": bool(int(args.dry_run)), "gpu": gpu, "nvcc": nvcc[-1] if nvcc else "",
+              "git": command_output("git", "rev-parse", "--short", "HEAD"), "steps": steps,
+              "tests": tests_from_junit(os.path.join(d, "tests.xml")),
+              "hdp": read_json(os.path.join(d, "bench.json"))}
+    if os.path.exists(os.path.join(d, "torch.json")) or not result["dry_run"]:
+        result["torch"] = read_json(os.path.join(d, "torch.json"))
+    json.dump(result, sys.stdout, indent=2)
+    print()
+    return 0
+
+
+def fmt(x, digits=1):
+    return "–" if x is None else f"{x:.{digits}f}"
+
+
+def by_tokens(rows, **match):
+    out = {}
+    for r in rows or []:
+        if "tokens" in r and all(r.get(k) == v for k, v in match.items()):
+            out[r["tokens"]] = r
+    return out
+
+
+def table(args):
+    r = read_json(args.file)
+    lines = [f"GPU: {r.get('gpu') or 'none (dry run)'}; {r.get('nvcc', '')}; hdp {r.get('git', '')}; "
+             f"PyTorch {r.get('torch', {}).get('torch', '–')}"]
+    t = r.get("tests", {})
+    lines.append(f"gpu-labelled tests: {t.get('passed', 0)} passed, {t.get('failed', 0)} failed, "
+                 f"{t.get('skipped', 0)} skipped")
+    for c in t.get("cases", []):
+        if c["status"] == "failed":
+            lines.append(f"  FAILED {c['name']}")
+    hdp, torch = r.get("hdp", {}), r.get("torch", {})
+    lines += ["", "| causal attention, heads × head_dim, tokens | hdp f32 kernel fwd / bwd TFLOP/s | "
+                  "hdp bf16 tensor-core fwd / bwd | PyTorch SDPA f32 (efficient) fwd / bwd | "
+                  "PyTorch SDPA bf16 (flash) fwd / bwd | hdp bf16 ÷ flash, fwd / bwd |",
+              "|---|---|---|---|---|---|"]
+    t_f32 = by_tokens(torch.get("attention_f32_efficient"))
+    t_bf16 = by_tokens(torch.get("attention_bf16_flash"))
+    h_bf16 = by_tokens(hdp.get("attention_bf16"))
+    for row in hdp.get("attention", []):
+        n = row["tokens"]
+        if "skipped" in row:
+            lines.append(f"| {n} | skipped: {row['skipped']} | | | | |")
+            continue
+        a, b, c = t_f32.get(n, {}), t_bf16.get(n, {}), h_bf16.get(n, {})
+        ratio = (f"{c['forward_tflops'] / b['forward_tflops']:.2f} / {c['backward_tflops'] / b['backward_tflops']:.2f}"
+                 if "forward_tflops" in b and "forward_tflops" in c else "–")
+        lines.append(f"| {row['heads']} × {row['head_dim']}, {n} | {fmt(row['forward_tflops'])} / "
+                     f"{fmt(row['backward_tflops'])} | {fmt(c.get('forward_tflops'))} / {fmt(c.get('backward_tflops'))} | "
+                     f"{fmt(a.get('forward_tflops'))} / {fmt(a.get('backward_tflops'))} | "
+                     f"{fmt(b.get('forward_tflops'))} / {fmt(b.get('backward_tflops'))} | {ratio} |")
+    lines += ["", "| model step (params, tokens) | hdp f32 tokens/s (TFLOP/s) | PyTorch f32 tokens/s (TFLOP/s) | "
+                  "PyTorch bf16 autocast tokens/s (TFLOP/s) | hdp ÷ PyTorch bf16 |",
+              "|---|---|---|---|---|"]
+    m_f32 = by_tokens(torch.get("model"), dtype="f32")
+    m_bf16 = by_tokens(torch.get("model"), dtype="bf16")
+    for row in hdp.get("model", []):
+        n = row["tokens"]
+        a, b = m_f32.get(n, {}), m_bf16.get(n, {})
+        ratio = f"{row['tokens_per_s'] / b['tokens_per_s']:.3f}" if "tokens_per_s" in b else "–"
+        lines.append(f"| {row['params'] / 1e6:.0f} M, {n} | {fmt(row['tokens_per_s'], 0)} ({fmt(row['model_tflops'])}) | "
+                     f"{fmt(a.get('tokens_per_s'), 0)} ({fmt(a.get('model_tflops'))}) | "
+                     f"{fmt(b.get('tokens_per_s'), 0)} ({fmt(b.get('model_tflops'))}) | {ratio} |")
+    for name, part in (("hdp", hdp), ("torch", torch)):
+        if isinstance(part, dict) and "error" in part:
+            lines.append(f"\n{name}: {part['error']}")
+        for key, rows in (part.items() if isinstance(part, dict) else []):
+            for row in rows if isinstance(rows, list) else []:
+                if isinstance(row, dict) and "error" in row:
+                    lines.append(f"{name} {key}: {row['error']}")
+    print("\n".join(lines))
+    return 0
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("collect")
+    c.add_argument("dir")
+    c.add_argument("--dry-run", default="0")
+    t = sub.add_parser("table")
+    t.add_argument("file")
+    args = p.parse_args()
+    return collect(args) if args.command == "collect" else table(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
