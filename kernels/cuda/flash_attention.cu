@@ -6,8 +6,9 @@
  *
  * Forward: one block per (64-query tile of one sequence, query head), four warps, each owning 16 of
  * the tile's rows. Key/value tiles of 64 rows stream through shared memory; per tile a warp computes
- * S = Q K^T for its rows, updates its rows' running max and sum (two lanes per row, 32 columns each),
- * writes P = exp(S - max) as bf16, rescales its rows of the fp32 output O and adds P V into it.
+ * S = Q K^T for its rows, updates each row's running max and sum (the whole warp on one row at a
+ * time, shuffles for the reductions), writes P = exp(S - max) as bf16, and rescales and adds P V
+ * into its rows of the output, which stay in registers (accumulator fragments) until the end.
  *
  * Backward (FlashAttention-2): one block per (64-key tile, kv head). It keeps dK and dV of its keys
  * in shared memory and walks every query tile (of every query head in the GQA group) that sees them:
@@ -105,6 +106,16 @@ __device__ void rows_times_keys(const bf16* a, const bf16* b, float* c) {
   }
 }
 
+__device__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
 template <int D>
 __global__ void __launch_bounds__(kThreads)
     forward_kernel(Params p, const bf16* q, const bf16* k, const bf16* v, float* out, float* lse) {
@@ -115,7 +126,8 @@ __global__ void __launch_bounds__(kThreads)
   bf16* vs = ks + kTile * L::kH;
   float* ss = reinterpret_cast<float*>(vs + kTile * L::kH);
   bf16* ps = reinterpret_cast<bf16*>(ss + kTile * L::kS);
-  float* os = reinterpret_cast<float*>(ps + kTile * L::kP);
+  float* scales = reinterpret_cast<float*>(ps + kTile * L::kP);  // a 16x16 tile per warp
+  float* os = reinterpret_cast<float*>(ks);  // the output after the last key tile (K and V are done)
 
   const Tile tile = p.tiles[blockIdx.x];
   const int h = blockIdx.y, g = h / (p.n_heads / p.n_kv_heads), b = tile.seq;
@@ -123,74 +135,77 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t k0 = p.cu_k[b], nk = p.cu_k[b + 1] - p.cu_k[b];
   const int rows = static_cast<int>(nq - tile.start < kTile ? nq - tile.start : kTile);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int r = warp * 16 + lane / 2, half = lane % 2;  // this lane's row and half of the columns
-  const int64_t vis = r < rows ? n_visible(p, b, tile.start + r, nk) : 0;
   const int64_t tile_vis = n_visible(p, b, tile.start + rows - 1, nk);  // the last row sees the most
+  float* wss = ss + warp * 16 * L::kS;  // this warp's 16 rows of scores, probabilities, scales
+  bf16* wps = ps + warp * 16 * L::kP;
+  float* wscale = scales + warp * 256;
 
+  // The warp's 16 output rows stay in accumulator fragments. A row's rescale by exp(m_old - m_new)
+  // multiplies each fragment element by the same element of a fragment loaded from a 16x16 tile whose
+  // row r holds row r's factor: both fragments share one layout, whatever it is.
+  FragC o_frag[D / 16];
+  for (int n = 0; n < D / 16; ++n) wmma::fill_fragment(o_frag[n], 0.0f);
+  float m_row[16], l_row[16];  // running max and sum of row warp*16 + i, the same in every lane
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    m_row[i] = -INFINITY;
+    l_row[i] = 0.0f;
+  }
   load_tile<D>(qs, q, q0, rows, p.n_heads, h);
-  for (int i = threadIdx.x; i < kTile * L::kF; i += kThreads) os[i] = 0.0f;
-  float m = -INFINITY, l = 0.0f;
   for (int64_t kt = 0; kt < tile_vis; kt += kTile) {
     const int krows = static_cast<int>(nk - kt < kTile ? nk - kt : kTile);
     __syncthreads();  // every warp is done with the previous K and V
     load_tile<D>(ks, k, k0 + kt, krows, p.n_kv_heads, g);
     load_tile<D>(vs, v, k0 + kt, krows, p.n_kv_heads, g);
     __syncthreads();
-    rows_times_keys<D>(qs + warp * 16 * L::kH, ks, ss + warp * 16 * L::kS);
+    rows_times_keys<D>(qs + warp * 16 * L::kH, ks, wss);
     __syncwarp();
-
-    float* srow = ss + r * L::kS + half * 32;
-    float mx = -INFINITY;
-    for (int c = 0; c < 32; ++c) {
-      const float s = kt + half * 32 + c < vis ? srow[c] * p.scale : -INFINITY;
-      srow[c] = s;
-      mx = fmaxf(mx, s);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {  // one row at a time, columns lane and lane + 32
+      const int r = warp * 16 + i;
+      const int64_t vis = r < rows ? n_visible(p, b, tile.start + r, nk) : 0;
+      const float s0 = kt + lane < vis ? wss[i * L::kS + lane] * p.scale : -INFINITY;
+      const float s1 = kt + lane + 32 < vis ? wss[i * L::kS + lane + 32] * p.scale : -INFINITY;
+      const float m_new = fmaxf(m_row[i], warp_max(fmaxf(s0, s1)));
+      const bool none = m_new == -INFINITY;  // no key seen yet: p = 0, nothing to rescale
+      const float p0 = none ? 0.0f : __expf(s0 - m_new), p1 = none ? 0.0f : __expf(s1 - m_new);
+      const float alpha = none ? 1.0f : __expf(m_row[i] - m_new);
+      wps[i * L::kP + lane] = __float2bfloat16_rn(p0);
+      wps[i * L::kP + lane + 32] = __float2bfloat16_rn(p1);
+      l_row[i] = l_row[i] * alpha + warp_sum(p0 + p1);
+      m_row[i] = m_new;
+      if (lane < 16) wscale[i * 16 + lane] = alpha;
     }
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    const float m_new = fmaxf(m, mx);
-    const float alpha = m_new == -INFINITY ? 1.0f : __expf(m - m_new);
-    float sum = 0.0f;
-    bf16* prow = ps + r * L::kP + half * 32;
-    for (int c = 0; c < 32; ++c) {
-      const float pc = m_new == -INFINITY ? 0.0f : __expf(srow[c] - m_new);
-      sum += pc;
-      prow[c] = __float2bfloat16_rn(pc);
-    }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    l = l * alpha + sum;
-    m = m_new;
-    float* orow = os + r * L::kF + half * (D / 2);
-    for (int c = 0; c < D / 2; ++c) orow[c] *= alpha;
     __syncwarp();
-
-    for (int n = 0; n < D / 16; ++n) {  // O[16 rows][n-th 16 columns] += P V
-      FragC acc;
-      float* o = os + warp * 16 * L::kF + n * 16;
-      wmma::load_matrix_sync(acc, o, L::kF, wmma::mem_row_major);
+    FragC alpha_frag;
+    wmma::load_matrix_sync(alpha_frag, wscale, 16, wmma::mem_row_major);
+    for (int n = 0; n < D / 16; ++n) {  // O[16 rows][n-th 16 columns] = alpha O + P V
+      for (int t = 0; t < alpha_frag.num_elements; ++t) o_frag[n].x[t] *= alpha_frag.x[t];
       for (int kk = 0; kk < kTile / 16; ++kk) {
         FragA fa;
         FragB fb;
-        wmma::load_matrix_sync(fa, ps + warp * 16 * L::kP + kk * 16, L::kP);
+        wmma::load_matrix_sync(fa, wps + kk * 16, L::kP);
         wmma::load_matrix_sync(fb, vs + kk * 16 * L::kH + n * 16, L::kH);
-        wmma::mma_sync(acc, fa, fb, acc);
+        wmma::mma_sync(o_frag[n], fa, fb, o_frag[n]);
       }
-      wmma::store_matrix_sync(o, acc, L::kF, wmma::mem_row_major);
     }
     __syncwarp();
   }
-  if (r < rows) {
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    float* dst = out + ((q0 + r) * p.n_heads + h) * D + half * (D / 2);
-    const float* orow = os + r * L::kF + half * (D / 2);
-    for (int c = 0; c < D / 2; ++c) dst[c] = orow[c] * inv;
-    if (half == 0) lse[(q0 + r) * p.n_heads + h] = l > 0.0f ? m + logf(l) : -INFINITY;
+  __syncthreads();  // os overlays K and V
+  for (int n = 0; n < D / 16; ++n)
+    wmma::store_matrix_sync(os + warp * 16 * L::kF + n * 16, o_frag[n], L::kF, wmma::mem_row_major);
+  __syncwarp();
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const int r = warp * 16 + i;
+    if (r >= rows) continue;
+    const float inv = l_row[i] > 0.0f ? 1.0f / l_row[i] : 0.0f;
+    float* dst = out + ((q0 + r) * p.n_heads + h) * D;
+    for (int c = lane; c < D; c += 32) dst[c] = os[r * L::kF + c] * inv;
+    if (lane == 0) lse[(q0 + r) * p.n_heads + h] = l_row[i] > 0.0f ? m_row[i] + logf(l_row[i]) : -INFINITY;
   }
 }
 
-__device__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // delta[w] = dout . out - dlse for each (row, head) w.
 __global__ void delta_kernel(int64_t n, int d, const float* out, const bf16* dout, const float* dlse, float* delta) {
@@ -228,7 +243,6 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t k0 = p.cu_k[b] + tile.start, nk = p.cu_k[b + 1] - p.cu_k[b];
   const int krows = static_cast<int>(nk - tile.start < kTile ? nk - tile.start : kTile);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int r = warp * 16 + lane / 2, half = lane % 2;
 
   load_tile<D>(ks, k, k0, krows, p.n_kv_heads, g);
   load_tile<D>(vs, v, k0, krows, p.n_kv_heads, g);
@@ -254,14 +268,16 @@ __global__ void __launch_bounds__(kThreads)
       rows_times_keys<D>(dos + warp * 16 * L::kH, vs, dps + warp * 16 * L::kS);
       __syncwarp();
 
-      const int64_t vis = r < qrows ? n_visible(p, b, qt + r, nk) : 0;
-      for (int c = 0; c < 32; ++c) {
-        const int col = half * 32 + c;
-        const bool ok = tile.start + col < vis;
-        const float pv = ok ? __expf(ss[r * L::kS + col] * p.scale - lse_s[r]) : 0.0f;
-        const float ds = pv * (dps[r * L::kS + col] - delta_s[r]) * p.scale;
-        ps[r * L::kP + col] = __float2bfloat16_rn(pv);
-        dss[r * L::kP + col] = __float2bfloat16_rn(ds);
+      for (int i = 0; i < 16; ++i) {  // one row at a time, columns lane and lane + 32
+        const int row = warp * 16 + i;
+        const int64_t vis = row < qrows ? n_visible(p, b, qt + row, nk) : 0;
+        for (int col = lane; col < kTile; col += 32) {
+          const bool ok = tile.start + col < vis;
+          const float pv = ok ? __expf(ss[row * L::kS + col] * p.scale - lse_s[row]) : 0.0f;
+          const float ds = pv * (dps[row * L::kS + col] - delta_s[row]) * p.scale;
+          ps[row * L::kP + col] = __float2bfloat16_rn(pv);
+          dss[row * L::kP + col] = __float2bfloat16_rn(ds);
+        }
       }
       __syncthreads();  // dV and dK read every query row's P and dS
 
@@ -320,7 +336,8 @@ __global__ void f32_to_bf16_kernel(const float* src, bf16* dst, int64_t n) {
 template <int D>
 size_t forward_smem() {
   using L = Ld<D>;
-  return kTile * (3 * L::kH * sizeof(bf16) + L::kS * sizeof(float) + L::kP * sizeof(bf16) + L::kF * sizeof(float));
+  static_assert(2 * L::kH * sizeof(bf16) >= L::kF * sizeof(float), "the output overlays K and V");
+  return kTile * (3 * L::kH * sizeof(bf16) + L::kS * sizeof(float) + L::kP * sizeof(bf16)) + kWarps * 256 * sizeof(float);
 }
 
 template <int D>
