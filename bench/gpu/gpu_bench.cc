@@ -22,6 +22,7 @@
 #include <iostream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hdp/config.h"
@@ -93,6 +94,35 @@ double causal_attention_flops(int64_t t, int heads, int head_dim) {
   return 4.0 * double(t) * double(t + 1) / 2.0 * heads * head_dim;
 }
 
+// One row per sequence length: measure(t) returns {forward seconds, backward seconds}. Lengths run
+// smallest first; one whose time, scaled from the last measured by t^2, would pass the budget over
+// its reps + 1 runs is skipped with the prediction.
+nlohmann::json attention_sweep(const std::vector<int64_t>& lengths, int heads, int head_dim, int reps, double budget_s,
+                               const std::function<std::pair<double, double>(int64_t)>& measure) {
+  nlohmann::json rows = nlohmann::json::array();
+  double last_s = 0;
+  int64_t last_t = 0;
+  for (const int64_t t : lengths) {
+    const double predicted = last_t ? last_s * double(t) * double(t) / (double(last_t) * double(last_t)) : 0;
+    if (predicted * (reps + 1) > budget_s) {
+      rows.push_back({{"tokens", t}, {"skipped", "predicted " + std::to_string(predicted) + " s per run"}});
+      continue;
+    }
+    const auto [fwd_s, bwd_s] = measure(t);
+    const double flops = causal_attention_flops(t, heads, head_dim);
+    rows.push_back({{"tokens", t},
+                    {"heads", heads},
+                    {"head_dim", head_dim},
+                    {"forward_s", fwd_s},
+                    {"backward_s", bwd_s},
+                    {"forward_tflops", flops / fwd_s / 1e12},
+                    {"backward_tflops", 2.5 * flops / bwd_s / 1e12}});
+    last_s = fwd_s + bwd_s;
+    last_t = t;
+  }
+  return rows;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -129,16 +159,8 @@ int main(int argc, char** argv) {
   }
   nlohmann::json out = {{"device", device_name}, {"dtype", "f32"}, {"reps", reps}, {"budget_s", budget_s}};
 
-  // ---- attention -----------------------------------------------------------
-  nlohmann::json rows = nlohmann::json::array();
-  double last_s = 0;
-  int64_t last_t = 0;
-  for (const int64_t t : parse_list(attention_tokens)) {
-    const double predicted = last_t ? last_s * double(t) * double(t) / (double(last_t) * double(last_t)) : 0;
-    if (predicted * (reps + 1) > budget_s) {
-      rows.push_back({{"tokens", t}, {"skipped", "predicted " + std::to_string(predicted) + " s per run"}});
-      continue;
-    }
+  // ---- attention (fp32, through the ops) ------------------------------------
+  out["attention"] = attention_sweep(parse_list(attention_tokens), heads, head_dim, reps, budget_s, [&](int64_t t) {
     const Tensor q = random_tensor({t, heads, head_dim}, 1, device), k = random_tensor({t, heads, head_dim}, 2, device),
                  v = random_tensor({t, heads, head_dim}, 3, device), dout = random_tensor({t, heads, head_dim}, 4, device);
     const hdp::ops::AttentionSpec spec = hdp::ops::AttentionSpec::packed({0, static_cast<int32_t>(t)});
@@ -148,30 +170,13 @@ int main(int argc, char** argv) {
                  dv = Tensor::zeros(v.shape(), DType::kF32, device);
     const double bwd_s =
         time_median(device, reps, [&] { hdp::ops::attention_backward(q, k, v, spec, fwd, dout, Tensor(), dq, dk, dv); });
-    const double flops = causal_attention_flops(t, heads, head_dim);
-    rows.push_back({{"tokens", t},
-                    {"heads", heads},
-                    {"head_dim", head_dim},
-                    {"forward_s", fwd_s},
-                    {"backward_s", bwd_s},
-                    {"forward_tflops", flops / fwd_s / 1e12},
-                    {"backward_tflops", 2.5 * flops / bwd_s / 1e12}});
-    last_s = fwd_s + bwd_s;
-    last_t = t;
-  }
-  out["attention"] = rows;
+    return std::pair{fwd_s, bwd_s};
+  });
 
 #if HDP_HAVE_CUDA
   // ---- tensor-core attention (bf16 in, fp32 out) -----------------------------
-  rows = nlohmann::json::array();
-  last_s = 0;
-  last_t = 0;
-  for (const int64_t t : device == Device::kCuda ? parse_list(attention_tokens) : std::vector<int64_t>{}) {
-    const double predicted = last_t ? last_s * double(t) * double(t) / (double(last_t) * double(last_t)) : 0;
-    if (predicted * (reps + 1) > budget_s) {
-      rows.push_back({{"tokens", t}, {"skipped", "predicted " + std::to_string(predicted) + " s per run"}});
-      continue;
-    }
+  const std::vector<int64_t> bf16_lengths = device == Device::kCuda ? parse_list(attention_tokens) : std::vector<int64_t>{};
+  out["attention_bf16"] = attention_sweep(bf16_lengths, heads, head_dim, reps, budget_s, [&](int64_t t) {
     namespace kc = hdp::kernels::cuda;
     const int64_t n = t * heads * head_dim;
     const Tensor qf = random_tensor({t, heads, head_dim}, 1, device), kf = random_tensor({t, heads, head_dim}, 2, device),
@@ -199,22 +204,12 @@ int main(int argc, char** argv) {
       kc::flash_attention_backward(layout, qb.get(), kb.get(), vb.get(), o.data<float>(), lse.data<float>(), db.get(),
                                    nullptr, dq.data<float>(), dk.data<float>(), dv.data<float>());
     });
-    const double flops = causal_attention_flops(t, heads, head_dim);
-    rows.push_back({{"tokens", t},
-                    {"heads", heads},
-                    {"head_dim", head_dim},
-                    {"forward_s", fwd_s},
-                    {"backward_s", bwd_s},
-                    {"forward_tflops", flops / fwd_s / 1e12},
-                    {"backward_tflops", 2.5 * flops / bwd_s / 1e12}});
-    last_s = fwd_s + bwd_s;
-    last_t = t;
-  }
-  out["attention_bf16"] = rows;
+    return std::pair{fwd_s, bwd_s};
+  });
 #endif
 
   // ---- model step ----------------------------------------------------------
-  rows = nlohmann::json::array();
+  nlohmann::json rows = nlohmann::json::array();
   const int64_t n_params = [&] {
     hdp::ops::model::LlamaModel probe_shape(config, DType::kF32, Device::kCpu);
     return probe_shape.params().numel();
