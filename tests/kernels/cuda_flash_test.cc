@@ -18,6 +18,7 @@
 #include "kernels/cuda/flash_attention.h"
 #include "common/error.h"
 #include "ops/attention.h"
+#include "tests/kernels/attention_cases.h"
 #include "tests/ops/grad_check.h"
 
 namespace hdp::ops {
@@ -84,18 +85,10 @@ TEST_F(FlashAttention, ConversionRoundsToNearestEven) {
 }
 
 TEST_F(FlashAttention, ForwardBackwardMatchTheFp32ReferenceOnBf16Inputs) {
-  struct Case {
-    const char* name;
-    AttentionSpec spec;
-    int64_t tq, tk;
-    int heads, kv_heads, head_dim;
-  };
-  const std::vector<Case> cases{{"packed gqa", AttentionSpec::packed({0, 100, 101, 230}), 230, 230, 8, 2, 64},
-                                {"offset block", AttentionSpec::block(70, 200, 90, 150, true), 70, 90, 4, 4, 128},
-                                {"full block", AttentionSpec::block(40, 0, 50, 900, false), 40, 50, 4, 1, 128},
-                                {"long sequence", AttentionSpec::packed({0, 1000}), 1000, 1000, 2, 1, 128}};
+  std::vector<testing::AttentionCase> cases = testing::ring_attention_cases(64, 128, 128);
+  cases.push_back({"long sequence", AttentionSpec::packed({0, 1000}), 1000, 1000, 2, 1, 128});
   uint64_t seed = 10;
-  for (const Case& cs : cases) {
+  for (const testing::AttentionCase& cs : cases) {
     SCOPED_TRACE(cs.name);
     const Tensor q = rounded({cs.tq, cs.heads, cs.head_dim}, seed++), k = rounded({cs.tk, cs.kv_heads, cs.head_dim}, seed++),
                  v = rounded({cs.tk, cs.kv_heads, cs.head_dim}, seed++), dout = rounded(q.shape(), seed++),

@@ -16,6 +16,7 @@
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
 #include "ops/swiglu.h"
+#include "tests/kernels/attention_cases.h"
 #include "tests/ops/grad_check.h"
 
 namespace hdp::ops {
@@ -115,17 +116,8 @@ TEST_F(CudaVsCpu, CrossEntropyAdamWAndNorm) {
 
 // Packed GQA self-attention, and a query block against an offset key block with dlse (ring step).
 TEST_F(CudaVsCpu, AttentionForwardBackwardAndMerge) {
-  struct Case {
-    const char* name;
-    AttentionSpec spec;
-    int64_t tq, tk;
-    int heads, kv_heads, head_dim;
-  };
-  const std::vector<Case> cases{{"packed gqa", AttentionSpec::packed({0, 100, 101, 230}), 230, 230, 8, 2, 64},
-                                {"offset block", AttentionSpec::block(70, 200, 90, 150, true), 70, 90, 4, 4, 128},
-                                {"full block", AttentionSpec::block(40, 0, 50, 900, false), 40, 50, 4, 1, 32}};
   uint64_t seed = 20;
-  for (const Case& cs : cases) {
+  for (const testing::AttentionCase& cs : testing::ring_attention_cases(64, 128, 32)) {
     const Tensor q = rnd({cs.tq, cs.heads, cs.head_dim}, seed++), k = rnd({cs.tk, cs.kv_heads, cs.head_dim}, seed++),
                  v = rnd({cs.tk, cs.kv_heads, cs.head_dim}, seed++), dout = rnd(q.shape(), seed++),
                  dlse = rnd({cs.tq, cs.heads}, seed++);
