@@ -89,9 +89,13 @@ class SupervisedWorkers final : public NodeWorkers {
 class GenerationWatcher {
  public:
   using Clock = std::chrono::steady_clock;
-  GenerationWatcher(std::shared_ptr<Store> store, asio::io_context& io,
-                    std::function<void(std::optional<std::int64_t>)> on_read)
-      : store_(std::move(store)), watch_(store_), io_(io), on_read_(std::move(on_read)), thread_([this] { run(); }) {}
+  GenerationWatcher(std::shared_ptr<Store> store, std::shared_ptr<elastic::GenerationRecords> records,
+                    asio::io_context& io, std::function<void(std::optional<std::int64_t>)> on_read)
+      : store_(std::move(store)),
+        watch_(store_, std::move(records)),
+        io_(io),
+        on_read_(std::move(on_read)),
+        thread_([this] { run(); }) {}
   ~GenerationWatcher() { stop(); }
 
   void allow_until(Clock::time_point deadline) {
@@ -177,7 +181,7 @@ class Agent {
         channel_(io_, options.timing.heartbeat),
         workers_(options, supervisor_, metrics, channel_),
         control_(control_options(options), store, workers_),
-        watcher_(store, io_, [this](std::optional<std::int64_t> g) { on_watch(g); }) {}
+        watcher_(store, control_.records(), io_, [this](std::optional<std::int64_t> g) { on_watch(g); }) {}
 
   AgentOutcome run() {
     control_.register_node();
@@ -220,10 +224,17 @@ class Agent {
     }
   }
 
+  // The newest generation to the workers, with its record when this agent holds it (the watch
+  // derived it from the stream, or the membership check read it).
+  void tell_workers() {
+    const std::int64_t g = control_.last_generation();
+    channel_.publish(g, control_.records()->get(g));
+  }
+
   // The leader's tick (every 200 ms, lease/10 for short leases), while this agent leads.
   void lead() {
     if (!control([&] { control_.lead(); })) return;
-    channel_.publish(control_.last_generation());
+    tell_workers();
     if (!control_.leading()) {
       leading_ = false;
       return;
@@ -244,7 +255,7 @@ class Agent {
     if (outcome_ || error_) return;
     if (generation) {
       if (!control([&] { control_.notified(*generation); })) return;
-      channel_.publish(control_.last_generation());
+      tell_workers();
     }
     grant_watch();
   }
@@ -271,7 +282,7 @@ class Agent {
                         .restarts_total = supervisor_.restarts_total()});
     }
     if (control_.member_id() != member) notify_status("re-registered as " + control_.member_id());
-    channel_.publish(control_.last_generation());  // the fallback to the watch: `gen` as read now
+    tell_workers();  // the fallback to the watch: `gen` as read now
     if (control_.leading() && !leading_) {
       leading_ = true;
       lead();

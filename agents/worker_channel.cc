@@ -19,8 +19,10 @@ using local = asio::local::stream_protocol;
 struct WorkerChannel::Peer {
   explicit Peer(local::socket s) : socket(std::move(s)) {}
   local::socket socket;
-  bool writing = false;      // a line is in flight
-  std::string pending;       // the newest state, to send once the line in flight is written
+  bool writing = false;        // a message is in flight
+  bool dirty = false;          // the state changed meanwhile: send it once the write completes
+  bool greeted = false;        // the hello line went out
+  std::int64_t record_for = 0;  // the generation whose record this worker was sent
   std::string in_flight;
   char discard[64];          // what a worker writes (nothing, by the protocol) is read and dropped
 };
@@ -74,7 +76,7 @@ void WorkerChannel::accept() {
     auto peer = std::make_shared<Peer>(std::move(socket));
     peers_.push_back(peer);
     log()->debug("worker channel {}: a worker connected ({} now); generation {}", name_, peers_.size(), generation_);
-    send(peer, elastic::agent_channel::hello_line(keepalive_) + elastic::agent_channel::generation_line(generation_));
+    send(peer);
     drop_input(peer);
     accept();
   });
@@ -94,13 +96,29 @@ void WorkerChannel::drop_input(const std::shared_ptr<Peer>& peer) {
   });
 }
 
-void WorkerChannel::send(const std::shared_ptr<Peer>& peer, std::string line) {
+// The whole state for this worker: the hello line first, the record of the generation when held
+// and not yet sent to it, then the generation line (after the record, so that a worker that reads
+// the generation already has its record).
+std::string WorkerChannel::message_for(Peer& peer) const {
+  std::string message;
+  if (!peer.greeted) message = elastic::agent_channel::hello_line(keepalive_);
+  peer.greeted = true;
+  if (record_ && peer.record_for != generation_) {
+    message += elastic::agent_channel::record_line(generation_, record_->encoded.size());
+    message += record_->encoded;
+    peer.record_for = generation_;
+  }
+  return message + elastic::agent_channel::generation_line(generation_);
+}
+
+void WorkerChannel::send(const std::shared_ptr<Peer>& peer) {
   if (peer->writing) {
-    peer->pending = std::move(line);  // each line is the whole state: the newest one is enough
+    peer->dirty = true;  // composed when the write in flight completes: the newest state is enough
     return;
   }
   peer->writing = true;
-  peer->in_flight = std::move(line);
+  peer->dirty = false;
+  peer->in_flight = message_for(*peer);
   asio::async_write(peer->socket, asio::buffer(peer->in_flight), [this, peer, alive = std::weak_ptr<bool>(alive_)](
                                                                      const boost::system::error_code& error, std::size_t) {
     if (alive.expired()) return;
@@ -111,20 +129,23 @@ void WorkerChannel::send(const std::shared_ptr<Peer>& peer, std::string line) {
       std::erase(peers_, peer);
       return;
     }
-    if (!peer->pending.empty()) send(peer, std::exchange(peer->pending, std::string()));
+    if (peer->dirty) send(peer);
   });
 }
 
 void WorkerChannel::send_all() {
-  const std::string line = elastic::agent_channel::generation_line(generation_);
   const auto peers = peers_;  // send() may erase from peers_
-  for (const auto& peer : peers) send(peer, line);
+  for (const auto& peer : peers) send(peer);
 }
 
-void WorkerChannel::publish(std::int64_t generation) {
-  if (generation <= generation_) return;
-  log()->debug("worker channel {}: generation {} to {} worker(s)", name_, generation, peers_.size());
+void WorkerChannel::publish(std::int64_t generation, std::shared_ptr<const elastic::HeldRecord> record) {
+  if (record && record->generation.number != generation) record.reset();
+  if (generation < generation_ || (generation == generation_ && (!record || record_))) return;
+  log()->debug("worker channel {}: generation {}{} to {} worker(s)", name_, generation, record ? " and its record" : "",
+               peers_.size());
+  if (generation > generation_) record_.reset();
   generation_ = generation;
+  if (record) record_ = std::move(record);
   send_all();
 }
 

@@ -4,9 +4,11 @@
 // abstract unix socket, named after the agent's pid and a random suffix, on the agent's Asio
 // thread. Every worker that connects gets the hello line and the newest generation at once, then
 // each change (publish()) and, every keepalive interval, the newest generation again, so that a
-// worker tells a stopped agent from a quiet job. Writes never block the agent: a worker that does
-// not read (stopped) has at most one line in flight, and gets the newest state when it reads
-// again; a worker that closes its end is forgotten. It may be destroyed while `io` still runs.
+// worker tells a stopped agent from a quiet job. With the generation goes its record, once per
+// worker, when the agent holds it. Writes never block the agent: a worker that does not read
+// (stopped) has at most one message in flight, and gets the newest state when it reads again (the
+// message is composed when its write starts); a worker that closes its end is forgotten. It may
+// be destroyed while `io` still runs.
 #pragma once
 
 #include <chrono>
@@ -18,6 +20,8 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/steady_timer.hpp>
+
+#include "elastic/generation_records.h"
 
 namespace hdp::agents {
 
@@ -31,8 +35,9 @@ class WorkerChannel {
 
   // The value of HDP_AGENT_CHANNEL: "@<abstract name>".
   const std::string& name() const { return name_; }
-  // Tells every worker the newest generation (a no-op unless it is newer than the last one told).
-  void publish(std::int64_t generation);
+  // Tells every worker the newest generation, and its record when `record` is that generation's (a
+  // no-op unless the generation is newer than the last one told, or its record is new).
+  void publish(std::int64_t generation, std::shared_ptr<const elastic::HeldRecord> record = nullptr);
   std::int64_t generation() const { return generation_; }
   std::size_t workers() const { return peers_.size(); }
   // Closes the socket and every worker's connection.
@@ -42,7 +47,8 @@ class WorkerChannel {
   struct Peer;
   void accept();
   void drop_input(const std::shared_ptr<Peer>& peer);
-  void send(const std::shared_ptr<Peer>& peer, std::string line);
+  void send(const std::shared_ptr<Peer>& peer);
+  std::string message_for(Peer& peer) const;
   void send_all();
   void keep_alive();
 
@@ -53,6 +59,7 @@ class WorkerChannel {
   boost::asio::steady_timer timer_;
   std::vector<std::shared_ptr<Peer>> peers_;
   std::int64_t generation_ = 0;
+  std::shared_ptr<const elastic::HeldRecord> record_;  // generation_'s, when held
   // Expires when the channel is destroyed: a handler that io_ runs after that (an aborted accept,
   // read or write) returns at once.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);

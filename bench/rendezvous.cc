@@ -12,12 +12,16 @@
 //      alone (the leader idle for that window);
 //   3. after one agent dies (its connection closed, its heartbeats stopped): the time from its lease
 //      expiring to the generation without it (detection + publication), to every live agent
-//      knowing that generation (notification), and to every live agent having read its record
-//      (gen:<g>, whose size grows with the nodes).
-// Usage: rendezvous [--nodes 1536] [--slots 8] [--lease-ms 5000] [--threads 8] [--steady-s 10] [--pin] [--no-records] [--json]
-// --no-records: the simulated agents learn each generation's number but do not read its record
-// (gen:<g>, about 115 bytes per node), which every real agent does: at 12,500 nodes those reads
-// take Redis minutes (docs/performance.md), and this measures the rest without them.
+//      knowing that generation (notification), and to every live agent knowing its record: derived
+//      from the stream entry's delta over the record it holds (no read; the harness checks the
+//      delta once, byte for byte), or read (gen:<g>, about 115 bytes per node).
+// Usage: rendezvous [--nodes 1536] [--slots 8] [--lease-ms 5000] [--threads 8] [--steady-s 10] [--pin]
+//                   [--no-records | --first-record-given] [--json]
+// --no-records: the simulated agents learn each generation's number but know no record.
+// --first-record-given: the first generation's record is given to each agent rather than read
+// (every agent reads it once at a job's start: at 12,500 nodes, 18 GB through this one bench
+// process take longer than the rest is about; docs/performance.md); the changes after it are
+// still derived or read as the agent does.
 // --pin puts redis-server on CPU 0 and the simulated agents on the other CPUs, so that the Redis
 // CPU figure is not inflated by the load generator sharing its core (on a 2-core machine).
 #include <sched.h>
@@ -58,6 +62,11 @@ struct Settings {
 };
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Agents that know generation g's record: read it, derived it from the stream's delta, or were given it.
+int records_known(const bench::SimulatedAgents::Known& known) {
+  return known.records_read + known.records_derived + known.records_given;
+}
 
 // The harness's own connections (registration, the leader, the monitor) wait out a busy server:
 // at 12,500 nodes the agents' reads of a new generation's record keep Redis busy for seconds.
@@ -130,9 +139,10 @@ int main(int argc, char** argv) {
   app.add_option("--lease-ms", s.lease_ms)->check(CLI::Range(500, 600000));
   app.add_option("--threads", s.threads, "connections that register the nodes")->check(CLI::Range(1, 256));
   app.add_option("--steady-s", s.steady_s)->check(CLI::Range(1, 3600));
-  bool json = false, pin = false, no_records = false;
+  bool json = false, pin = false, no_records = false, first_record_given = false;
   app.add_flag("--json", json);
   app.add_flag("--no-records", no_records, "the simulated agents do not read each new generation's record");
+  app.add_flag("--first-record-given", first_record_given, "the first record is given to the agents, not read");
   app.add_flag("--pin", pin, "redis-server on CPU 0, the simulated agents on the others");
   CLI11_PARSE(app, argc, argv);
   set_log_level("warn");
@@ -178,7 +188,8 @@ int main(int argc, char** argv) {
   for (auto& slice : slices) lease_keys.insert(lease_keys.end(), slice.begin(), slice.end());
   const auto prefix = elastic::keys::job_namespace("bench");
   bench::SimulatedAgents agents(
-      {.port = redis.port(), .prefix = prefix, .lease = lease, .heartbeat = timing.heartbeat, .read_records = !no_records},
+      {.port = redis.port(), .prefix = prefix, .lease = lease, .heartbeat = timing.heartbeat, .read_records = !no_records,
+       .read_first_record = !first_record_given},
       lease_keys);
 
   // The leader: lease + membership controller, ticking as the agent's leader does.
@@ -215,16 +226,17 @@ int main(int argc, char** argv) {
   std::size_t record_bytes = 0;
   if (!no_records) {
     bench::SimulatedAgents::Known known;
-    while ((known = agents.known(generation)).records_read < agents.live()) {
+    while (records_known(known = agents.known(generation)) < agents.live()) {
       if (Clock::now() - first_published > std::chrono::seconds(600)) {
-        std::cerr << "rendezvous: only " << known.records_read << " of " << agents.live()
-                  << " agents had read the first generation's record after 600 s\n";
+        std::cerr << "rendezvous: only " << records_known(known) << " of " << agents.live()
+                  << " agents knew the first generation's record after 600 s\n";
         return 1;
       }
       tick();
       std::this_thread::sleep_for(timing.leader_tick);
     }
-    first_records_s = seconds(known.last_record - first_published);
+    // Given records are not a measurement: -1.
+    first_records_s = first_record_given ? -1 : seconds(known.last_record - first_published);
     record_bytes = known.record_bytes;
   }
   const double redis_memory_peak = [&] {
@@ -278,16 +290,40 @@ int main(int argc, char** argv) {
   }
   const double detect_publish_s = seconds(published - expiry);
   const double every_agent_knows_s = seconds(known.last - expiry);
-  // Then each agent reads the generation's record (the agent's membership check).
-  while (!no_records && (known = agents.known(generation)).records_read < agents.live()) {
+  // Then each agent knows the generation's record (the agent's membership check): derived from the
+  // stream entry's delta, or read.
+  while (!no_records && records_known(known = agents.known(generation)) < agents.live()) {
     if (Clock::now() - published > std::chrono::seconds(600)) {
-      std::cerr << "rendezvous: only " << known.records_read << " of " << agents.live()
-                << " agents had read the record of generation " << generation << " 600 s after it was published\n";
+      std::cerr << "rendezvous: only " << records_known(known) << " of " << agents.live()
+                << " agents knew the record of generation " << generation << " 600 s after it was published\n";
       return 1;
     }
     std::this_thread::sleep_for(milliseconds(5));
   }
   const double every_agent_read_record_s = no_records ? -1 : seconds(known.last_record - expiry);
+  const int change_records_read = known.records_read, change_records_derived = known.records_derived;
+  // The delta every agent applied (without reading), checked once here: applied to the record
+  // before, it gives the record the leader stored, byte for byte.
+  bool delta_checked = false;
+  if (!no_records && change_records_derived > 0) {
+    const auto entry = leader_store->stream_tail(elastic::keys::kGenerationLog, 1);
+    auto field = [&](const char* name) -> std::string {
+      for (const auto& [k, v] : entry.at(0).fields) if (k == name) return v;
+      return "";
+    };
+    const auto stored = leader_store->get(elastic::keys::generation(generation));
+    const auto before = leader_store->get(elastic::keys::generation(before_generation));
+    if (!stored || !before) {
+      std::cerr << "rendezvous: the records of generations " << before_generation << " and " << generation << " are not both stored\n";
+      return 1;
+    }
+    const elastic::Generation derived = elastic::apply_delta(elastic::decode_generation(*before, "gen"), generation, field("delta"), "generations");
+    if (elastic::encode(derived) != *stored || field("digest") != elastic::record_digest(*stored)) {
+      std::cerr << "rendezvous: the delta of generation " << generation << " does not give its record\n";
+      return 1;
+    }
+    delta_checked = true;
+  }
 
   nlohmann::json result = {{"nodes", s.nodes},
                            {"pinned", pin},
@@ -305,7 +341,11 @@ int main(int argc, char** argv) {
                            {"lease_expiry_to_next_generation_s", detect_publish_s},
                            {"lease_expiry_to_every_agent_knows_s", every_agent_knows_s},
                            {"lease_expiry_to_every_agent_read_the_record_s", every_agent_read_record_s},
-                           {"records_read", !no_records},
+                           {"records_known", !no_records},
+                           {"first_record_given", first_record_given},
+                           {"change_records_read", change_records_read},
+                           {"change_records_derived_from_the_delta", change_records_derived},
+                           {"delta_checked", delta_checked},
                            {"generation_record_bytes", record_bytes},
                            {"first_generation_published_to_every_agent_read_its_record_s", first_records_s},
                            {"redis_used_memory_peak_bytes", redis_memory_peak},
@@ -319,7 +359,7 @@ int main(int argc, char** argv) {
               << "  all registered after              " << registered_s << " s\n"
               << "  first generation (all) after      " << first_generation_s << " s (settle window 1 s)\n"
               << "  ... every agent read its record   " << first_records_s << " s later (" << record_bytes
-              << " bytes; -1: --no-records); Redis memory peak " << redis_memory_peak / 1e6 << " MB\n"
+              << " bytes; -1: --no-records or --first-record-given); Redis memory peak " << redis_memory_peak / 1e6 << " MB\n"
               << "  steady state                      " << steady.commands_per_s << " commands/s, "
               << steady.core_fraction * 100 << "% of one Redis core, " << steady.connections << " connections, "
               << steady.blocked << " blocked on the stream\n"
@@ -328,7 +368,8 @@ int main(int argc, char** argv) {
               << "  lease expiry -> next generation   " << detect_publish_s << " s\n"
               << "  lease expiry -> every agent knows " << every_agent_knows_s << " s (" << known.by_stream << " of "
               << agents.live() << " told by the stream)\n"
-              << "  ... every agent read its record   " << every_agent_read_record_s << " s\n";
+              << "  ... every agent knew its record   " << every_agent_read_record_s << " s (" << change_records_derived
+              << " derived from the delta, " << change_records_read << " read; delta checked: " << delta_checked << ")\n";
   }
   return 0;
 }

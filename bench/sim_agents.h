@@ -8,8 +8,10 @@
 //     until shortly before the next heartbeat (min(100 ms, period/10) before), read again at once
 //     after an entry arrives;
 //   - a generation learned either way is recorded with the time it was learned; then the agent
-//     reads its record (GET gen:<g>), as MembershipAgent::check_membership does to find whether
-//     it is a member, and the time that read's reply arrived is recorded too.
+//     knows its record: from the stream entry's delta when it holds the record the delta is over
+//     (GenerationRecords::apply, no command); when it learned g from the heartbeat, from the
+//     stream's tail (XREVRANGE, elastic::catch_up); else by reading it (GET gen:<g>), as
+//     MembershipAgent::check_membership does. The time it knew the record is recorded too.
 // Commands are formatted and replies parsed by hiredis (redisFormatCommandArgv, redisReader).
 // The workers are not simulated here: a real agent relays the generation to its workers over a
 // unix socket, which costs Redis nothing (tests/agents/notification_test.cc checks that workers
@@ -38,6 +40,10 @@ struct SimAgentsOptions {
   std::chrono::milliseconds lease{5000};
   std::chrono::milliseconds heartbeat{1666};
   bool read_records = true;  // read gen:<g> after learning g, as the agent does
+  // false: the first record an agent learns of is given to it, not read (bench/rendezvous
+  // --first-record-given: at 12,500 nodes its distribution through this one bench process takes
+  // longer than the phases after it are about; docs/performance.md).
+  bool read_first_record = true;
 };
 
 class SimulatedAgents {
@@ -62,7 +68,9 @@ class SimulatedAgents {
     int by_stream = 0;
     Clock::time_point last{};
     int records_read = 0;            // agents whose GET gen:<g> was answered
-    Clock::time_point last_record{};  // when the last of them was
+    int records_derived = 0;         // agents that derived it from the stream's deltas
+    int records_given = 0;           // agents given it (read_first_record false)
+    Clock::time_point last_record{};  // when the last of them (read or derived) knew it
     std::size_t record_bytes = 0;    // the record's size, as read
   };
   Known known(std::int64_t g) const;
@@ -76,7 +84,7 @@ class SimulatedAgents {
   void heartbeat(Agent& agent, Clock::time_point now);
   void watch(Agent& agent, Clock::time_point now);
   void send(Agent& agent, const std::vector<std::vector<std::string>>& commands);
-  void learned(Agent& agent, std::int64_t g, bool by_stream, Clock::time_point now);
+  void learned(Agent& agent, std::int64_t g, bool by_stream, Clock::time_point now, std::int64_t delta_base = 0);
   // After a reply was handled: reads the record of a generation just learned, else goes on
   // (a heartbeat when it is due, else the stream).
   void next(Agent& agent, Clock::time_point now);

@@ -34,6 +34,10 @@ std::string hello_line(std::chrono::milliseconds keepalive) {
 
 std::string generation_line(std::int64_t generation) { return "gen " + std::to_string(generation) + "\n"; }
 
+std::string record_line(std::int64_t generation, std::size_t bytes) {
+  return "record " + std::to_string(generation) + " " + std::to_string(bytes) + "\n";
+}
+
 Line parse_line(std::string_view line) {
   auto bad = [&] {
     return InvalidArgument("agent channel: unexpected line " + quote_value(line.substr(0, kMaxLine)));
@@ -49,6 +53,14 @@ Line parse_line(std::string_view line) {
     auto generation = parse_number(line.substr(4));
     if (!generation) throw bad();
     return Line{.kind = Line::Kind::kGeneration, .generation = *generation};
+  }
+  if (line.starts_with("record ")) {
+    const std::string_view rest = line.substr(7);
+    const std::size_t space = rest.find(' ');
+    if (space == std::string_view::npos) throw bad();
+    auto generation = parse_number(rest.substr(0, space)), bytes = parse_number(rest.substr(space + 1));
+    if (!generation || *generation < 1 || !bytes || static_cast<std::uint64_t>(*bytes) > kMaxRecordBytes) throw bad();
+    return Line{.kind = Line::Kind::kRecord, .generation = *generation, .bytes = static_cast<std::size_t>(*bytes)};
   }
   throw bad();
 }
@@ -127,6 +139,11 @@ std::string AgentChannel::lost_because() const {
   return "";
 }
 
+std::shared_ptr<const std::string> AgentChannel::record(std::int64_t g) const {
+  std::lock_guard lock(mutex_);
+  return record_generation_ == g ? record_ : nullptr;
+}
+
 void AgentChannel::wait_for_change(std::int64_t known, std::chrono::milliseconds timeout) const {
   std::unique_lock lock(mutex_);
   changed_.wait_for(lock, timeout, [&] { return stop_ || (connected_ && generation_ && *generation_ != known); });
@@ -180,7 +197,11 @@ void AgentChannel::run() {
 
 void AgentChannel::serve(int socket) {
   std::string buffer;
-  char chunk[512];
+  // After a record line: its bytes are still coming.
+  bool in_record = false;
+  std::int64_t record_generation = 0;
+  std::size_t record_bytes = 0;
+  char chunk[64 * 1024];
   while (!stop_) {
     pollfd entry{.fd = socket, .events = POLLIN, .revents = 0};
     const int ready = ::poll(&entry, 1, 100);
@@ -193,7 +214,22 @@ void AgentChannel::serve(int socket) {
       return;
     }
     buffer.append(chunk, static_cast<std::size_t>(got));
-    for (std::size_t newline; (newline = buffer.find('\n')) != std::string::npos;) {
+    for (;;) {
+      if (in_record) {  // the record's bytes, then lines again
+        if (buffer.size() < record_bytes) break;
+        auto bytes = std::make_shared<const std::string>(buffer.substr(0, record_bytes));
+        buffer.erase(0, record_bytes);
+        {
+          std::lock_guard lock(mutex_);
+          record_generation_ = record_generation;
+          record_ = std::move(bytes);
+        }
+        heard(std::nullopt);
+        in_record = false;
+        continue;
+      }
+      const std::size_t newline = buffer.find('\n');
+      if (newline == std::string::npos) break;
       const std::string line = buffer.substr(0, newline);
       buffer.erase(0, newline + 1);
       try {
@@ -204,6 +240,10 @@ void AgentChannel::serve(int socket) {
             keepalive_ = parsed.keepalive;
           }
           heard(std::nullopt);
+        } else if (parsed.kind == agent_channel::Line::Kind::kRecord) {
+          in_record = true;
+          record_generation = parsed.generation;
+          record_bytes = parsed.bytes;
         } else {
           heard(parsed.generation);
         }
@@ -217,7 +257,7 @@ void AgentChannel::serve(int socket) {
       }
     }
     // A line without its end beyond the limit: drop what came so far (it is garbage).
-    if (buffer.size() > agent_channel::kMaxLine) {
+    if (!in_record && buffer.size() > agent_channel::kMaxLine) {
       ++bad_lines_;
       buffer.clear();
     }

@@ -4,11 +4,14 @@
 // asking Redis. The agent (agents/worker_channel.h) listens on an abstract unix socket whose name
 // it passes in HDP_AGENT_CHANNEL (elastic/worker_env.h) and writes, to every worker connected:
 //
-//   hdp-agent 1 <keepalive_ms>\n     once, first: the protocol and how often the agent writes
+//   hdp-agent 2 <keepalive_ms>\n     once, first: the protocol and how often the agent writes
+//   record <g> <n>\n<n bytes>         generation g's record (gen:<g>'s value) when the agent holds
+//                                    it, once per worker and generation, before its `gen` line
 //   gen <g>\n                        the newest generation the agent knows (0: none yet), at
 //                                    connection, at every change, and every keepalive_ms
 //
-// Each line is the whole state, so a worker that missed one loses nothing. The worker writes
+// Each `gen` line is the whole state, so a worker that missed one loses nothing; a worker that has
+// no record of g (the agent held none, or it was lost) reads gen:<g> itself. The worker writes
 // nothing. Both ends include this header: the line formats and the bounds below are the contract.
 //
 // The worker's side, AgentChannel, keeps one connection open on its own thread and reconnects
@@ -24,6 +27,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -34,22 +38,26 @@ namespace hdp::elastic {
 
 namespace agent_channel {
 inline constexpr std::string_view kMagic = "hdp-agent";
-inline constexpr int kVersion = 1;
+inline constexpr int kVersion = 2;
 // The channel counts as lost after this many keepalive intervals without a line (plus 1 s for
 // scheduling), and a worker gives up on an agent it has lost for longer than kAgentChannelLimit.
 inline constexpr int kSilenceKeepalives = 3;
 inline constexpr std::chrono::milliseconds kAgentChannelLimit{30000};
 inline constexpr std::size_t kMaxLine = 128;  // longer lines are garbage
+// A record larger than this is garbage (12,500 nodes take ~1.4 MB).
+inline constexpr std::size_t kMaxRecordBytes = 256u << 20;
 
 std::string hello_line(std::chrono::milliseconds keepalive);
 std::string generation_line(std::int64_t generation);
+std::string record_line(std::int64_t generation, std::size_t bytes);
 
-// One parsed line. Throws InvalidArgument for a line that is neither (quoted, cut at kMaxLine).
+// One parsed line. Throws InvalidArgument for a line that is none of these (quoted, cut at kMaxLine).
 struct Line {
-  enum class Kind { kHello, kGeneration };
+  enum class Kind { kHello, kGeneration, kRecord };
   Kind kind = Kind::kGeneration;
   std::chrono::milliseconds keepalive{0};  // kHello
-  std::int64_t generation = 0;             // kGeneration
+  std::int64_t generation = 0;             // kGeneration, kRecord
+  std::size_t bytes = 0;                   // kRecord: the record's size, which follows the line
 };
 Line parse_line(std::string_view line);
 }  // namespace agent_channel
@@ -72,6 +80,8 @@ class AgentChannel {
   // How long the channel has been lost (zero while it is not), and why (empty while it is not).
   std::chrono::milliseconds lost_for() const;
   std::string lost_because() const;
+  // The record of generation g the agent sent, when it sent that generation's.
+  std::shared_ptr<const std::string> record(std::int64_t g) const;
   // Blocks until the announced generation differs from `known` (or the channel's state changes),
   // at most `timeout`.
   void wait_for_change(std::int64_t known, std::chrono::milliseconds timeout) const;
@@ -90,6 +100,8 @@ class AgentChannel {
   mutable std::condition_variable changed_;
   bool connected_ = false;                        // guarded by mutex_
   std::optional<std::int64_t> generation_;        // guarded by mutex_
+  std::int64_t record_generation_ = 0;              // guarded by mutex_
+  std::shared_ptr<const std::string> record_;     // guarded by mutex_
   std::chrono::milliseconds keepalive_{1000};     // guarded by mutex_
   Clock::time_point last_line_{};                 // guarded by mutex_
   Clock::time_point lost_since_ = Clock::now();   // guarded by mutex_

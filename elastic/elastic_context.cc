@@ -76,9 +76,8 @@ Membership ElasticContext::wait_for_next(std::int64_t after, std::chrono::millis
       known = g;
       if (g > after) {
         const std::string key = keys::generation(g);
-        auto values = store_->multi_get({key, keys::broken(g)});
-        const auto& record = values[0];
-        if (record && !values[1]) {
+        const auto [record, broken] = read_record(g);
+        if (record && !broken) {
           Generation generation = decode_generation(*record, key);
           if (generation.number != g) {
             throw InvalidArgument("invalid value in Redis key " + quote_value(key) + ": it describes generation " +
@@ -112,6 +111,17 @@ Membership ElasticContext::wait_for_next(std::int64_t after, std::chrono::millis
     const auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     wait_for_generation_change(known, std::clamp(remaining, std::chrono::milliseconds(1), std::chrono::milliseconds(500)));
   }
+}
+
+// Generation g's record, from the agent's channel when it sent it (else gen:<g>), and whether g
+// is marked broken: the record's bytes come from Redis only when the agent could not relay them.
+std::pair<std::shared_ptr<const std::string>, bool> ElasticContext::read_record(std::int64_t g) const {
+  if (channel_) {
+    if (auto relayed = channel_->record(g)) return {std::move(relayed), store_->get(keys::broken(g)).has_value()};
+  }
+  auto values = store_->multi_get({keys::generation(g), keys::broken(g)});
+  auto record = values[0] ? std::make_shared<const std::string>(std::move(*values[0])) : nullptr;
+  return {std::move(record), values[1].has_value()};
 }
 
 void ElasticContext::wait_for_generation_change(std::int64_t known, std::chrono::milliseconds timeout) const {
@@ -160,9 +170,9 @@ bool ElasticContext::changed(const Membership& m) {
 bool ElasticContext::same_workers(const Membership& m, std::int64_t g) const {
   try {
     const std::string key = keys::generation(g);
-    auto values = store_->multi_get({key, keys::broken(g)});
-    if (!values[0] || values[1]) return false;
-    const Generation next = decode_generation(*values[0], key);
+    const auto [record, broken] = read_record(g);
+    if (!record || broken) return false;
+    const Generation next = decode_generation(*record, key);
     if (next.number != g || next.status != GenerationStatus::kRunning) return false;
     auto workers = [](const Generation& generation) {
       std::set<std::tuple<std::string, std::string, int>> set;

@@ -24,6 +24,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "common/error.h"
 #include "elastic/agent_channel.h"
@@ -143,6 +144,7 @@ class ElasticContext {
   // announcement wakes it at once; without a channel it sleeps min(50 ms, timeout) (the store is
   // polled).
   void wait_for_generation_change(std::int64_t known, std::chrono::milliseconds timeout) const;
+  std::pair<std::shared_ptr<const std::string>, bool> read_record(std::int64_t g) const;
 
   std::shared_ptr<Store> store_;
   WorkerIdentity identity_;

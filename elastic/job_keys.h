@@ -19,10 +19,14 @@ inline constexpr const char* kEvents = "events";      // capped stream
 inline constexpr const char* kSamples = "samples";    // capped stream: one entry per training step (rank 0)
 inline constexpr const char* kOutcome = "outcome";    // "completed" once the job is done; ends publishing
 inline constexpr const char* kEvictions = "evictions";  // JSON: evicted node/slots and their cool-downs (leader)
-// Capped stream: one entry {gen: <g>} per published generation, appended in the publishing commit.
-// Agents block on it (Store::stream_read) to learn of a new generation without polling.
+// Capped stream: one entry {gen: <g>, digest: <xxh64 of gen:<g>>, delta: <change over g-1's record,
+// when small>} per published generation, appended in the publishing commit. Agents block on it
+// (Store::stream_read) to learn of a new generation, and its record, without polling or reading it.
 inline constexpr const char* kGenerationLog = "generations";
 inline constexpr std::size_t kGenerationLogLength = 16;
+// A delta larger than this is left out of the entry (every agent reads every entry): its readers
+// read gen:<g> instead. A node lost or joined takes ~100 bytes.
+inline constexpr std::size_t kMaxDeltaBytes = 16 * 1024;
 
 inline std::string generation(std::int64_t g) { return "gen:" + std::to_string(g); }
 // Prefix under which a generation's communicator bootstrap lives (each rank's address record per

@@ -1,9 +1,13 @@
 #include "elastic/membership.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cstdio>
 #include <limits>
+#include <unordered_map>
 
 #include <nlohmann/json.hpp>
 
@@ -108,6 +112,18 @@ constexpr int kMaxSlotsPerNode = 1024;
 // More members than this is garbage: it would take a JSON document of tens of megabytes, and
 // members x kMaxSlotsPerNode still fits an int world size.
 constexpr std::size_t kMaxMembers = 1 << 20;
+
+// A record's or a delta's status, joins_seen and created_ms into `out`; its `members` array.
+const json& scalars_and_members(const json& value, std::string_view what, Generation& out) {
+  const auto status = field<std::string>(value, "status", what);
+  if (status != "running" && status != "waiting") bad(what, "status " + quote_value(status) + " is not running or waiting");
+  out.status = status == "running" ? GenerationStatus::kRunning : GenerationStatus::kWaiting;
+  out.joins_seen = bounded(value, "joins_seen", what, 0, kMaxJoinCount);
+  out.created_ms = bounded(value, "created_ms", what, 0, std::numeric_limits<std::int64_t>::max());
+  auto members = value.find("members");
+  if (members == value.end() || !members->is_array()) bad(what, "field 'members' is not an array");
+  return *members;
+}
 
 constexpr std::int64_t kMaxCooldownMs = std::int64_t{1000} * 3600 * 24 * 365;  // a year
 
@@ -270,6 +286,78 @@ std::string encode(const Generation& generation) {
       .dump();
 }
 
+// The delta: {"base": g, "members": [[first, count] | {node, incarnation, host, slots}, ...],
+// "status", "joins_seen", "created_ms"}. A member equal to the base's (identity, host, slots)
+// extends or starts a run; any other is written whole. Ranks are renumbered on apply.
+std::optional<std::string> encode_delta(const Generation& base, const Generation& next, std::size_t max_bytes) {
+  if (base.number <= 0) return std::nullopt;
+  std::unordered_map<std::string_view, std::size_t> index;
+  for (std::size_t i = 0; i < base.members.size(); ++i) index.emplace(base.members[i].node, i);
+  json members = json::array();
+  std::size_t run_first = 0, run_count = 0;  // the run being extended, when run_count > 0
+  auto flush = [&] {
+    if (run_count > 0) members.push_back(json::array({run_first, run_count}));
+    run_count = 0;
+  };
+  for (const Member& m : next.members) {
+    auto it = index.find(m.node);
+    const bool same = it != index.end() && base.members[it->second].same_identity(m) &&
+                      base.members[it->second].host == m.host && base.members[it->second].slots == m.slots;
+    if (same && run_count > 0 && run_first + run_count == it->second) {
+      ++run_count;
+      continue;
+    }
+    flush();
+    if (same) {
+      run_first = it->second;
+      run_count = 1;
+    } else {
+      members.push_back({{"node", m.node}, {"incarnation", m.incarnation}, {"host", m.host}, {"slots", m.slots}});
+    }
+  }
+  flush();
+  std::string out = json{{"base", base.number}, {"members", members}, {"status", encode(next.status)},
+                         {"joins_seen", next.joins_seen}, {"created_ms", next.created_ms}}
+                        .dump();
+  if (out.size() > max_bytes) return std::nullopt;
+  return out;
+}
+
+Generation apply_delta(const Generation& base, std::int64_t number, std::string_view delta, std::string_view what) {
+  json value = parse(delta, what);
+  if (bounded(value, "base", what, 1, kMaxGeneration) != base.number) bad(what, "the delta is not over the record held");
+  if (number <= base.number || number > kMaxGeneration) bad(what, "the delta's generation is not above its base");
+  Generation out;
+  out.number = number;
+  const json& members = scalars_and_members(value, what, out);
+  for (const auto& entry : members) {
+    if (entry.is_array()) {
+      if (entry.size() != 2 || !in_range(entry[0], 0, kMaxMembers) || !in_range(entry[1], 1, kMaxMembers)) {
+        bad(what, "a run of members is not [first, count]");
+      }
+      const auto first = entry[0].get<std::size_t>(), count = entry[1].get<std::size_t>();
+      if (first + count > base.members.size()) bad(what, "a run of members lies outside the base record");
+      out.members.insert(out.members.end(), base.members.begin() + static_cast<std::ptrdiff_t>(first),
+                         base.members.begin() + static_cast<std::ptrdiff_t>(first + count));
+    } else if (entry.is_object()) {
+      out.members.push_back(Member{field<std::string>(entry, "node", what), field<std::string>(entry, "incarnation", what),
+                                   field<std::string>(entry, "host", what),
+                                   slot_list(entry, "slots", what, kMaxSlotsPerNode), 0});
+    } else {
+      bad(what, "a member is neither a run nor an object");
+    }
+    if (out.members.size() > kMaxMembers) bad(what, "the delta lists more than " + std::to_string(kMaxMembers) + " members");
+  }
+  out.assign_ranks();
+  return out;
+}
+
+std::string record_digest(std::string_view encoded) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(XXH64(encoded.data(), encoded.size(), 0)));
+  return hex;
+}
+
 JobConfig decode_job_config(std::string_view text, std::string_view what) {
   json value = parse(text, what);
   JobConfig config{field<int>(value, "min_nodes", what), field<int>(value, "max_nodes", what)};
@@ -299,15 +387,9 @@ Generation decode_generation(std::string_view text, std::string_view what) {
   json value = parse(text, what);
   Generation generation;
   generation.number = bounded(value, "generation", what, 1, kMaxGeneration);
-  const auto status = field<std::string>(value, "status", what);
-  if (status != "running" && status != "waiting") bad(what, "status " + quote_value(status) + " is not running or waiting");
-  generation.status = status == "running" ? GenerationStatus::kRunning : GenerationStatus::kWaiting;
-  generation.joins_seen = bounded(value, "joins_seen", what, 0, kMaxJoinCount);
-  generation.created_ms = bounded(value, "created_ms", what, 0, std::numeric_limits<std::int64_t>::max());
-  auto members = value.find("members");
-  if (members == value.end() || !members->is_array()) bad(what, "field 'members' is not an array");
-  if (members->size() > kMaxMembers) bad(what, "field 'members' lists more than " + std::to_string(kMaxMembers));
-  for (const auto& entry : *members) {
+  const json& members = scalars_and_members(value, what, generation);
+  if (members.size() > kMaxMembers) bad(what, "field 'members' lists more than " + std::to_string(kMaxMembers));
+  for (const auto& entry : members) {
     if (!entry.is_object()) bad(what, "a member is not an object");
     Member member{field<std::string>(entry, "node", what), field<std::string>(entry, "incarnation", what),
                   field<std::string>(entry, "host", what), slot_list(entry, "slots", what, kMaxSlotsPerNode),

@@ -4,6 +4,8 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/text.h"
+#include "elastic/generation_watch.h"
 #include "elastic/job_keys.h"
 
 namespace hdp::elastic {
@@ -143,7 +145,8 @@ void MembershipAgent::observe_generation(const std::optional<std::string>& numbe
 // lease value overwritten, a leader that lost its announcement or its view of `gen`) announces
 // its join again — at once when a generation without it is published after its last
 // announcement, else at most once per lease. The leader treats a known identity as one
-// candidate, so announcing again is idempotent. Costs one GET of `gen:<g>` per generation seen.
+// candidate, so announcing again is idempotent. Costs one GET of `gen:<g>` per generation seen,
+// unless the watch derived the record from the stream's delta (elastic/generation_records.h).
 void MembershipAgent::check_membership(const std::optional<std::string>& value) {
   std::int64_t number = 0;
   if (value) {
@@ -157,10 +160,21 @@ void MembershipAgent::check_membership(const std::optional<std::string>& value) 
     bool member = false;
     View view{.generation = number};
     if (number > 0) {
-      const std::string key = keys::generation(number);
-      auto record = store_->get(key);
-      if (!record) return;  // the leader reports this; look again at the next heartbeat
-      const Generation generation = decode_generation(*record, key);  // garbage: guarded() logs it
+      std::shared_ptr<const HeldRecord> held = records_->get(number);
+      if (!held && records_->held_generation() > 0) held = catch_up(*store_, *records_, number);  // learned from `gen`
+      if (!held) {  // no delta derived it (the first, a gap, a large change): read it
+        const std::string key = keys::generation(number);
+        auto record = store_->get(key);
+        if (!record) return;  // the leader reports this; look again at the next heartbeat
+        Generation read = decode_generation(*record, key);  // garbage: guarded() logs it
+        if (read.number != number) {
+          throw InvalidArgument("invalid value in Redis key " + quote_value(key) + ": it describes generation " +
+                                std::to_string(read.number));
+        }
+        held = records_->put(std::move(read), std::move(*record));
+        if (held->generation.number != number) return;  // a newer one is held already: look again
+      }
+      const Generation& generation = held->generation;
       const auto& mine = lease();
       member = std::any_of(generation.members.begin(), generation.members.end(), [&](const Member& m) {
         return m.node == mine.node && m.incarnation == mine.incarnation;

@@ -37,6 +37,7 @@
 #include "elastic/job_state.h"
 #include "elastic/leader_lease.h"
 #include "elastic/lease_timing.h"
+#include "elastic/generation_records.h"
 #include "elastic/membership.h"
 #include "elastic/membership_controller.h"
 #include "elastic/node_registration.h"
@@ -75,8 +76,11 @@ class MembershipAgent {
   // decode, StoreUnavailable when the store cannot be reached.
   void register_node();
   void heartbeat();
+  // The generation record this agent holds: the watch applies the stream's deltas to it, the
+  // membership check reads gen:<g> only when it holds no record of g, the workers get it from here.
+  const std::shared_ptr<GenerationRecords>& records() const { return records_; }
   // The agent was told (GenerationWatch) that generation `g` was published: remembers it and
-  // checks the membership at once (reads gen:<g>, announces the join again when it is without
+  // checks the membership at once (reads gen:<g> unless held, announces the join again when it is without
   // this node), as the next heartbeat would. Errors are handled as a heartbeat's.
   void notified(std::int64_t g);
   // One leader tick: renews the leader lease and runs the membership controller. A no-op unless
@@ -125,6 +129,7 @@ class MembershipAgent {
   std::unique_ptr<MembershipController> controller_;  // while leader
   JobState job_state_;
   bool draining_ = false;
+  std::shared_ptr<GenerationRecords> records_ = std::make_shared<GenerationRecords>();
   std::int64_t last_generation_ = 0;
   std::optional<std::string> bad_generation_logged_;  // the last `gen` value observe_generation() refused
   // check_membership(): the generation last read and whether this incarnation is in it; when and

@@ -484,7 +484,7 @@ std::optional<std::int64_t> MembershipController::publish(std::vector<Member> me
   }
   txn.require(keys::kLeader, leader_id_).require_absent(keys::kOutcome);
   txn.add(Write::set(keys::kGeneration, std::to_string(next.number)))
-      .add(Write::set(keys::generation(next.number), encode(next)));
+      .add(Write::set(keys::generation(next.number), encode(next)));  // (the same bytes as `encoded` below)
   // The previous record stays readable for an hour, for workers still catching up and for people.
   if (current_.number > 0) txn.add(Write::expire(keys::generation(current_.number), std::chrono::hours(1)));
   const std::string world = std::to_string(next.world_size());
@@ -498,7 +498,13 @@ std::optional<std::int64_t> MembershipController::publish(std::vector<Member> me
                                  {"status", encode(next.status)},
                                  {"members", node_list(next.members)},
                                  {"standby", std::to_string(standby.size())}}));
-  txn.add(Write::stream_append(keys::kGenerationLog, {{"gen", std::to_string(next.number)}}, keys::kGenerationLogLength));
+  // The stream entry tells agents the record too: its digest and, over the record before, the
+  // change (elastic/membership.h, "A generation record by difference").
+  const std::string encoded = encode(next);
+  std::vector<std::pair<std::string, std::string>> entry{{"gen", std::to_string(next.number)},
+                                                         {"digest", record_digest(encoded)}};
+  if (auto delta = encode_delta(current_, next, keys::kMaxDeltaBytes)) entry.emplace_back("delta", std::move(*delta));
+  txn.add(Write::stream_append(keys::kGenerationLog, std::move(entry), keys::kGenerationLogLength));
   for (auto& write : extra) txn.add(std::move(write));
   if (!commit_with_job_state(*store_, txn)) return std::nullopt;  // another leader or a newer generation: re-read next tick
   log()->info("published generation {}: {} node(s), world size {}, {} [{}]", next.number, next.members.size(), world,

@@ -62,7 +62,9 @@ class AgentEnd {
     channel_.reset();
   }
   const std::string& name() { return channel_->name(); }
-  void publish(std::int64_t g) { on_io([&] { channel_->publish(g); }); }
+  void publish(std::int64_t g, std::shared_ptr<const elastic::HeldRecord> record = nullptr) {
+    on_io([&] { channel_->publish(g, record); });
+  }
   void close() { on_io([&] { channel_->close(); }); }
   std::size_t workers() {
     std::size_t n = 0;
@@ -120,8 +122,13 @@ TEST(AgentChannelLines, RoundTripAndGarbageIsRefused) {
   EXPECT_EQ(parsed.keepalive, 1500ms);
   auto gen = ac::generation_line(42);
   EXPECT_EQ(ac::parse_line(gen.substr(0, gen.size() - 1)).generation, 42);
-  for (const char* bad : {"", "gen", "gen -1", "gen 1x", "gen 99999999999999999999", "hdp-agent 2 100", "hdp-agent 1 0",
-                          "hdp-agent 1", "GEN 1", "gen  1"}) {
+  auto record = ac::parse_line(ac::record_line(7, 1234).substr(0, ac::record_line(7, 1234).size() - 1));
+  EXPECT_EQ(record.kind, ac::Line::Kind::kRecord);
+  EXPECT_EQ(record.generation, 7);
+  EXPECT_EQ(record.bytes, 1234u);
+  for (const char* bad : {"", "gen", "gen -1", "gen 1x", "gen 99999999999999999999", "hdp-agent 3 100", "hdp-agent 1 100",
+                          "hdp-agent 2 0", "hdp-agent 2", "GEN 1", "gen  1", "record 1", "record 0 5", "record 1 -1",
+                          "record 1 5x", "record 1 999999999999"}) {
     EXPECT_THROW(ac::parse_line(bad), InvalidArgument) << bad;
   }
   EXPECT_THROW(ac::parse_line("gen " + std::string(200, '1')), InvalidArgument);
@@ -229,6 +236,82 @@ TEST(WorkerChannel, AWorkerThatLostItsAgentForLongerThanTheLimitGivesUpNamingThe
   EXPECT_THROW(ctx.wait_for_next(1, 5s), Error);
   // The store was never read for the generation: the channel is the only source.
   EXPECT_EQ(store->get(elastic::keys::kGeneration), std::nullopt);
+}
+
+// The record of the generation goes to each worker once, before its generation line (a worker that
+// sees g has g's record), also to a worker that connects later and when the agent gets the record
+// after the number; a record of 12,500 nodes (~1.5 MB) arrives whole, and a fake agent's record
+// line followed by its bytes and more lines parses.
+TEST(WorkerChannel, TheGenerationsRecordGoesToEveryWorkerBeforeItsNumber) {
+  auto record_of = [](std::int64_t g, int nodes) {
+    elastic::Generation generation;
+    generation.number = g;
+    for (int i = 0; i < nodes; ++i) {
+      generation.members.push_back({"node-" + std::to_string(i), "inc", "10.1.2.3", {0, 1, 2, 3, 4, 5, 6, 7}, 0});
+    }
+    generation.assign_ranks();
+    std::string encoded = elastic::encode(generation);
+    return std::make_shared<const elastic::HeldRecord>(elastic::HeldRecord{std::move(generation), std::move(encoded)});
+  };
+  AgentEnd agent(1000ms);
+  const auto five = record_of(5, 3);
+  agent.publish(5, five);
+  AgentChannel first(agent.name());
+  ASSERT_TRUE(eventually([&] { return first.generation() == 5; }, 1s));
+  ASSERT_NE(first.record(5), nullptr);  // already there when the number is
+  EXPECT_EQ(*first.record(5), five->encoded);
+
+  agent.publish(6);  // the number before the record: the worker has none of 6 yet
+  ASSERT_TRUE(eventually([&] { return first.generation() == 6; }, 1s));
+  EXPECT_EQ(first.record(6), nullptr);
+  const auto six = record_of(6, 12'500);
+  ASSERT_GT(six->encoded.size(), 1'000'000u);
+  agent.publish(6, six);
+  ASSERT_TRUE(eventually([&] { return first.record(6) != nullptr; }, 2s));
+  EXPECT_EQ(*first.record(6), six->encoded);
+  AgentChannel later(agent.name());  // connects after: gets the record with the number
+  ASSERT_TRUE(eventually([&] { return later.generation() == 6; }, 2s));
+  ASSERT_NE(later.record(6), nullptr);
+  EXPECT_EQ(*later.record(6), six->encoded);
+  EXPECT_EQ(first.bad_lines(), 0);
+  EXPECT_EQ(later.bad_lines(), 0);
+
+  FakeAgent fake;
+  AgentChannel worker(fake.name());
+  fake.accept();
+  namespace ac = elastic::agent_channel;
+  fake.write(ac::hello_line(1000ms) + ac::record_line(9, 11) + "hello\nworld" + ac::generation_line(9) + "gen x\n");
+  ASSERT_TRUE(eventually([&] { return worker.generation() == 9; }, 1s));
+  ASSERT_NE(worker.record(9), nullptr);
+  EXPECT_EQ(*worker.record(9), "hello\nworld");  // bytes, newlines included, are not lines
+  ASSERT_TRUE(eventually([&] { return worker.bad_lines() == 1; }, 1s));  // "gen x"
+}
+
+// A worker takes its membership from the record its agent relayed: the store holds no gen:<g>
+// (reading it would find nothing and wait), and the worker joins generation 5 at once. Without a
+// relayed record it reads gen:<g> from the store as before.
+TEST(WorkerChannel, AWorkerJoinsFromTheRelayedRecordWithoutReadingItFromTheStore) {
+  elastic::Generation five;
+  five.number = 5;
+  five.members.push_back({"n", "i", "127.0.0.1", {0, 1}, 0});
+  five.members.push_back({"m", "j", "127.0.0.2", {0, 1}, 0});
+  five.assign_ranks();
+  AgentEnd agent(1000ms);
+  agent.publish(5, std::make_shared<const elastic::HeldRecord>(elastic::HeldRecord{five, elastic::encode(five)}));
+  auto store = std::make_shared<elastic::MemoryStore>();
+  elastic::WorkerIdentity identity{.job = "job", .node = "m", .incarnation = "j", .local_rank = 1,
+                                   .agent_channel = agent.name()};
+  elastic::ElasticContext ctx(store, identity);
+  const elastic::Membership m = ctx.wait_for_next(0, 5s);
+  EXPECT_EQ(m.generation, 5);
+  EXPECT_EQ(m.rank, 3);
+  EXPECT_EQ(m.world_size, 4);
+  EXPECT_EQ(store->get(elastic::keys::generation(5)), std::nullopt);
+
+  agent.publish(6);  // no record relayed: the worker reads gen:6
+  five.number = 6;
+  store->set(elastic::keys::generation(6), elastic::encode(five));
+  EXPECT_EQ(ctx.wait_for_next(5, 5s).generation, 6);
 }
 
 }  // namespace
