@@ -11,7 +11,8 @@
  * into its rows of the output, which stay in registers (accumulator fragments) until the end.
  *
  * Backward (FlashAttention-2): one block per (64-key tile, kv head). It keeps dK and dV of its keys
- * in shared memory and walks every query tile (of every query head in the GQA group) that sees them:
+ * in registers (each warp 16 key rows, as accumulator fragments) and walks every query tile (of
+ * every query head in the GQA group) that sees them:
  * S = Q K^T and dP = dO V^T by query rows, P = exp(S - lse), dS = P (dP - delta) scale, then
  * dV += P^T dO and dK += dS^T Q by key rows, and dQ = dS K added to global memory with atomics.
  */
@@ -217,6 +218,15 @@ __global__ void delta_kernel(int64_t n, int d, const float* out, const bf16* dou
   if (threadIdx.x % 32 == 0) delta[w] = s - (dlse ? dlse[w] : 0.0f);
 }
 
+// dst[row0 + r][head] += src[r] for the block's first `rows` rows of a [*, heads, D] fp32 tensor.
+template <int D>
+__device__ void add_rows(float* dst, const float* src, int64_t row0, int rows, int heads, int head) {
+  for (int i = threadIdx.x; i < rows * D; i += kThreads) {
+    const int row = i / D, c = i % D;
+    dst[((row0 + row) * heads + head) * D + c] += src[row * Ld<D>::kF + c];
+  }
+}
+
 template <int D>
 __global__ void __launch_bounds__(kThreads)
     backward_kernel(Params p, const bf16* q, const bf16* k, const bf16* v, const float* lse, const bf16* dout,
@@ -227,9 +237,7 @@ __global__ void __launch_bounds__(kThreads)
   bf16* vs = ks + kTile * L::kH;
   bf16* qs = vs + kTile * L::kH;
   bf16* dos = qs + kTile * L::kH;
-  float* dks = reinterpret_cast<float*>(dos + kTile * L::kH);
-  float* dvs = dks + kTile * L::kF;
-  float* ss = dvs + kTile * L::kF;
+  float* ss = reinterpret_cast<float*>(dos + kTile * L::kH);
   float* dps = ss + kTile * L::kS;
   float* dqs = ss;  // dQ of a query tile reuses S and dP once P and dS are written (2 kS >= kF)
   bf16* ps = reinterpret_cast<bf16*>(dps + kTile * L::kS);
@@ -246,7 +254,13 @@ __global__ void __launch_bounds__(kThreads)
 
   load_tile<D>(ks, k, k0, krows, p.n_kv_heads, g);
   load_tile<D>(vs, v, k0, krows, p.n_kv_heads, g);
-  for (int i = threadIdx.x; i < kTile * L::kF; i += kThreads) dks[i] = dvs[i] = 0.0f;
+  // The warp's 16 key rows of dK and dV stay in accumulator fragments until the end.
+  FragC acc_k[D / 16], acc_v[D / 16];
+#pragma unroll
+  for (int n = 0; n < D / 16; ++n) {
+    wmma::fill_fragment(acc_k[n], 0.0f);
+    wmma::fill_fragment(acc_v[n], 0.0f);
+  }
   // Causal: query rows before `first` see none of these keys (the rows seeing a key form a suffix).
   int64_t first = 0;
   if (p.causal) {
@@ -281,24 +295,18 @@ __global__ void __launch_bounds__(kThreads)
       }
       __syncthreads();  // dV and dK read every query row's P and dS
 
-      for (int n = 0; n < D / 16; ++n) {  // key rows warp*16..: dV += P^T dO, dK += dS^T Q
-        FragC acc_v, acc_k;
-        float* dvo = dvs + warp * 16 * L::kF + n * 16;
-        float* dko = dks + warp * 16 * L::kF + n * 16;
-        wmma::load_matrix_sync(acc_v, dvo, L::kF, wmma::mem_row_major);
-        wmma::load_matrix_sync(acc_k, dko, L::kF, wmma::mem_row_major);
-        for (int kk = 0; kk < kTile / 16; ++kk) {
-          FragAt pt, dst;
+      for (int kk = 0; kk < kTile / 16; ++kk) {  // key rows warp*16..: dV += P^T dO, dK += dS^T Q
+        FragAt pt, dst;
+        wmma::load_matrix_sync(pt, ps + kk * 16 * L::kP + warp * 16, L::kP);
+        wmma::load_matrix_sync(dst, dss + kk * 16 * L::kP + warp * 16, L::kP);
+#pragma unroll
+        for (int n = 0; n < D / 16; ++n) {
           FragB fdo, fq;
-          wmma::load_matrix_sync(pt, ps + kk * 16 * L::kP + warp * 16, L::kP);
-          wmma::load_matrix_sync(dst, dss + kk * 16 * L::kP + warp * 16, L::kP);
           wmma::load_matrix_sync(fdo, dos + kk * 16 * L::kH + n * 16, L::kH);
           wmma::load_matrix_sync(fq, qs + kk * 16 * L::kH + n * 16, L::kH);
-          wmma::mma_sync(acc_v, pt, fdo, acc_v);
-          wmma::mma_sync(acc_k, dst, fq, acc_k);
+          wmma::mma_sync(acc_v[n], pt, fdo, acc_v[n]);
+          wmma::mma_sync(acc_k[n], dst, fq, acc_k[n]);
         }
-        wmma::store_matrix_sync(dvo, acc_v, L::kF, wmma::mem_row_major);
-        wmma::store_matrix_sync(dko, acc_k, L::kF, wmma::mem_row_major);
       }
       for (int n = 0; n < D / 16; ++n) {  // query rows warp*16..: dQ = dS K
         FragC acc;
@@ -319,13 +327,20 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
+  // dK, then dV, through shared memory (over K and V, which are done) to global memory.
+  float* staged = reinterpret_cast<float*>(ks);
   __syncthreads();
-  for (int i = threadIdx.x; i < krows * D; i += kThreads) {
-    const int row = i / D, c = i % D;
-    const int64_t at = ((k0 + row) * p.n_kv_heads + g) * D + c;
-    dk[at] += dks[row * L::kF + c];
-    dv[at] += dvs[row * L::kF + c];
-  }
+#pragma unroll
+  for (int n = 0; n < D / 16; ++n)
+    wmma::store_matrix_sync(staged + warp * 16 * L::kF + n * 16, acc_k[n], L::kF, wmma::mem_row_major);
+  __syncthreads();
+  add_rows<D>(dk, staged, k0, krows, p.n_kv_heads, g);
+  __syncthreads();
+#pragma unroll
+  for (int n = 0; n < D / 16; ++n)
+    wmma::store_matrix_sync(staged + warp * 16 * L::kF + n * 16, acc_v[n], L::kF, wmma::mem_row_major);
+  __syncthreads();
+  add_rows<D>(dv, staged, k0, krows, p.n_kv_heads, g);
 }
 
 __global__ void f32_to_bf16_kernel(const float* src, bf16* dst, int64_t n) {
@@ -344,8 +359,8 @@ template <int D>
 size_t backward_smem() {
   using L = Ld<D>;
   static_assert(2 * L::kS >= L::kF, "dQ reuses the S and dP buffers");
-  return kTile * (4 * L::kH * sizeof(bf16) + 2 * L::kF * sizeof(float) + 2 * L::kS * sizeof(float) +
-                  2 * L::kP * sizeof(bf16) + 2 * sizeof(float));
+  static_assert(2 * L::kH * sizeof(bf16) >= L::kF * sizeof(float), "dK and dV leave through K and V's buffers");
+  return kTile * (4 * L::kH * sizeof(bf16) + 2 * L::kS * sizeof(float) + 2 * L::kP * sizeof(bf16) + 2 * sizeof(float));
 }
 
 // The layout's tables on the device, with the tiles of query rows or key rows.
