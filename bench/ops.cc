@@ -101,7 +101,7 @@ BENCHMARK(linear)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(9)
 constexpr int kHeads = 4;
 constexpr int kHeadDim = 128;
 
-double attention_flops(int64_t t) { return 4.0 * kHeadDim * kHeads * double(t) * double(t + 1) / 2; }
+double attention_flops(int64_t t) { return hdp::ops::model::causal_attention_flops(t, kHeads, kHeadDim); }
 
 struct AttentionInputs {
   Tensor q, k, v, dout;
@@ -138,9 +138,7 @@ void model_step(benchmark::State& state) {
   std::vector<int32_t> doc(kTokens);
   for (int64_t i = 0; i < kTokens; ++i) doc[size_t(i)] = int32_t((i * 7 + i / 13) % 256);
   const hdp::ops::model::Batch batch = hdp::ops::model::pack_documents({doc});
-  // Forward + backward = 3x the forward's FLOPs (GEMMs and attention alike).
-  const double attn = 4.0 * config.head_dim() * config.n_heads * double(kTokens) * (kTokens + 1) / 2;
-  const double flops = 3.0 * (double(config.weight_flops_per_token()) * kTokens + config.n_layers * attn);
+  const double flops = config.step_flops(kTokens);
   run_timed(state, flops, [&] {
     model.zero_grad();
     model.forward(batch);

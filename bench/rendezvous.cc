@@ -317,9 +317,14 @@ int main(int argc, char** argv) {
       std::cerr << "rendezvous: the records of generations " << before_generation << " and " << generation << " are not both stored\n";
       return 1;
     }
-    const elastic::Generation derived = elastic::apply_delta(elastic::decode_generation(*before, "gen"), generation, field("delta"), "generations");
-    if (elastic::encode(derived) != *stored || field("digest") != elastic::record_digest(*stored)) {
-      std::cerr << "rendezvous: the delta of generation " << generation << " does not give its record\n";
+    try {
+      const elastic::Generation derived =
+          elastic::apply_delta(elastic::decode_generation(*before, "gen"), generation, field("delta"), "generations");
+      if (elastic::encode(derived) != *stored || field("digest") != elastic::record_digest(*stored)) {
+        throw InvalidArgument("it gives another record");
+      }
+    } catch (const InvalidArgument& e) {
+      std::cerr << "rendezvous: the delta of generation " << generation << " does not give its record: " << e.what() << "\n";
       return 1;
     }
     delta_checked = true;

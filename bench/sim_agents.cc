@@ -68,12 +68,24 @@ std::int64_t to_generation(const redisReply* reply) {
   return std::strtoll(reply->str, nullptr, 10);
 }
 
-// The base generation a stream entry's delta is over ({"base": g, ...}); 0 when it does not parse.
-std::int64_t delta_base(const redisReply* reply) {
-  if (reply->type != REDIS_REPLY_STRING) return 0;
-  const auto value = nlohmann::json::parse(std::string_view(reply->str, reply->len), nullptr, false);
-  if (!value.is_object() || !value.contains("base") || !value["base"].is_number_integer()) return 0;
-  return value["base"].get<std::int64_t>();
+// A stream entry's fields (name, value, ...): the generation it announces, and the base its delta is
+// over ({"base": g, ...}); 0 for what is missing or does not parse.
+struct EntryFields {
+  std::int64_t gen = 0, delta_base = 0;
+};
+EntryFields entry_fields(const redisReply* fields) {
+  EntryFields out;
+  for (std::size_t f = 0; f + 1 < fields->elements; f += 2) {
+    const redisReply* value = fields->element[f + 1];
+    if (std::strcmp(fields->element[f]->str, "gen") == 0) out.gen = to_generation(value);
+    if (std::strcmp(fields->element[f]->str, "delta") == 0 && value->type == REDIS_REPLY_STRING) {
+      const auto delta = nlohmann::json::parse(std::string_view(value->str, value->len), nullptr, false);
+      if (delta.is_object() && delta.contains("base") && delta["base"].is_number_integer()) {
+        out.delta_base = delta["base"].get<std::int64_t>();
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -247,13 +259,8 @@ void SimulatedAgents::on_reply(Agent& agent, redisReply* reply, Clock::time_poin
         for (std::size_t e = 0; e < entries->elements; ++e) {
           const redisReply* entry = entries->element[e];
           agent.last_id = entry->element[0]->str;
-          const redisReply* fields = entry->element[1];
-          std::int64_t g = 0, base = 0;
-          for (std::size_t f = 0; f + 1 < fields->elements; f += 2) {
-            if (std::strcmp(fields->element[f]->str, "gen") == 0) g = to_generation(fields->element[f + 1]);
-            if (std::strcmp(fields->element[f]->str, "delta") == 0) base = delta_base(fields->element[f + 1]);
-          }
-          if (g > 0) learned(agent, g, true, now, base);
+          const EntryFields fields = entry_fields(entry->element[1]);
+          if (fields.gen > 0) learned(agent, fields.gen, true, now, fields.delta_base);
         }
         if (!agent.beat_due && agent.record_due == 0) {
           watch(agent, now);  // read on at once, as the agent re-grants after a notice
@@ -266,13 +273,8 @@ void SimulatedAgents::on_reply(Agent& agent, redisReply* reply, Clock::time_poin
       if (reply->type == REDIS_REPLY_ARRAY) {
         // Newest first: apply the deltas oldest first, each over the record held.
         for (std::size_t e = reply->elements; e-- > 0;) {
-          const redisReply* fields = reply->element[e]->element[1];
-          std::int64_t g = 0, base = 0;
-          for (std::size_t f = 0; f + 1 < fields->elements; f += 2) {
-            if (std::strcmp(fields->element[f]->str, "gen") == 0) g = to_generation(fields->element[f + 1]);
-            if (std::strcmp(fields->element[f]->str, "delta") == 0) base = delta_base(fields->element[f + 1]);
-          }
-          if (g > agent.held && base > 0 && base == agent.held) agent.held = g;
+          const EntryFields fields = entry_fields(reply->element[e]->element[1]);
+          if (fields.gen > agent.held && fields.delta_base > 0 && fields.delta_base == agent.held) agent.held = fields.gen;
         }
         if (agent.held >= agent.record_due) {
           std::lock_guard lock(mutex_);

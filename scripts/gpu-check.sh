@@ -45,9 +45,14 @@ unpack() {
   for deb in .gpu-deps/*.deb; do
     if command -v dpkg-deb >/dev/null; then
       dpkg-deb -x "$deb" "$deps_root" || return 1
-    else  # a .deb is an ar archive holding data.tar.*
-      (cd "$deps_root" && ar p "$OLDPWD/$deb" "$(ar t "$OLDPWD/$deb" | grep '^data.tar')" | tar -x -a -f - 2>/dev/null ||
-        ar p "$OLDPWD/$deb" "$(ar t "$OLDPWD/$deb" | grep '^data.tar')" | tar -xJ) || return 1
+    else  # a .deb is an ar archive holding data.tar.{xz,zst,gz}
+      local member
+      member=$(ar t "$deb" | grep '^data\.tar') || return 1
+      case "$member" in
+        *.xz) ar p "$deb" "$member" | tar -xJ -C "$deps_root" ;;
+        *.zst) ar p "$deb" "$member" | tar --zstd -x -C "$deps_root" ;;
+        *) ar p "$deb" "$member" | tar -xz -C "$deps_root" ;;
+      esac || return 1
     fi
   done
   ls "$deps_root/usr/lib/x86_64-linux-gnu"

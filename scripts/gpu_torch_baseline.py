@@ -8,7 +8,8 @@
              lm_head) in eager PyTorch: forward, backward and AdamW (fused), in f32 and with bf16
              autocast.
 
-FLOPs are counted exactly as bench/gpu/gpu_bench.cc counts them; every figure is the median of
+FLOPs are counted as hdp counts them (ops/model/llama_config.cc: causal_attention_flops,
+LlamaConfig::step_flops); every figure is the median of
 --reps timed runs after one warm-up. Prints JSON; an error in one part is recorded in the JSON and
 the other parts still run.
 """
@@ -132,7 +133,7 @@ def model_step(cfg, t, dtype_name, reps):
             loss = model(tokens, targets)
         loss.backward()
         opt.step()
-        loss_box[0] = loss
+        loss_box[0] = loss.detach()
 
     step_s = timed(step, reps)
     n_params = sum(p.numel() for p in model.parameters())

@@ -4,7 +4,7 @@
 //   attention  causal packed self-attention of one sequence of T tokens, forward and backward
 //              (the kernels ring attention calls), TFLOP/s counting only the unmasked half;
 //   model      one training step of a LLaMA (forward, backward, AdamW over every parameter) on
-//              T tokens: tokens/s and model FLOP/s (6 * weight FLOPs per token + attention's).
+//              T tokens: tokens/s and model FLOP/s (LlamaConfig::step_flops).
 //
 // Each figure is the median of --reps timed runs after one warm-up, timed on the host around a
 // device synchronisation. Sizes run smallest first and a size is skipped when the one before it,
@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/median.h"
 #include "hdp/config.h"
 #include "ops/adamw.h"
 #include "ops/attention.h"
@@ -72,26 +73,7 @@ double time_median(Device device, int reps, const std::function<void()>& fn) {
     sync(device);
     s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
-  std::sort(s.begin(), s.end());
-  return s[s.size() / 2];
-}
-
-std::vector<int64_t> parse_list(const std::string& text) {
-  std::vector<int64_t> out;
-  size_t at = 0;
-  while (at < text.size()) {
-    const size_t comma = text.find(',', at);
-    out.push_back(std::stoll(text.substr(at, comma == std::string::npos ? std::string::npos : comma - at)));
-    if (comma == std::string::npos) break;
-    at = comma + 1;
-  }
-  return out;
-}
-
-// FLOPs of causal attention over one sequence of t tokens: QK^T and PV over the t(t+1)/2 visible
-// pairs, 2 FLOPs per multiply-add; the backward counts 2.5 times that (five products against two).
-double causal_attention_flops(int64_t t, int heads, int head_dim) {
-  return 4.0 * double(t) * double(t + 1) / 2.0 * heads * head_dim;
+  return hdp::median(std::move(s));
 }
 
 // One row per sequence length: measure(t) returns {forward seconds, backward seconds}. Lengths run
@@ -109,7 +91,7 @@ nlohmann::json attention_sweep(const std::vector<int64_t>& lengths, int heads, i
       continue;
     }
     const auto [fwd_s, bwd_s] = measure(t);
-    const double flops = causal_attention_flops(t, heads, head_dim);
+    const double flops = hdp::ops::model::causal_attention_flops(t, heads, head_dim);
     rows.push_back({{"tokens", t},
                     {"heads", heads},
                     {"head_dim", head_dim},
@@ -127,7 +109,8 @@ nlohmann::json attention_sweep(const std::vector<int64_t>& lengths, int heads, i
 
 int main(int argc, char** argv) {
   CLI::App app{"bench_gpu: hdp's kernels on one device (JSON on stdout)"};
-  std::string device_name = "cuda", attention_tokens = "4096,8192,16384,32768", model_tokens = "8192";
+  std::string device_name = "cuda";
+  std::vector<int64_t> attention_tokens{4096, 8192, 16384, 32768}, model_tokens{8192};
   int heads = 16, head_dim = 128, reps = 3;
   double budget_s = 60;
   hdp::ops::model::LlamaConfig config;
@@ -138,10 +121,10 @@ int main(int argc, char** argv) {
   config.n_kv_heads = 4;
   config.ffn_dim = 5632;
   app.add_option("--device", device_name, "cuda or cpu (the rehearsal)")->check(CLI::IsMember({"cuda", "cpu"}));
-  app.add_option("--attention-tokens", attention_tokens, "sequence lengths, comma-separated");
+  app.add_option("--attention-tokens", attention_tokens, "sequence lengths, comma-separated")->delimiter(',');
   app.add_option("--heads", heads, "attention heads (and KV heads) of the attention benchmark");
   app.add_option("--head-dim", head_dim, "head dimension of the attention benchmark");
-  app.add_option("--model-tokens", model_tokens, "tokens per micro-batch of the model step, comma-separated");
+  app.add_option("--model-tokens", model_tokens, "tokens per micro-batch of the model step, comma-separated")->delimiter(',');
   app.add_option("--vocab", config.vocab_size);
   app.add_option("--d-model", config.d_model);
   app.add_option("--layers", config.n_layers);
@@ -160,7 +143,7 @@ int main(int argc, char** argv) {
   nlohmann::json out = {{"device", device_name}, {"dtype", "f32"}, {"reps", reps}, {"budget_s", budget_s}};
 
   // ---- attention (fp32, through the ops) ------------------------------------
-  out["attention"] = attention_sweep(parse_list(attention_tokens), heads, head_dim, reps, budget_s, [&](int64_t t) {
+  out["attention"] = attention_sweep(attention_tokens, heads, head_dim, reps, budget_s, [&](int64_t t) {
     const Tensor q = random_tensor({t, heads, head_dim}, 1, device), k = random_tensor({t, heads, head_dim}, 2, device),
                  v = random_tensor({t, heads, head_dim}, 3, device), dout = random_tensor({t, heads, head_dim}, 4, device);
     const hdp::ops::AttentionSpec spec = hdp::ops::AttentionSpec::packed({0, static_cast<int32_t>(t)});
@@ -175,7 +158,7 @@ int main(int argc, char** argv) {
 
 #if HDP_HAVE_CUDA
   // ---- tensor-core attention (bf16 in, fp32 out) -----------------------------
-  const std::vector<int64_t> bf16_lengths = device == Device::kCuda ? parse_list(attention_tokens) : std::vector<int64_t>{};
+  const std::vector<int64_t> bf16_lengths = device == Device::kCuda ? attention_tokens : std::vector<int64_t>{};
   out["attention_bf16"] = attention_sweep(bf16_lengths, heads, head_dim, reps, budget_s, [&](int64_t t) {
     namespace kc = hdp::kernels::cuda;
     const int64_t n = t * heads * head_dim;
@@ -214,7 +197,7 @@ int main(int argc, char** argv) {
     hdp::ops::model::LlamaModel probe_shape(config, DType::kF32, Device::kCpu);
     return probe_shape.params().numel();
   }();
-  for (const int64_t t : parse_list(model_tokens)) {
+  for (const int64_t t : model_tokens) {
     hdp::ops::model::LlamaModel model(config, DType::kF32, device);
     model.init(7);
     std::vector<int32_t> doc(static_cast<size_t>(t));
@@ -231,8 +214,7 @@ int main(int argc, char** argv) {
       model.backward(1.0 / double(t));
       hdp::ops::adamw_step(model.params(), model.grads(), m, v, {.lr = 1e-4f, .step = ++step}, 1.0, 0.0);
     });
-    const double model_flops = 3.0 * (double(config.weight_flops_per_token()) * double(t) +
-                                      double(config.n_layers) * causal_attention_flops(t, config.n_heads, config.head_dim()));
+    const double model_flops = config.step_flops(t);
     rows.push_back({{"tokens", t},
                     {"params", n_params},
                     {"d_model", config.d_model},

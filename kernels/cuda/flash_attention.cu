@@ -371,13 +371,14 @@ struct DeviceTables {
   unsigned n_tiles;
   Params params;
 
-  DeviceTables(const AttentionLayout& l, bool key_tiles)
+  DeviceTables(const AttentionLayout& l, bool key_tiles) : DeviceTables(l, make_tiles(key_tiles ? l.cu_k : l.cu_q)) {}
+  DeviceTables(const AttentionLayout& l, const std::vector<Tile>& host_tiles)
       : cu_q(std::vector<int32_t>(l.cu_q.begin(), l.cu_q.end())),
         cu_k(std::vector<int32_t>(l.cu_k.begin(), l.cu_k.end())),
         q_pos(positions(l.q_pos, l.n_seqs())),
         k_pos(positions(l.k_pos, l.n_seqs())),
-        tiles(make_tiles(key_tiles ? l.cu_k : l.cu_q)),
-        n_tiles(static_cast<unsigned>(make_tiles(key_tiles ? l.cu_k : l.cu_q).size())) {
+        tiles(host_tiles),
+        n_tiles(static_cast<unsigned>(host_tiles.size())) {
     params = Params{l.n_heads,   l.n_kv_heads, static_cast<float>(l.scale), l.causal,   cu_q.get(),
                     cu_k.get(),  q_pos.get(),  k_pos.get(),                 tiles.get()};
   }

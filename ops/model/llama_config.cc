@@ -24,4 +24,13 @@ int64_t LlamaConfig::weight_flops_per_token() const {
   return 2 * (n_layers * per_layer + int64_t(vocab_size) * d);         // + lm_head
 }
 
+double LlamaConfig::step_flops(int64_t tokens) const {
+  return 3.0 * (double(weight_flops_per_token()) * double(tokens) +
+                n_layers * causal_attention_flops(tokens, n_heads, head_dim()));
+}
+
+double causal_attention_flops(int64_t tokens, int heads, int head_dim) {
+  return 4.0 * double(tokens) * double(tokens + 1) / 2.0 * heads * head_dim;
+}
+
 }  // namespace hdp::ops::model

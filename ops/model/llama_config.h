@@ -22,8 +22,16 @@ struct LlamaConfig {
   // Throws InvalidArgument naming the field when the shape is inconsistent.
   void validate() const;
   // Multiply-adds of one token through the weights, times 2: the GEMM FLOPs of a forward pass,
-  // excluding attention's score and value products (see attention_flops).
+  // excluding attention's score and value products (causal_attention_flops).
   int64_t weight_flops_per_token() const;
+  // FLOPs of one training step (forward and backward, 3x the forward's, GEMMs and attention alike)
+  // on one causal sequence of `tokens` tokens: what benchmarks divide by time.
+  double step_flops(int64_t tokens) const;
 };
+
+// FLOPs of causal attention's forward over one sequence of `tokens` tokens: Q K^T and P V over the
+// tokens(tokens+1)/2 visible pairs, 2 FLOPs per multiply-add. Its backward counts 2.5 times that
+// (five products against two), as FlashAttention's figures do.
+double causal_attention_flops(int64_t tokens, int heads, int head_dim);
 
 }  // namespace hdp::ops::model
