@@ -68,15 +68,34 @@ fi
 # nvcc where PATH has it (an image may keep CUDA outside /usr/local/cuda).
 cuda_root=/usr/local/cuda
 command -v nvcc >/dev/null && cuda_root=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
+# NCCL: beside CUDA, else the library PyTorch's wheel brings (nvidia/nccl), with its header or the
+# one scripts/gpu-deps.sh carried in .gpu-deps/nccl/.
+nccl_args=()
+if [ ! -f "$cuda_root/include/nccl.h" ] && command -v python3 >/dev/null; then
+  sites=$(python3 -c 'import site; print(" ".join(site.getsitepackages() + [site.getusersitepackages()]))' 2>/dev/null)
+  # shellcheck disable=SC2086
+  nccl_lib=$(find $sites -path '*nccl*' -name 'libnccl.so*' 2>/dev/null | head -n1)
+  if [ -n "$nccl_lib" ]; then
+    nccl_inc=$(dirname "$(dirname "$nccl_lib")")/include
+    [ -f "$nccl_inc/nccl.h" ] || nccl_inc=$PWD/.gpu-deps/nccl
+    if [ -f "$nccl_inc/nccl.h" ]; then
+      nccl_args=(-DHDP_NCCL_INCLUDE="$nccl_inc" -DHDP_NCCL_LIBRARY="$nccl_lib")
+      export LD_LIBRARY_PATH="$(dirname "$nccl_lib"):$LD_LIBRARY_PATH"
+    fi
+  fi
+  echo "gpu-check: NCCL library ${nccl_lib:-not found}, header ${nccl_inc:-not found}"
+fi
 build=build-gpu
 [ $dry_run = 1 ] && build=build-gpu-dry
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
-step configure cmake -S . -B "$build" "${generator[@]}" -DHDP_GPU_ONLY=ON -DHDP_DEPS_ROOT="$deps_root" -DHDP_CUDA_ROOT="$cuda_root" \
+step configure cmake -S . -B "$build" "${generator[@]}" -DHDP_GPU_ONLY=ON -DHDP_DEPS_ROOT="$deps_root" -DHDP_CUDA_ROOT="$cuda_root" "${nccl_args[@]}" \
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$arch" -DHDP_WERROR=OFF  # another compiler: warnings stay warnings
 step build cmake --build "$build" --parallel "$(nproc)"
 
 step tests ctest --test-dir "$build" -L gpu --output-on-failure --timeout 300 --output-junit "$out/tests.xml"
+# The NCCL test's figures (its "nccl-figure" lines; ctest keeps a passing test's output to itself).
+[ $dry_run = 0 ] && [ -x "$build/tests/nccl_gpu_test" ] && step nccl "$build/tests/nccl_gpu_test"
 # The benchmarks print JSON on stdout (OUT/NAME.json) and their progress on stderr (OUT/NAME.log).
 json_step() {
   local name=$1

@@ -13,4 +13,9 @@ cd .gpu-deps
 apt-get download libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 libopenblas-dev libopenblas-pthread-dev \
   libopenblas0-pthread libopenblas0 libgfortran5 libquadmath0 libgtest-dev libgmock-dev nlohmann-json3-dev \
   libcli11-dev
+# NCCL's header, for a GPU machine whose NCCL (PyTorch's wheel) came without one; the library
+# (200+ MB) is the GPU machine's own.
+if [ -f /usr/local/cuda/include/nccl.h ]; then
+  mkdir -p nccl && cp /usr/local/cuda/include/nccl.h nccl/
+fi
 ls -l

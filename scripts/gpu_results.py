@@ -54,6 +54,20 @@ def command_output(*cmd):
         return ""
 
 
+def nccl_figures(path):
+    """The "nccl-figure NAME VALUE..." lines tests/mesh/nccl/nccl_gpu_test.cc prints."""
+    figures = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("nccl-figure "):
+                    name, _, value = line[len("nccl-figure "):].strip().partition(" ")
+                    figures[name.rstrip(":")] = value
+    except OSError:
+        pass
+    return figures
+
+
 def collect(args):
     d = args.dir
     steps = {}
@@ -70,7 +84,8 @@ def collect(args):
     result = {"dry_run": bool(int(args.dry_run)), "gpu": gpu, "nvcc": nvcc[-1] if nvcc else "",
               "git": command_output("git", "rev-parse", "--short", "HEAD"), "steps": steps,
               "tests": tests_from_junit(os.path.join(d, "tests.xml")),
-              "hdp": read_json(os.path.join(d, "bench.json"))}
+              "hdp": read_json(os.path.join(d, "bench.json")),
+              "nccl": nccl_figures(os.path.join(d, "nccl.log"))}
     if os.path.exists(os.path.join(d, "torch.json")) or not result["dry_run"]:
         result["torch"] = read_json(os.path.join(d, "torch.json"))
     json.dump(result, sys.stdout, indent=2)
@@ -100,6 +115,8 @@ def table(args):
     for c in t.get("cases", []):
         if c["status"] == "failed":
             lines.append(f"  FAILED {c['name']}")
+    for name, value in (r.get("nccl") or {}).items():
+        lines.append(f"NCCL {name}: {value}")
     hdp, torch = r.get("hdp", {}), r.get("torch", {})
     lines += ["", "| causal attention, heads × head_dim, tokens | hdp f32 kernel fwd / bwd TFLOP/s | "
                   "hdp bf16 tensor-core fwd / bwd | PyTorch SDPA f32 (efficient) fwd / bwd | "
