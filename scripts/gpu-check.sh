@@ -8,18 +8,21 @@
 #      OUT/gpu-check.json` turns it into docs/performance.md's rows.
 # A failing step is recorded in the JSON and the later steps still run.
 #
-# Usage: scripts/gpu-check.sh [--dry-run] [--out DIR]
+# Usage: scripts/gpu-check.sh [--dry-run] [--no-bench] [--out DIR]
 #   --dry-run  the rehearsal on a machine without a GPU: the same build against the carried
 #              packages, the gpu tests (they skip), bench_gpu --device cpu on small shapes, the JSON.
+#   --no-bench the build and the tests only (a check after a change that moves no figure).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dry_run=0
+bench=1
 out=gpu-check-out
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) dry_run=1 ;;
+    --no-bench) bench=0 ;;
     --out) out="$2"; shift ;;
-    *) echo "usage: scripts/gpu-check.sh [--dry-run] [--out DIR]" >&2; exit 2 ;;
+    *) echo "usage: scripts/gpu-check.sh [--dry-run] [--no-bench] [--out DIR]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -102,7 +105,9 @@ json_step() {
   shift
   step "$name" bash -c '"$@" >"'"$out/$name.json"'"' _ "$@"
 }
-if [ $dry_run = 1 ]; then
+if [ $bench = 0 ]; then
+  echo "== benchmarks skipped (--no-bench)"
+elif [ $dry_run = 1 ]; then
   json_step bench "$build/bin/bench_gpu" --device cpu --attention-tokens 256,512 --heads 4 --head-dim 64 \
     --model-tokens 256 --vocab 256 --d-model 128 --layers 2 --model-heads 4 --model-kv-heads 2 --ffn 256 --reps 1
 else
