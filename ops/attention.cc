@@ -2,13 +2,10 @@
 
 #include <cmath>
 
-#include "hdp/config.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cuda/attention.h"
 #include "ops/check.h"
 #include "ops/dispatch.h"
-#if HDP_HAVE_CUDA
-#include "kernels/cuda/attention.h"
-#endif
 
 namespace hdp::ops {
 
@@ -82,18 +79,17 @@ AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor
   resolve("attention_forward", q, k, v, spec, r);
   AttentionOutput o{Tensor::empty(q.shape(), q.dtype(), q.device()),
                     Tensor::empty({q.dim(0), q.dim(1)}, q.dtype(), q.device())};
-  if (q.device() == Device::kCuda) {
-#if HDP_HAVE_CUDA
-    kernels::cuda::attention_forward(r.layout, q.data<float>(), k.data<float>(), v.data<float>(), o.out.data<float>(),
-                                     o.lse.data<float>());
-#endif
-    return o;
-  }
-  detail::dispatch_cpu(q, [&](auto tag) {
-    using T = decltype(tag);
-    kernels::cpu::attention_forward<T>(r.layout, q.data<T>(), k.data<T>(), v.data<T>(), o.out.data<T>(),
-                                       o.lse.data<T>());
-  });
+  detail::dispatch(
+      q,
+      [&](auto tag) {
+        using T = decltype(tag);
+        kernels::cpu::attention_forward<T>(r.layout, q.data<T>(), k.data<T>(), v.data<T>(), o.out.data<T>(),
+                                           o.lse.data<T>());
+      },
+      [&](auto stream) {
+        kernels::cuda::attention_forward(r.layout, q.data<float>(), k.data<float>(), v.data<float>(), o.out.data<float>(),
+                                         o.lse.data<float>(), stream);
+      });
   return o;
 }
 
@@ -108,21 +104,20 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                       {{"out", fwd.out, q.shape()}, {"lse", fwd.lse, lse_shape}, {"dout", dout, q.shape()},
                        {"dq", dq, q.shape()}, {"dk", dk, k.shape()}, {"dv", dv, k.shape()}});
   if (dlse.defined()) detail::expect_args(kOp, q, {{"dlse", dlse, lse_shape}});
-  if (q.device() == Device::kCuda) {
-#if HDP_HAVE_CUDA
-    kernels::cuda::attention_backward(r.layout, q.data<float>(), k.data<float>(), v.data<float>(),
-                                      fwd.out.data<float>(), fwd.lse.data<float>(), dout.data<float>(),
-                                      dlse.defined() ? dlse.data<float>() : nullptr, dq.data<float>(),
-                                      dk.data<float>(), dv.data<float>());
-#endif
-    return;
-  }
-  detail::dispatch_cpu(q, [&](auto tag) {
-    using T = decltype(tag);
-    kernels::cpu::attention_backward<T>(r.layout, q.data<T>(), k.data<T>(), v.data<T>(), fwd.out.data<T>(),
-                                        fwd.lse.data<T>(), dout.data<T>(), dlse.defined() ? dlse.data<T>() : nullptr,
-                                        dq.data<T>(), dk.data<T>(), dv.data<T>());
-  });
+  detail::dispatch(
+      q,
+      [&](auto tag) {
+        using T = decltype(tag);
+        kernels::cpu::attention_backward<T>(r.layout, q.data<T>(), k.data<T>(), v.data<T>(), fwd.out.data<T>(),
+                                            fwd.lse.data<T>(), dout.data<T>(), dlse.defined() ? dlse.data<T>() : nullptr,
+                                            dq.data<T>(), dk.data<T>(), dv.data<T>());
+      },
+      [&](auto stream) {
+        kernels::cuda::attention_backward(r.layout, q.data<float>(), k.data<float>(), v.data<float>(),
+                                          fwd.out.data<float>(), fwd.lse.data<float>(), dout.data<float>(),
+                                          dlse.defined() ? dlse.data<float>() : nullptr, dq.data<float>(),
+                                          dk.data<float>(), dv.data<float>(), stream);
+      });
 }
 
 }  // namespace hdp::ops

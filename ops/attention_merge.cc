@@ -1,12 +1,9 @@
 // attention_merge_forward / attention_merge_backward, declared in ops/attention.h.
-#include "hdp/config.h"
 #include "kernels/cpu/attention_merge.h"
+#include "kernels/cuda/loss_optim.h"
 #include "ops/attention.h"
 #include "ops/check.h"
 #include "ops/dispatch.h"
-#if HDP_HAVE_CUDA
-#include "kernels/cuda/loss_optim.h"
-#endif
 
 namespace hdp::ops {
 namespace {
@@ -32,18 +29,17 @@ AttentionOutput attention_merge_forward(const AttentionOutput& a, const Attentio
   const int64_t rows = a.lse.numel(), dim = a.out.dim(2);
   AttentionOutput m{Tensor::empty(a.out.shape(), a.out.dtype(), a.out.device()),
                     Tensor::empty(a.lse.shape(), a.lse.dtype(), a.lse.device())};
-  if (a.out.device() == Device::kCuda) {
-#if HDP_HAVE_CUDA
-    kernels::cuda::attention_merge_forward(a.out.data<float>(), a.lse.data<float>(), b.out.data<float>(),
-                                           b.lse.data<float>(), m.out.data<float>(), m.lse.data<float>(), rows, dim);
-#endif
-    return m;
-  }
-  detail::dispatch_cpu(a.out, [&](auto tag) {
-    using T = decltype(tag);
-    kernels::cpu::attention_merge_forward<T>(a.out.data<T>(), a.lse.data<T>(), b.out.data<T>(), b.lse.data<T>(),
-                                             m.out.data<T>(), m.lse.data<T>(), rows, dim);
-  });
+  detail::dispatch(
+      a.out,
+      [&](auto tag) {
+        using T = decltype(tag);
+        kernels::cpu::attention_merge_forward<T>(a.out.data<T>(), a.lse.data<T>(), b.out.data<T>(), b.lse.data<T>(),
+                                                 m.out.data<T>(), m.lse.data<T>(), rows, dim);
+      },
+      [&](auto stream) {
+        kernels::cuda::attention_merge_forward(a.out.data<float>(), a.lse.data<float>(), b.out.data<float>(),
+                                               b.lse.data<float>(), m.out.data<float>(), m.lse.data<float>(), rows, dim, stream);
+      });
   return m;
 }
 
@@ -59,23 +55,22 @@ void attention_merge_backward(const AttentionOutput& a, const AttentionOutput& b
   detail::expect_args(kOp, a.out, {{"dout", dout, a.out.shape()}});
   if (dlse.defined()) detail::expect_args(kOp, a.out, {{"dlse", dlse, a.lse.shape()}});
   const int64_t rows = a.lse.numel(), dim = a.out.dim(2);
-  if (a.out.device() == Device::kCuda) {
-#if HDP_HAVE_CUDA
-    kernels::cuda::attention_merge_backward(a.out.data<float>(), a.lse.data<float>(), b.out.data<float>(),
-                                            b.lse.data<float>(), merged.out.data<float>(), dout.data<float>(),
-                                            dlse.defined() ? dlse.data<float>() : nullptr, da.out.data<float>(),
-                                            da.lse.data<float>(), db.out.data<float>(), db.lse.data<float>(), rows,
-                                            dim);
-#endif
-    return;
-  }
-  detail::dispatch_cpu(a.out, [&](auto tag) {
-    using T = decltype(tag);
-    kernels::cpu::attention_merge_backward<T>(a.out.data<T>(), a.lse.data<T>(), b.out.data<T>(), b.lse.data<T>(),
-                                              merged.out.data<T>(), dout.data<T>(),
-                                              dlse.defined() ? dlse.data<T>() : nullptr, da.out.data<T>(),
-                                              da.lse.data<T>(), db.out.data<T>(), db.lse.data<T>(), rows, dim);
-  });
+  detail::dispatch(
+      a.out,
+      [&](auto tag) {
+        using T = decltype(tag);
+        kernels::cpu::attention_merge_backward<T>(a.out.data<T>(), a.lse.data<T>(), b.out.data<T>(), b.lse.data<T>(),
+                                                  merged.out.data<T>(), dout.data<T>(),
+                                                  dlse.defined() ? dlse.data<T>() : nullptr, da.out.data<T>(),
+                                                  da.lse.data<T>(), db.out.data<T>(), db.lse.data<T>(), rows, dim);
+      },
+      [&](auto stream) {
+        kernels::cuda::attention_merge_backward(a.out.data<float>(), a.lse.data<float>(), b.out.data<float>(),
+                                                b.lse.data<float>(), merged.out.data<float>(), dout.data<float>(),
+                                                dlse.defined() ? dlse.data<float>() : nullptr, da.out.data<float>(),
+                                                da.lse.data<float>(), db.out.data<float>(), db.lse.data<float>(), rows,
+                                                dim, stream);
+      });
 }
 
 }  // namespace hdp::ops

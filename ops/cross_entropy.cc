@@ -1,12 +1,9 @@
 #include "ops/cross_entropy.h"
 
-#include "hdp/config.h"
 #include "kernels/cpu/cross_entropy.h"
+#include "kernels/cuda/loss_optim.h"
 #include "ops/check.h"
 #include "ops/dispatch.h"
-#if HDP_HAVE_CUDA
-#include "kernels/cuda/loss_optim.h"
-#endif
 
 namespace hdp::ops {
 namespace {
@@ -29,18 +26,17 @@ CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& tar
   check_input("cross_entropy_forward", logits, targets);
   const int64_t n = logits.dim(0), vocab = logits.dim(1);
   CrossEntropyOutput r{0, Tensor::empty({n}, logits.dtype(), logits.device())};
-  if (logits.device() == Device::kCuda) {
-#if HDP_HAVE_CUDA
-    r.loss_sum = kernels::cuda::cross_entropy_forward(logits.data<float>(), targets.data<int32_t>(), r.lse.data<float>(),
-                                                      n, vocab);
-#endif
-    return r;
-  }
-  detail::dispatch_cpu(logits, [&](auto tag) {
-    using T = decltype(tag);
-    r.loss_sum = kernels::cpu::cross_entropy_forward<T>(logits.data<T>(), targets.data<int32_t>(), r.lse.data<T>(),
-                                                        n, vocab);
-  });
+  detail::dispatch(
+      logits,
+      [&](auto tag) {
+        using T = decltype(tag);
+        r.loss_sum = kernels::cpu::cross_entropy_forward<T>(logits.data<T>(), targets.data<int32_t>(), r.lse.data<T>(),
+                                                            n, vocab);
+      },
+      [&](auto stream) {
+        r.loss_sum = kernels::cuda::cross_entropy_forward(logits.data<float>(), targets.data<int32_t>(), r.lse.data<float>(),
+                                                          n, vocab, stream);
+      });
   return r;
 }
 
@@ -50,18 +46,17 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
   check_input(kOp, logits, targets);
   const int64_t n = logits.dim(0), vocab = logits.dim(1);
   detail::expect_args(kOp, logits, {{"lse", lse, {n}}, {"dlogits", dlogits, logits.shape()}});
-  if (logits.device() == Device::kCuda) {
-#if HDP_HAVE_CUDA
-    kernels::cuda::cross_entropy_backward(logits.data<float>(), targets.data<int32_t>(), lse.data<float>(),
-                                          static_cast<float>(dloss), dlogits.data<float>(), n, vocab);
-#endif
-    return;
-  }
-  detail::dispatch_cpu(logits, [&](auto tag) {
-    using T = decltype(tag);
-    kernels::cpu::cross_entropy_backward<T>(logits.data<T>(), targets.data<int32_t>(), lse.data<T>(), T(dloss),
-                                            dlogits.data<T>(), n, vocab);
-  });
+  detail::dispatch(
+      logits,
+      [&](auto tag) {
+        using T = decltype(tag);
+        kernels::cpu::cross_entropy_backward<T>(logits.data<T>(), targets.data<int32_t>(), lse.data<T>(), T(dloss),
+                                                dlogits.data<T>(), n, vocab);
+      },
+      [&](auto stream) {
+        kernels::cuda::cross_entropy_backward(logits.data<float>(), targets.data<int32_t>(), lse.data<float>(),
+                                              static_cast<float>(dloss), dlogits.data<float>(), n, vocab, stream);
+      });
 }
 
 }  // namespace hdp::ops

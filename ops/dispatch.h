@@ -1,11 +1,19 @@
 // File: ops/dispatch.h
 //
-// Picks the CPU kernel instantiation for an f32 or f64 tensor: dispatch_cpu(x, [&](auto tag) {...})
-// calls the lambda with a float{} or double{} tag whose type names the element type. The CUDA
-// branch of each op is written out beside it under `#if HDP_HAVE_CUDA` (CUDA kernels are f32 only).
+// The one place an op's kernel is chosen by device and dtype. An op passes both branches:
+//   detail::dispatch(x,
+//       [&](auto tag) { using T = decltype(tag); kernels::cpu::f<T>(x.data<T>(), ...); },  // CPU, f32 or f64
+//       [&](auto stream) { kernels::cuda::f(x.data<float>(), ..., stream); });            // CUDA, f32
+// The CUDA branch gets the thread's current stream (ops/stream.h). It is a generic lambda, so a build
+// without CUDA never instantiates it and needs no kernels/cuda definitions (their headers are plain
+// C++); no op writes `#if HDP_HAVE_CUDA`.
 #pragma once
 
+#include <utility>
+
 #include "common/error.h"
+#include "hdp/config.h"
+#include "ops/stream.h"
 #include "ops/tensor.h"
 
 namespace hdp::ops::detail {
@@ -15,6 +23,19 @@ decltype(auto) dispatch_cpu(const Tensor& x, F&& f) {
   if (x.dtype() == DType::kF64) return f(double{});
   if (x.dtype() == DType::kF32) return f(float{});
   throw InvariantViolation("dispatch_cpu: " + x.describe() + " passed the op's checks but is not f32/f64");
+}
+
+template <typename Cpu, typename Cuda>
+decltype(auto) dispatch(const Tensor& x, Cpu&& cpu, Cuda&& cuda) {
+  if (x.device() == Device::kCuda) {
+    if constexpr (HDP_HAVE_CUDA == 1) {
+      return std::forward<Cuda>(cuda)(current_stream());
+    } else {
+      // Unreachable: Tensor::empty refuses kCuda in a build without CUDA.
+      throw InvariantViolation("dispatch: " + x.describe() + " in a build without CUDA");
+    }
+  }
+  return dispatch_cpu(x, std::forward<Cpu>(cpu));
 }
 
 }  // namespace hdp::ops::detail

@@ -1,12 +1,9 @@
 #include "ops/embedding.h"
 
-#include "hdp/config.h"
 #include "kernels/cpu/embedding.h"
+#include "kernels/cuda/pointwise.h"
 #include "ops/check.h"
 #include "ops/dispatch.h"
-#if HDP_HAVE_CUDA
-#include "kernels/cuda/pointwise.h"
-#endif
 
 namespace hdp::ops {
 namespace {
@@ -29,16 +26,15 @@ Tensor embedding_forward(const Tensor& tokens, const Tensor& weight) {
   check_tokens("embedding_forward", tokens, weight);
   const int64_t n = tokens.dim(0), dim = weight.dim(1);
   Tensor out = Tensor::empty({n, dim}, weight.dtype(), weight.device());
-  if (weight.device() == Device::kCuda) {
-#if HDP_HAVE_CUDA
-    kernels::cuda::embedding_forward(tokens.data<int32_t>(), weight.data<float>(), out.data<float>(), n, dim);
-#endif
-    return out;
-  }
-  detail::dispatch_cpu(weight, [&](auto tag) {
-    using T = decltype(tag);
-    kernels::cpu::embedding_forward<T>(tokens.data<int32_t>(), weight.data<T>(), out.data<T>(), n, dim);
-  });
+  detail::dispatch(
+      weight,
+      [&](auto tag) {
+        using T = decltype(tag);
+        kernels::cpu::embedding_forward<T>(tokens.data<int32_t>(), weight.data<T>(), out.data<T>(), n, dim);
+      },
+      [&](auto stream) {
+        kernels::cuda::embedding_forward(tokens.data<int32_t>(), weight.data<float>(), out.data<float>(), n, dim, stream);
+      });
   return out;
 }
 
@@ -48,16 +44,15 @@ void embedding_backward(const Tensor& tokens, const Tensor& dout, const Tensor& 
   const int64_t n = tokens.dim(0), dim = dweight.dim(1);
   detail::expect_like(kOp, "dout", dout, dweight);
   detail::expect_shape(kOp, "dout", dout, {n, dim});
-  if (dweight.device() == Device::kCuda) {
-#if HDP_HAVE_CUDA
-    kernels::cuda::embedding_backward(tokens.data<int32_t>(), dout.data<float>(), dweight.data<float>(), n, dim);
-#endif
-    return;
-  }
-  detail::dispatch_cpu(dweight, [&](auto tag) {
-    using T = decltype(tag);
-    kernels::cpu::embedding_backward<T>(tokens.data<int32_t>(), dout.data<T>(), dweight.data<T>(), n, dim);
-  });
+  detail::dispatch(
+      dweight,
+      [&](auto tag) {
+        using T = decltype(tag);
+        kernels::cpu::embedding_backward<T>(tokens.data<int32_t>(), dout.data<T>(), dweight.data<T>(), n, dim);
+      },
+      [&](auto stream) {
+        kernels::cuda::embedding_backward(tokens.data<int32_t>(), dout.data<float>(), dweight.data<float>(), n, dim, stream);
+      });
 }
 
 }  // namespace hdp::ops

@@ -1,14 +1,9 @@
 #include "ops/linear.h"
 
-#include <type_traits>
-
-#include "hdp/config.h"
 #include "kernels/cpu/blas.h"
+#include "kernels/cuda/blas.h"
 #include "ops/check.h"
 #include "ops/dispatch.h"
-#if HDP_HAVE_CUDA
-#include "kernels/cuda/blas.h"
-#endif
 
 namespace hdp::ops {
 namespace {
@@ -22,17 +17,25 @@ void check_input(const char* op, const Tensor& x, const Tensor& weight) {
                  "x " + x.describe() + " and weight " + weight.describe() + " disagree on in_features");
 }
 
-// Row-major GEMM on whichever device the operands live.
-template <typename T>
-void gemm_on(Device device, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
-             int64_t ldb, T beta, T* c, int64_t ldc) {
-  if (device == Device::kCuda) {
-#if HDP_HAVE_CUDA
-    if constexpr (std::is_same_v<T, float>) kernels::cuda::gemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
-#endif
-    return;
-  }
-  kernels::cpu::gemm<T>(ta, tb, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
+// Runs `body(tag, gemm)` with the row-major GEMM of x's device and dtype: gemm(ta, tb, m, n, k, a,
+// lda, b, ldb, beta, c, ldc) computes C = op(A) op(B) + beta C with T = decltype(tag).
+template <typename Body>
+void with_gemm(const Tensor& x, Body&& body) {
+  detail::dispatch(
+      x,
+      [&](auto tag) {
+        using T = decltype(tag);
+        body(tag, [](bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
+                     int64_t ldb, T beta, T* c, int64_t ldc) {
+          kernels::cpu::gemm<T>(ta, tb, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
+        });
+      },
+      [&](auto stream) {
+        body(float{}, [stream](bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                               const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+          kernels::cuda::gemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc, stream);
+        });
+      });
 }
 
 }  // namespace
@@ -41,9 +44,9 @@ Tensor linear_forward(const Tensor& x, const Tensor& weight) {
   check_input("linear_forward", x, weight);
   const int64_t n = x.dim(0), in = x.dim(1), out = weight.dim(0);
   Tensor y = Tensor::empty({n, out}, x.dtype(), x.device());
-  detail::dispatch_cpu(x, [&](auto tag) {
+  with_gemm(x, [&](auto tag, auto gemm) {
     using T = decltype(tag);
-    gemm_on<T>(x.device(), false, true, n, out, in, x.data<T>(), in, weight.data<T>(), in, T(0), y.data<T>(), out);
+    gemm(false, true, n, out, in, x.data<T>(), in, weight.data<T>(), in, T(0), y.data<T>(), out);
   });
   return y;
 }
@@ -55,11 +58,10 @@ void linear_backward(const Tensor& x, const Tensor& weight, const Tensor& dy, co
   const int64_t n = x.dim(0), in = x.dim(1), out = weight.dim(0);
   detail::expect_args(kOp, x, {{"dy", dy, {n, out}}, {"dweight", dweight, weight.shape()}});
   if (dx.defined()) detail::expect_args(kOp, x, {{"dx", dx, x.shape()}});
-  detail::dispatch_cpu(x, [&](auto tag) {
+  with_gemm(x, [&](auto tag, auto gemm) {
     using T = decltype(tag);
-    if (dx.defined())
-      gemm_on<T>(x.device(), false, false, n, in, out, dy.data<T>(), out, weight.data<T>(), in, T(1), dx.data<T>(), in);
-    gemm_on<T>(x.device(), true, false, out, in, n, dy.data<T>(), out, x.data<T>(), in, T(1), dweight.data<T>(), in);
+    if (dx.defined()) gemm(false, false, n, in, out, dy.data<T>(), out, weight.data<T>(), in, T(1), dx.data<T>(), in);
+    gemm(true, false, out, in, n, dy.data<T>(), out, x.data<T>(), in, T(1), dweight.data<T>(), in);
   });
 }
 

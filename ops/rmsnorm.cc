@@ -1,12 +1,9 @@
 #include "ops/rmsnorm.h"
 
-#include "hdp/config.h"
 #include "kernels/cpu/rmsnorm.h"
+#include "kernels/cuda/pointwise.h"
 #include "ops/check.h"
 #include "ops/dispatch.h"
-#if HDP_HAVE_CUDA
-#include "kernels/cuda/pointwise.h"
-#endif
 
 namespace hdp::ops {
 namespace {
@@ -24,17 +21,16 @@ RmsNormOutput rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps)
   check_input("rmsnorm_forward", x, weight);
   const int64_t n = x.dim(0), dim = x.dim(1);
   RmsNormOutput r{Tensor::empty({n, dim}, x.dtype(), x.device()), Tensor::empty({n}, x.dtype(), x.device())};
-  if (x.device() == Device::kCuda) {
-#if HDP_HAVE_CUDA
-    kernels::cuda::rmsnorm_forward(x.data<float>(), weight.data<float>(), r.y.data<float>(), r.rstd.data<float>(), n,
-                                   dim, eps);
-#endif
-    return r;
-  }
-  detail::dispatch_cpu(x, [&](auto tag) {
-    using T = decltype(tag);
-    kernels::cpu::rmsnorm_forward<T>(x.data<T>(), weight.data<T>(), r.y.data<T>(), r.rstd.data<T>(), n, dim, eps);
-  });
+  detail::dispatch(
+      x,
+      [&](auto tag) {
+        using T = decltype(tag);
+        kernels::cpu::rmsnorm_forward<T>(x.data<T>(), weight.data<T>(), r.y.data<T>(), r.rstd.data<T>(), n, dim, eps);
+      },
+      [&](auto stream) {
+        kernels::cuda::rmsnorm_forward(x.data<float>(), weight.data<float>(), r.y.data<float>(), r.rstd.data<float>(), n,
+                                       dim, eps, stream);
+      });
   return r;
 }
 
@@ -45,18 +41,17 @@ void rmsnorm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd,
   const int64_t n = x.dim(0), dim = x.dim(1);
   detail::expect_args(kOp, x, {{"rstd", rstd, {n}}, {"dy", dy, x.shape()}, {"dx", dx, x.shape()},
                                {"dweight", dweight, {dim}}});
-  if (x.device() == Device::kCuda) {
-#if HDP_HAVE_CUDA
-    kernels::cuda::rmsnorm_backward(x.data<float>(), weight.data<float>(), rstd.data<float>(), dy.data<float>(),
-                                    dx.data<float>(), dweight.data<float>(), n, dim);
-#endif
-    return;
-  }
-  detail::dispatch_cpu(x, [&](auto tag) {
-    using T = decltype(tag);
-    kernels::cpu::rmsnorm_backward<T>(x.data<T>(), weight.data<T>(), rstd.data<T>(), dy.data<T>(), dx.data<T>(),
-                                      dweight.data<T>(), n, dim);
-  });
+  detail::dispatch(
+      x,
+      [&](auto tag) {
+        using T = decltype(tag);
+        kernels::cpu::rmsnorm_backward<T>(x.data<T>(), weight.data<T>(), rstd.data<T>(), dy.data<T>(), dx.data<T>(),
+                                          dweight.data<T>(), n, dim);
+      },
+      [&](auto stream) {
+        kernels::cuda::rmsnorm_backward(x.data<float>(), weight.data<float>(), rstd.data<float>(), dy.data<float>(),
+                                        dx.data<float>(), dweight.data<float>(), n, dim, stream);
+      });
 }
 
 }  // namespace hdp::ops

@@ -1,12 +1,9 @@
 #include "ops/rope.h"
 
-#include "hdp/config.h"
 #include "kernels/cpu/rope.h"
+#include "kernels/cuda/pointwise.h"
 #include "ops/check.h"
 #include "ops/dispatch.h"
-#if HDP_HAVE_CUDA
-#include "kernels/cuda/pointwise.h"
-#endif
 
 namespace hdp::ops {
 namespace {
@@ -27,16 +24,15 @@ Tensor rope_forward(const Tensor& x, const Tensor& positions, double theta) {
   const int64_t n = x.dim(0);
   const int heads = static_cast<int>(x.dim(1)), hd = static_cast<int>(x.dim(2));
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  if (x.device() == Device::kCuda) {
-#if HDP_HAVE_CUDA
-    kernels::cuda::rope_forward(x.data<float>(), positions.data<int64_t>(), y.data<float>(), n, heads, hd, theta);
-#endif
-    return y;
-  }
-  detail::dispatch_cpu(x, [&](auto tag) {
-    using T = decltype(tag);
-    kernels::cpu::rope_forward<T>(x.data<T>(), positions.data<int64_t>(), y.data<T>(), n, heads, hd, theta);
-  });
+  detail::dispatch(
+      x,
+      [&](auto tag) {
+        using T = decltype(tag);
+        kernels::cpu::rope_forward<T>(x.data<T>(), positions.data<int64_t>(), y.data<T>(), n, heads, hd, theta);
+      },
+      [&](auto stream) {
+        kernels::cuda::rope_forward(x.data<float>(), positions.data<int64_t>(), y.data<float>(), n, heads, hd, theta, stream);
+      });
   return y;
 }
 
@@ -46,16 +42,15 @@ void rope_backward(const Tensor& dy, const Tensor& positions, double theta, cons
   detail::expect_args(kOp, dy, {{"dx", dx, dy.shape()}});
   const int64_t n = dy.dim(0);
   const int heads = static_cast<int>(dy.dim(1)), hd = static_cast<int>(dy.dim(2));
-  if (dy.device() == Device::kCuda) {
-#if HDP_HAVE_CUDA
-    kernels::cuda::rope_backward(dy.data<float>(), positions.data<int64_t>(), dx.data<float>(), n, heads, hd, theta);
-#endif
-    return;
-  }
-  detail::dispatch_cpu(dy, [&](auto tag) {
-    using T = decltype(tag);
-    kernels::cpu::rope_backward<T>(dy.data<T>(), positions.data<int64_t>(), dx.data<T>(), n, heads, hd, theta);
-  });
+  detail::dispatch(
+      dy,
+      [&](auto tag) {
+        using T = decltype(tag);
+        kernels::cpu::rope_backward<T>(dy.data<T>(), positions.data<int64_t>(), dx.data<T>(), n, heads, hd, theta);
+      },
+      [&](auto stream) {
+        kernels::cuda::rope_backward(dy.data<float>(), positions.data<int64_t>(), dx.data<float>(), n, heads, hd, theta, stream);
+      });
 }
 
 }  // namespace hdp::ops

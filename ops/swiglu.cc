@@ -1,12 +1,9 @@
 #include "ops/swiglu.h"
 
-#include "hdp/config.h"
 #include "kernels/cpu/swiglu.h"
+#include "kernels/cuda/pointwise.h"
 #include "ops/check.h"
 #include "ops/dispatch.h"
-#if HDP_HAVE_CUDA
-#include "kernels/cuda/pointwise.h"
-#endif
 
 namespace hdp::ops {
 
@@ -15,16 +12,15 @@ Tensor swiglu_forward(const Tensor& gate, const Tensor& up) {
   detail::expect_compute(kOp, "gate", gate);
   detail::expect_args(kOp, gate, {{"up", up, gate.shape()}});
   Tensor h = Tensor::empty(gate.shape(), gate.dtype(), gate.device());
-  if (gate.device() == Device::kCuda) {
-#if HDP_HAVE_CUDA
-    kernels::cuda::swiglu_forward(gate.data<float>(), up.data<float>(), h.data<float>(), gate.numel());
-#endif
-    return h;
-  }
-  detail::dispatch_cpu(gate, [&](auto tag) {
-    using T = decltype(tag);
-    kernels::cpu::swiglu_forward<T>(gate.data<T>(), up.data<T>(), h.data<T>(), gate.numel());
-  });
+  detail::dispatch(
+      gate,
+      [&](auto tag) {
+        using T = decltype(tag);
+        kernels::cpu::swiglu_forward<T>(gate.data<T>(), up.data<T>(), h.data<T>(), gate.numel());
+      },
+      [&](auto stream) {
+        kernels::cuda::swiglu_forward(gate.data<float>(), up.data<float>(), h.data<float>(), gate.numel(), stream);
+      });
   return h;
 }
 
@@ -34,18 +30,17 @@ void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dh, con
   detail::expect_args(kOp, gate,
                       {{"up", up, gate.shape()}, {"dh", dh, gate.shape()}, {"dgate", dgate, gate.shape()},
                        {"dup", dup, gate.shape()}});
-  if (gate.device() == Device::kCuda) {
-#if HDP_HAVE_CUDA
-    kernels::cuda::swiglu_backward(gate.data<float>(), up.data<float>(), dh.data<float>(), dgate.data<float>(),
-                                   dup.data<float>(), gate.numel());
-#endif
-    return;
-  }
-  detail::dispatch_cpu(gate, [&](auto tag) {
-    using T = decltype(tag);
-    kernels::cpu::swiglu_backward<T>(gate.data<T>(), up.data<T>(), dh.data<T>(), dgate.data<T>(), dup.data<T>(),
-                                     gate.numel());
-  });
+  detail::dispatch(
+      gate,
+      [&](auto tag) {
+        using T = decltype(tag);
+        kernels::cpu::swiglu_backward<T>(gate.data<T>(), up.data<T>(), dh.data<T>(), dgate.data<T>(), dup.data<T>(),
+                                         gate.numel());
+      },
+      [&](auto stream) {
+        kernels::cuda::swiglu_backward(gate.data<float>(), up.data<float>(), dh.data<float>(), dgate.data<float>(),
+                                       dup.data<float>(), gate.numel(), stream);
+      });
 }
 
 }  // namespace hdp::ops

@@ -6,9 +6,7 @@
 
 #include "common/error.h"
 #include "hdp/config.h"
-#if HDP_HAVE_CUDA
 #include "kernels/cuda/memory.h"
-#endif
 
 namespace hdp::ops {
 

@@ -166,10 +166,10 @@ int main(int argc, char** argv) {
                  vf = random_tensor({t, heads, head_dim}, 3, device), df = random_tensor({t, heads, head_dim}, 4, device);
     kc::DeviceBuffer<uint16_t> qb(static_cast<size_t>(n)), kb(static_cast<size_t>(n)), vb(static_cast<size_t>(n)),
         db(static_cast<size_t>(n));
-    kc::f32_to_bf16(qf.data<float>(), qb.get(), n);
-    kc::f32_to_bf16(kf.data<float>(), kb.get(), n);
-    kc::f32_to_bf16(vf.data<float>(), vb.get(), n);
-    kc::f32_to_bf16(df.data<float>(), db.get(), n);
+    kc::f32_to_bf16(qf.data<float>(), qb.get(), n, hdp::Stream{});
+    kc::f32_to_bf16(kf.data<float>(), kb.get(), n, hdp::Stream{});
+    kc::f32_to_bf16(vf.data<float>(), vb.get(), n, hdp::Stream{});
+    kc::f32_to_bf16(df.data<float>(), db.get(), n, hdp::Stream{});
     const std::vector<int32_t> cu{0, static_cast<int32_t>(t)};
     hdp::kernels::AttentionLayout layout;
     layout.tq = layout.tk = t;
@@ -179,13 +179,13 @@ int main(int argc, char** argv) {
     layout.cu_q = layout.cu_k = cu;
     const Tensor o = Tensor::zeros({t, heads, head_dim}, DType::kF32, device), lse = Tensor::zeros({t, heads}, DType::kF32, device);
     const double fwd_s = time_median(device, reps, [&] {
-      kc::flash_attention_forward(layout, qb.get(), kb.get(), vb.get(), o.data<float>(), lse.data<float>());
+      kc::flash_attention_forward(layout, qb.get(), kb.get(), vb.get(), o.data<float>(), lse.data<float>(), hdp::Stream{});
     });
     const Tensor dq = Tensor::zeros(qf.shape(), DType::kF32, device), dk = Tensor::zeros(qf.shape(), DType::kF32, device),
                  dv = Tensor::zeros(qf.shape(), DType::kF32, device);
     const double bwd_s = time_median(device, reps, [&] {
       kc::flash_attention_backward(layout, qb.get(), kb.get(), vb.get(), o.data<float>(), lse.data<float>(), db.get(),
-                                   nullptr, dq.data<float>(), dk.data<float>(), dv.data<float>());
+                                   nullptr, dq.data<float>(), dk.data<float>(), dv.data<float>(), hdp::Stream{});
     });
     return std::pair{fwd_s, bwd_s};
   });

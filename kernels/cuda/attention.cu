@@ -208,29 +208,29 @@ struct DeviceLayout {
 // kernel launchers
 
 void attention_forward(const AttentionLayout& layout, const float* q, const float* k, const float* v, float* out,
-                       float* lse) {
+                       float* lse, Stream stream) {
   const int64_t warps = layout.tq * layout.n_heads;
   if (warps == 0) return;
   const DeviceLayout d(layout);
-  forward_kernel<<<blocks_for_warps(warps), 32 * kWarpsPerBlock>>>(d.params, q, k, v, out, lse);
+  forward_kernel<<<blocks_for_warps(warps), 32 * kWarpsPerBlock, 0, native(stream)>>>(d.params, q, k, v, out, lse);
   CUDA_CHECK(cudaGetLastError());
-  CUDA_CHECK(cudaDeviceSynchronize());  // the offset tables are freed when `d` goes out of scope
+  CUDA_CHECK(cudaStreamSynchronize(native(stream)));  // the offset tables are freed when `d` goes out of scope
 }
 
 void attention_backward(const AttentionLayout& layout, const float* q, const float* k, const float* v,
                         const float* out, const float* lse, const float* dout, const float* dlse, float* dq,
-                        float* dk, float* dv) {
+                        float* dk, float* dv, Stream stream) {
   const int64_t q_warps = layout.tq * layout.n_heads, k_warps = layout.tk * layout.n_kv_heads;
   if (q_warps == 0 || k_warps == 0) return;
   const DeviceLayout d(layout);
   DeviceBuffer<float> delta(static_cast<size_t>(q_warps));
-  delta_kernel<<<blocks_for_warps(q_warps), 32 * kWarpsPerBlock>>>(d.params, out, dout, dlse, delta.get());
+  delta_kernel<<<blocks_for_warps(q_warps), 32 * kWarpsPerBlock, 0, native(stream)>>>(d.params, out, dout, dlse, delta.get());
   CUDA_CHECK(cudaGetLastError());
-  dq_kernel<<<blocks_for_warps(q_warps), 32 * kWarpsPerBlock>>>(d.params, q, k, v, lse, dout, delta.get(), dq);
+  dq_kernel<<<blocks_for_warps(q_warps), 32 * kWarpsPerBlock, 0, native(stream)>>>(d.params, q, k, v, lse, dout, delta.get(), dq);
   CUDA_CHECK(cudaGetLastError());
-  dkv_kernel<<<blocks_for_warps(k_warps), 32 * kWarpsPerBlock>>>(d.params, q, k, v, lse, dout, delta.get(), dk, dv);
+  dkv_kernel<<<blocks_for_warps(k_warps), 32 * kWarpsPerBlock, 0, native(stream)>>>(d.params, q, k, v, lse, dout, delta.get(), dk, dv);
   CUDA_CHECK(cudaGetLastError());
-  CUDA_CHECK(cudaDeviceSynchronize());  // scratch buffers are freed on return
+  CUDA_CHECK(cudaStreamSynchronize(native(stream)));  // scratch buffers are freed on return
 }
 
 }  // namespace hdp::kernels::cuda

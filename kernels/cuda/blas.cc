@@ -26,17 +26,20 @@ cublasHandle_t thread_handle() {
 }  // namespace
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc, Stream stream) {
   if (m == 0 || n == 0) return;
   // cuBLAS is column-major: a row-major C = op(A) op(B) is the column-major C^T = op(B)^T op(A)^T,
   // so the operands swap and each keeps its own transpose flag.
+  CUBLAS_CHECK(cublasSetStream(thread_handle(), native(stream)));
   CUBLAS_CHECK(cublasSgemm(thread_handle(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
                            static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b,
                            static_cast<int>(ldb), a, static_cast<int>(lda), &beta, c, static_cast<int>(ldc)));
 }
 
-void axpy(int64_t n, float alpha, const float* x, float* y) {
-  if (n > 0) CUBLAS_CHECK(cublasSaxpy(thread_handle(), static_cast<int>(n), &alpha, x, 1, y, 1));
+void axpy(int64_t n, float alpha, const float* x, float* y, Stream stream) {
+  if (n == 0) return;
+  CUBLAS_CHECK(cublasSetStream(thread_handle(), native(stream)));
+  CUBLAS_CHECK(cublasSaxpy(thread_handle(), static_cast<int>(n), &alpha, x, 1, y, 1));
 }
 
 }  // namespace hdp::kernels::cuda

@@ -8,6 +8,13 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "common/stream.h"
+
+namespace hdp::kernels::cuda {
+// The CUDA stream behind hdp's opaque handle (null: the default stream).
+inline cudaStream_t native(Stream stream) { return static_cast<cudaStream_t>(stream.handle); }
+}  // namespace hdp::kernels::cuda
+
 namespace hdp::kernels::cuda::detail {
 [[noreturn]] void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line);
 [[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line);

@@ -27,9 +27,10 @@ class DeviceBuffer {
   DeviceBuffer& operator=(DeviceBuffer&&) = delete;
 
   T* get() const { return ptr_; }
-  std::vector<T> to_host() const {
+  // A host copy, once the work queued on `stream` is done.
+  std::vector<T> to_host(Stream stream) const {
     std::vector<T> out(count_);
-    copy_device_to_host(out.data(), ptr_, count_ * sizeof(T));
+    copy_device_to_host(out.data(), ptr_, count_ * sizeof(T), stream);
     return out;
   }
 

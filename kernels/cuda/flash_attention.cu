@@ -403,26 +403,26 @@ void check_layout(const AttentionLayout& l) {
 }
 
 template <int D>
-void launch_forward(const AttentionLayout& l, const bf16* q, const bf16* k, const bf16* v, float* out, float* lse) {
+void launch_forward(const AttentionLayout& l, const bf16* q, const bf16* k, const bf16* v, float* out, float* lse, Stream stream) {
   const DeviceTables t(l, false);
   const size_t smem = forward_smem<D>();
   CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const dim3 grid(t.n_tiles, static_cast<unsigned>(l.n_heads));
-  forward_kernel<D><<<grid, kThreads, smem>>>(t.params, q, k, v, out, lse);
+  forward_kernel<D><<<grid, kThreads, smem, native(stream)>>>(t.params, q, k, v, out, lse);
   CUDA_CHECK(cudaGetLastError());
-  CUDA_CHECK(cudaDeviceSynchronize());  // the tables are freed when `t` goes out of scope
+  CUDA_CHECK(cudaStreamSynchronize(native(stream)));  // the tables are freed when `t` goes out of scope
 }
 
 template <int D>
 void launch_backward(const AttentionLayout& l, const bf16* q, const bf16* k, const bf16* v, const float* lse,
-                     const bf16* dout, const float* delta, float* dq, float* dk, float* dv) {
+                     const bf16* dout, const float* delta, float* dq, float* dk, float* dv, Stream stream) {
   const DeviceTables t(l, true);
   const size_t smem = backward_smem<D>();
   CUDA_CHECK(cudaFuncSetAttribute(backward_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const dim3 grid(t.n_tiles, static_cast<unsigned>(l.n_kv_heads));
-  backward_kernel<D><<<grid, kThreads, smem>>>(t.params, q, k, v, lse, dout, delta, dq, dk, dv);
+  backward_kernel<D><<<grid, kThreads, smem, native(stream)>>>(t.params, q, k, v, lse, dout, delta, dq, dk, dv);
   CUDA_CHECK(cudaGetLastError());
-  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaStreamSynchronize(native(stream)));
 }
 
 const bf16* as_bf16(const uint16_t* p) { return reinterpret_cast<const bf16*>(p); }
@@ -432,33 +432,33 @@ const bf16* as_bf16(const uint16_t* p) { return reinterpret_cast<const bf16*>(p)
 bool flash_attention_supports(int head_dim) { return head_dim == 64 || head_dim == 128; }
 
 void flash_attention_forward(const AttentionLayout& layout, const uint16_t* q, const uint16_t* k, const uint16_t* v,
-                             float* out, float* lse) {
+                             float* out, float* lse, Stream stream) {
   if (layout.tq == 0 || layout.n_seqs() <= 0) return;
   check_layout(layout);
-  if (layout.head_dim == 64) launch_forward<64>(layout, as_bf16(q), as_bf16(k), as_bf16(v), out, lse);
-  else launch_forward<128>(layout, as_bf16(q), as_bf16(k), as_bf16(v), out, lse);
+  if (layout.head_dim == 64) launch_forward<64>(layout, as_bf16(q), as_bf16(k), as_bf16(v), out, lse, stream);
+  else launch_forward<128>(layout, as_bf16(q), as_bf16(k), as_bf16(v), out, lse, stream);
 }
 
 void flash_attention_backward(const AttentionLayout& layout, const uint16_t* q, const uint16_t* k, const uint16_t* v,
                               const float* out, const float* lse, const uint16_t* dout, const float* dlse, float* dq,
-                              float* dk, float* dv) {
+                              float* dk, float* dv, Stream stream) {
   if (layout.tq == 0 || layout.tk == 0 || layout.n_seqs() <= 0) return;
   check_layout(layout);
   const int64_t rows = layout.tq * layout.n_heads;
   DeviceBuffer<float> delta(static_cast<size_t>(rows));
-  delta_kernel<<<static_cast<unsigned>((rows + kWarps - 1) / kWarps), kThreads>>>(rows, layout.head_dim, out,
+  delta_kernel<<<static_cast<unsigned>((rows + kWarps - 1) / kWarps), kThreads, 0, native(stream)>>>(rows, layout.head_dim, out,
                                                                                  as_bf16(dout), dlse, delta.get());
   CUDA_CHECK(cudaGetLastError());
   if (layout.head_dim == 64)
-    launch_backward<64>(layout, as_bf16(q), as_bf16(k), as_bf16(v), lse, as_bf16(dout), delta.get(), dq, dk, dv);
+    launch_backward<64>(layout, as_bf16(q), as_bf16(k), as_bf16(v), lse, as_bf16(dout), delta.get(), dq, dk, dv, stream);
   else
-    launch_backward<128>(layout, as_bf16(q), as_bf16(k), as_bf16(v), lse, as_bf16(dout), delta.get(), dq, dk, dv);
+    launch_backward<128>(layout, as_bf16(q), as_bf16(k), as_bf16(v), lse, as_bf16(dout), delta.get(), dq, dk, dv, stream);
 }
 
-void f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
+void f32_to_bf16(const float* src, uint16_t* dst, int64_t n, Stream stream) {
   if (n <= 0) return;
   const int64_t blocks = std::min<int64_t>((n + 255) / 256, 65535);
-  f32_to_bf16_kernel<<<static_cast<unsigned>(blocks), 256>>>(src, reinterpret_cast<bf16*>(dst), n);
+  f32_to_bf16_kernel<<<static_cast<unsigned>(blocks), 256, 0, native(stream)>>>(src, reinterpret_cast<bf16*>(dst), n);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -13,6 +13,8 @@
 
 #include <cstdint>
 
+#include "common/stream.h"
+
 #include "kernels/attention_layout.h"
 
 namespace hdp::kernels::cuda {
@@ -22,13 +24,13 @@ bool flash_attention_supports(int head_dim);
 
 // out [tq, n_heads, head_dim] and lse [tq, n_heads] are written (fp32).
 void flash_attention_forward(const AttentionLayout& layout, const uint16_t* q, const uint16_t* k, const uint16_t* v,
-                             float* out, float* lse);
+                             float* out, float* lse, Stream stream);
 // Adds into dq, dk, dv (fp32). out and lse are the forward's; dlse may be null.
 void flash_attention_backward(const AttentionLayout& layout, const uint16_t* q, const uint16_t* k, const uint16_t* v,
                               const float* out, const float* lse, const uint16_t* dout, const float* dlse, float* dq,
-                              float* dk, float* dv);
+                              float* dk, float* dv, Stream stream);
 
 // dst[i] = src[i] rounded to the nearest bf16 (ties to even), on the device.
-void f32_to_bf16(const float* src, uint16_t* dst, int64_t n);
+void f32_to_bf16(const float* src, uint16_t* dst, int64_t n, Stream stream);
 
 }  // namespace hdp::kernels::cuda

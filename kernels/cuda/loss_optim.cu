@@ -143,53 +143,53 @@ __global__ void sum_squares_kernel(const float* x, int64_t n, double* partial) {
 // ----------------------------------------------------------------------------
 // kernel launchers
 
-double cross_entropy_forward(const float* logits, const int32_t* targets, float* lse, int64_t n, int64_t vocab) {
+double cross_entropy_forward(const float* logits, const int32_t* targets, float* lse, int64_t n, int64_t vocab, Stream stream) {
   if (n == 0) return 0;
   DeviceBuffer<float> loss(static_cast<size_t>(n));
-  cross_entropy_forward_kernel<<<static_cast<unsigned>(n), kThreads>>>(logits, targets, lse, loss.get(), vocab);
+  cross_entropy_forward_kernel<<<static_cast<unsigned>(n), kThreads, 0, native(stream)>>>(logits, targets, lse, loss.get(), vocab);
   CUDA_CHECK(cudaGetLastError());
-  const std::vector<float> rows = loss.to_host();
+  const std::vector<float> rows = loss.to_host(stream);
   return std::accumulate(rows.begin(), rows.end(), 0.0);
 }
 
 void cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse, float dloss,
-                            float* dlogits, int64_t n, int64_t vocab) {
+                            float* dlogits, int64_t n, int64_t vocab, Stream stream) {
   if (n * vocab == 0) return;
-  cross_entropy_backward_kernel<<<blocks_for(n * vocab), kThreads>>>(logits, targets, lse, dloss, dlogits, n, vocab);
+  cross_entropy_backward_kernel<<<blocks_for(n * vocab), kThreads, 0, native(stream)>>>(logits, targets, lse, dloss, dlogits, n, vocab);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void attention_merge_forward(const float* out1, const float* lse1, const float* out2, const float* lse2, float* out,
-                             float* lse, int64_t rows, int64_t dim) {
+                             float* lse, int64_t rows, int64_t dim, Stream stream) {
   if (rows == 0) return;
-  merge_forward_kernel<<<blocks_for(rows), kThreads>>>(out1, lse1, out2, lse2, out, lse, rows, dim);
+  merge_forward_kernel<<<blocks_for(rows), kThreads, 0, native(stream)>>>(out1, lse1, out2, lse2, out, lse, rows, dim);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void attention_merge_backward(const float* out1, const float* lse1, const float* out2, const float* lse2,
                               const float* out, const float* dout, const float* dlse, float* dout1, float* dlse1,
-                              float* dout2, float* dlse2, int64_t rows, int64_t dim) {
+                              float* dout2, float* dlse2, int64_t rows, int64_t dim, Stream stream) {
   if (rows == 0) return;
-  merge_backward_kernel<<<blocks_for(rows), kThreads>>>(out1, lse1, out2, lse2, out, dout, dlse, dout1, dlse1, dout2,
+  merge_backward_kernel<<<blocks_for(rows), kThreads, 0, native(stream)>>>(out1, lse1, out2, lse2, out, dout, dlse, dout1, dlse1, dout2,
                                                         dlse2, rows, dim);
   CUDA_CHECK(cudaGetLastError());
 }
 
-void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& p) {
+void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& p, Stream stream) {
   if (n == 0) return;
   const float bc1 = 1.0f - static_cast<float>(std::pow(double(p.beta1), double(p.step)));
   const float bc2 = 1.0f - static_cast<float>(std::pow(double(p.beta2), double(p.step)));
-  adamw_kernel<<<blocks_for(n), kThreads>>>(param, grad, m, v, n, p, bc1, bc2);
+  adamw_kernel<<<blocks_for(n), kThreads, 0, native(stream)>>>(param, grad, m, v, n, p, bc1, bc2);
   CUDA_CHECK(cudaGetLastError());
 }
 
-double sum_squares(const float* x, int64_t n) {
+double sum_squares(const float* x, int64_t n, Stream stream) {
   if (n == 0) return 0;
   const unsigned blocks = std::min(blocks_for(n), 1024u);
   DeviceBuffer<double> partial(blocks);
-  sum_squares_kernel<<<blocks, kThreads>>>(x, n, partial.get());
+  sum_squares_kernel<<<blocks, kThreads, 0, native(stream)>>>(x, n, partial.get());
   CUDA_CHECK(cudaGetLastError());
-  const std::vector<double> parts = partial.to_host();
+  const std::vector<double> parts = partial.to_host(stream);
   return std::accumulate(parts.begin(), parts.end(), 0.0);
 }
 

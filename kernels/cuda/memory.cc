@@ -31,6 +31,12 @@ void copy_device_to_host(void* dst, const void* src, size_t bytes) {
   if (bytes > 0) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
 }
 
+void copy_device_to_host(void* dst, const void* src, size_t bytes, Stream stream) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, native(stream)));
+  CUDA_CHECK(cudaStreamSynchronize(native(stream)));
+}
+
 void copy_device_to_device(void* dst, const void* src, size_t bytes) {
   if (bytes > 0) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
 }
@@ -40,5 +46,17 @@ void device_zero(void* ptr, size_t bytes) {
 }
 
 void device_synchronize() { CUDA_CHECK(cudaDeviceSynchronize()); }
+
+Stream stream_create() {
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  return Stream{stream};
+}
+
+void stream_destroy(Stream stream) noexcept {
+  if (stream.handle != nullptr) cudaStreamDestroy(native(stream));
+}
+
+void stream_synchronize(Stream stream) { CUDA_CHECK(cudaStreamSynchronize(native(stream))); }
 
 }  // namespace hdp::kernels::cuda

@@ -1,10 +1,13 @@
 // File: kernels/cuda/memory.h
 //
 // Device memory for hdp::ops::Tensor: allocation, copies and fills on the current device. Every call
-// is synchronous with respect to the host (the default stream), so a returned host buffer is ready.
+// is synchronous with respect to the host (the default stream), so a returned host buffer is ready;
+// the copy to the host that takes a stream waits for that stream's work instead.
 #pragma once
 
 #include <cstddef>
+
+#include "common/stream.h"
 
 namespace hdp::kernels::cuda {
 
@@ -15,9 +18,17 @@ void* device_alloc(size_t bytes);
 void device_free(void* ptr) noexcept;
 void copy_host_to_device(void* dst, const void* src, size_t bytes);
 void copy_device_to_host(void* dst, const void* src, size_t bytes);
+void copy_device_to_host(void* dst, const void* src, size_t bytes, Stream stream);
 void copy_device_to_device(void* dst, const void* src, size_t bytes);
 void device_zero(void* ptr, size_t bytes);
 // Waits until every kernel launched so far has finished (benchmarks time around it).
 void device_synchronize();
+
+// A new stream, blocking with respect to the legacy default stream (so Tensor's allocations, fills
+// and copies, which use that one, stay ordered with the kernels queued on it); destroy it with
+// stream_destroy. stream_synchronize waits for the work queued on a stream.
+Stream stream_create();
+void stream_destroy(Stream stream) noexcept;
+void stream_synchronize(Stream stream);
 
 }  // namespace hdp::kernels::cuda

@@ -112,58 +112,58 @@ __global__ void swiglu_backward_kernel(const float* g, const float* u, const flo
 // ----------------------------------------------------------------------------
 // kernel launchers
 
-void embedding_forward(const int32_t* tokens, const float* weight, float* out, int64_t n, int64_t dim) {
+void embedding_forward(const int32_t* tokens, const float* weight, float* out, int64_t n, int64_t dim, Stream stream) {
   if (n * dim == 0) return;
-  embedding_forward_kernel<<<blocks_for(n * dim), kThreads>>>(tokens, weight, out, n, dim);
+  embedding_forward_kernel<<<blocks_for(n * dim), kThreads, 0, native(stream)>>>(tokens, weight, out, n, dim);
   CUDA_CHECK(cudaGetLastError());
 }
 
-void embedding_backward(const int32_t* tokens, const float* dout, float* dweight, int64_t n, int64_t dim) {
+void embedding_backward(const int32_t* tokens, const float* dout, float* dweight, int64_t n, int64_t dim, Stream stream) {
   if (n * dim == 0) return;
-  embedding_backward_kernel<<<blocks_for(n * dim), kThreads>>>(tokens, dout, dweight, n, dim);
+  embedding_backward_kernel<<<blocks_for(n * dim), kThreads, 0, native(stream)>>>(tokens, dout, dweight, n, dim);
   CUDA_CHECK(cudaGetLastError());
 }
 
-void rmsnorm_forward(const float* x, const float* weight, float* y, float* rstd, int64_t n, int64_t dim, double eps) {
+void rmsnorm_forward(const float* x, const float* weight, float* y, float* rstd, int64_t n, int64_t dim, double eps, Stream stream) {
   if (n == 0) return;
-  rmsnorm_forward_kernel<<<static_cast<unsigned>(n), kThreads>>>(x, weight, y, rstd, dim, static_cast<float>(eps));
+  rmsnorm_forward_kernel<<<static_cast<unsigned>(n), kThreads, 0, native(stream)>>>(x, weight, y, rstd, dim, static_cast<float>(eps));
   CUDA_CHECK(cudaGetLastError());
 }
 
 void rmsnorm_backward(const float* x, const float* weight, const float* rstd, const float* dy, float* dx,
-                      float* dweight, int64_t n, int64_t dim) {
+                      float* dweight, int64_t n, int64_t dim, Stream stream) {
   if (n == 0) return;
-  rmsnorm_backward_dx_kernel<<<static_cast<unsigned>(n), kThreads>>>(x, weight, rstd, dy, dx, dim);
+  rmsnorm_backward_dx_kernel<<<static_cast<unsigned>(n), kThreads, 0, native(stream)>>>(x, weight, rstd, dy, dx, dim);
   CUDA_CHECK(cudaGetLastError());
-  rmsnorm_backward_dw_kernel<<<blocks_for(dim), kThreads>>>(x, rstd, dy, dweight, n, dim);
+  rmsnorm_backward_dw_kernel<<<blocks_for(dim), kThreads, 0, native(stream)>>>(x, rstd, dy, dweight, n, dim);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void rope_forward(const float* x, const int64_t* positions, float* y, int64_t n, int heads, int head_dim,
-                  double theta) {
+                  double theta, Stream stream) {
   const int64_t work = n * heads * (head_dim / 2);
   if (work == 0) return;
-  rope_kernel<<<blocks_for(work), kThreads>>>(x, positions, y, n, heads, head_dim, static_cast<float>(theta), +1);
+  rope_kernel<<<blocks_for(work), kThreads, 0, native(stream)>>>(x, positions, y, n, heads, head_dim, static_cast<float>(theta), +1);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void rope_backward(const float* dy, const int64_t* positions, float* dx, int64_t n, int heads, int head_dim,
-                   double theta) {
+                   double theta, Stream stream) {
   const int64_t work = n * heads * (head_dim / 2);
   if (work == 0) return;
-  rope_kernel<<<blocks_for(work), kThreads>>>(dy, positions, dx, n, heads, head_dim, static_cast<float>(theta), -1);
+  rope_kernel<<<blocks_for(work), kThreads, 0, native(stream)>>>(dy, positions, dx, n, heads, head_dim, static_cast<float>(theta), -1);
   CUDA_CHECK(cudaGetLastError());
 }
 
-void swiglu_forward(const float* gate, const float* up, float* h, int64_t n) {
+void swiglu_forward(const float* gate, const float* up, float* h, int64_t n, Stream stream) {
   if (n == 0) return;
-  swiglu_forward_kernel<<<blocks_for(n), kThreads>>>(gate, up, h, n);
+  swiglu_forward_kernel<<<blocks_for(n), kThreads, 0, native(stream)>>>(gate, up, h, n);
   CUDA_CHECK(cudaGetLastError());
 }
 
-void swiglu_backward(const float* gate, const float* up, const float* dh, float* dgate, float* dup, int64_t n) {
+void swiglu_backward(const float* gate, const float* up, const float* dh, float* dgate, float* dup, int64_t n, Stream stream) {
   if (n == 0) return;
-  swiglu_backward_kernel<<<blocks_for(n), kThreads>>>(gate, up, dh, dgate, dup, n);
+  swiglu_backward_kernel<<<blocks_for(n), kThreads, 0, native(stream)>>>(gate, up, dh, dgate, dup, n);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -50,17 +50,16 @@
 #include <span>
 #include <string>
 
+#include "common/stream.h"
 #include "ops/tensor.h"
 
 namespace hdp::mesh {
 
 enum class ReduceOp { kSum, kMax, kMin };
 
-// Where a device implementation orders its work (a cudaStream_t for NCCL); null: the default of
-// the implementation. The CPU implementation runs on its own threads and ignores it.
-struct Stream {
-  void* handle = nullptr;
-};
+// Where a device implementation orders its work (common/stream.h: a cudaStream_t for NCCL; null:
+// the default stream). The CPU implementation runs on its own threads and ignores it.
+using Stream = hdp::Stream;
 
 // Point-to-point tags are the caller's: any value below kMaxTag. Values at and above it are the
 // implementation's own (its collectives).

@@ -45,7 +45,7 @@ Tensor rounded(const Shape& s, uint64_t seed) {
 kernels::cuda::DeviceBuffer<uint16_t> to_bf16(const Tensor& t) {
   const Tensor d = t.to(Device::kCuda);
   kernels::cuda::DeviceBuffer<uint16_t> out(static_cast<size_t>(t.numel()));
-  kernels::cuda::f32_to_bf16(d.data<float>(), out.get(), t.numel());
+  kernels::cuda::f32_to_bf16(d.data<float>(), out.get(), t.numel(), Stream{});
   return out;
 }
 
@@ -75,7 +75,7 @@ class FlashAttention : public ::testing::Test {
 TEST_F(FlashAttention, ConversionRoundsToNearestEven) {
   const Tensor x = testing::random_tensor({4099}, DType::kF32, 1, -1e3, 1e3);
   const std::vector<float> host = x.to_vector<float>();
-  const std::vector<uint16_t> dev = to_bf16(x).to_host();
+  const std::vector<uint16_t> dev = to_bf16(x).to_host(Stream{});
   for (size_t i = 0; i < host.size(); ++i) {
     uint32_t u;
     const float r = bf16_round(host[i]);
@@ -98,7 +98,8 @@ TEST_F(FlashAttention, ForwardBackwardMatchTheFp32ReferenceOnBf16Inputs) {
     const auto qb = to_bf16(q), kb = to_bf16(k), vb = to_bf16(v), dob = to_bf16(dout);
     const Tensor out = Tensor::zeros(q.shape(), DType::kF32, Device::kCuda),
                  lse = Tensor::zeros({cs.tq, cs.heads}, DType::kF32, Device::kCuda);
-    kernels::cuda::flash_attention_forward(l, qb.get(), kb.get(), vb.get(), out.data<float>(), lse.data<float>());
+    kernels::cuda::flash_attention_forward(l, qb.get(), kb.get(), vb.get(), out.data<float>(), lse.data<float>(),
+                                           Stream{});
     EXPECT_LE(rel_error(out.to(Device::kCpu), ref.out), 1e-2) << "out";
     EXPECT_LE(rel_error(lse.to(Device::kCpu), ref.lse), 1e-4) << "lse";
 
@@ -110,7 +111,7 @@ TEST_F(FlashAttention, ForwardBackwardMatchTheFp32ReferenceOnBf16Inputs) {
                  dvg = Tensor::zeros(v.shape(), DType::kF32, Device::kCuda), dlse_g = dlse.to(Device::kCuda);
     kernels::cuda::flash_attention_backward(l, qb.get(), kb.get(), vb.get(), out.data<float>(), lse.data<float>(),
                                             dob.get(), dlse_g.data<float>(), dqg.data<float>(), dkg.data<float>(),
-                                            dvg.data<float>());
+                                            dvg.data<float>(), Stream{});
     EXPECT_LE(rel_error(dqg.to(Device::kCpu), dq), 2e-2) << "dq";
     EXPECT_LE(rel_error(dkg.to(Device::kCpu), dk), 2e-2) << "dk";
     EXPECT_LE(rel_error(dvg.to(Device::kCpu), dv), 2e-2) << "dv";
@@ -121,7 +122,8 @@ TEST_F(FlashAttention, RefusesAHeadDimItHasNoKernelFor) {
   const AttentionSpec spec = AttentionSpec::packed({0, 8});
   const kernels::AttentionLayout l = layout_of(spec, 8, 8, 1, 1, 96);
   EXPECT_FALSE(kernels::cuda::flash_attention_supports(96));
-  EXPECT_THROW(kernels::cuda::flash_attention_forward(l, nullptr, nullptr, nullptr, nullptr, nullptr), InvalidArgument);
+  EXPECT_THROW(kernels::cuda::flash_attention_forward(l, nullptr, nullptr, nullptr, nullptr, nullptr, Stream{}),
+               InvalidArgument);
 }
 
 }  // namespace
