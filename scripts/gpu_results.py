@@ -82,7 +82,7 @@ def collect(args):
                          "--format=csv,noheader")
     nvcc = command_output("nvcc", "--version").splitlines()
     result = {"dry_run": bool(int(args.dry_run)), "gpu": gpu, "nvcc": nvcc[-1] if nvcc else "",
-              "git": command_output("git", "rev-parse", "--short", "HEAD"), "steps": steps,
+              "git": command_output("git", "describe", "--always", "--dirty"), "steps": steps,
               "tests": tests_from_junit(os.path.join(d, "tests.xml")),
               "hdp": read_json(os.path.join(d, "bench.json")),
               "nccl": nccl_figures(os.path.join(d, "nccl.log"))}
