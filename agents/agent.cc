@@ -184,6 +184,11 @@ class Agent {
         watcher_(store, control_.records(), io_, [this](std::optional<std::int64_t> g) { on_watch(g); }) {}
 
   AgentOutcome run() {
+    // A job that was stopped is resumed by starting its agents again (hdp run, a requeued Slurm
+    // job, systemd): its `stopped` outcome, which ends publishing, goes first.
+    if (elastic::clear_stopped_outcome(control_.store())) {
+      log()->info("node {}: job {} was stopped; resuming it", options_.node_id, options_.job);
+    }
     control_.register_node();
     notify_ready("registered as " + control_.member_id());
     wait_for_stop_signal();
@@ -291,7 +296,9 @@ class Agent {
     grant_watch();
     heartbeat_timer_.expires_after(options_.timing.heartbeat);
     heartbeat_timer_.async_wait([this](const boost::system::error_code& error) {
-      if (!error && !draining_) heartbeat();
+      // A draining agent keeps its lease until its workers are out (they leave at a step boundary:
+      // until then the node is a member), then deregisters.
+      if (!error && !outcome_) heartbeat();
     });
   }
 
@@ -311,9 +318,14 @@ class Agent {
         supervisor_.kill_and_reap_all();
         return finish(AgentOutcome::kDrained);
       }
-      log()->info("node {}: {}: draining (up to {} ms)", options_.node_id, strsignal(signo), options_.drain_timeout.count());
-      notify_status("draining");
-      begin_stop(AgentOutcome::kDrained, SIGTERM);
+      // SIGUSR1 (Slurm's scancel --signal, a stop for the whole job): the workers get SIGUSR1 and
+      // every rank stops. SIGTERM/SIGINT (systemctl stop, a drain of this node): the workers get
+      // SIGTERM and this node leaves while the job goes on (trainer/trainer.h).
+      const bool job_stop = signo == SIGUSR1;
+      log()->info("node {}: {}: {} (up to {} ms)", options_.node_id, strsignal(signo),
+                  job_stop ? "stopping the job" : "draining this node", options_.drain_timeout.count());
+      notify_status(job_stop ? "stopping the job" : "draining");
+      begin_stop(AgentOutcome::kDrained, job_stop ? SIGUSR1 : SIGTERM);
       drain_timer_.expires_after(options_.drain_timeout);
       drain_timer_.async_wait([this](const boost::system::error_code& timer_error) {
         if (timer_error || outcome_) return;

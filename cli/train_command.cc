@@ -3,7 +3,10 @@
 // --smoke the stand-in that checks exact all-reduce sums (trainer/smoke_worker.h), for tests.
 // Every trainer flag can also come from the environment (HDP_<FLAG>, e.g. HDP_BATCH_TOKENS) or
 // the --config file's [train] section.
-// SIGTERM/SIGINT/SIGUSR1 stop every rank at the next step boundary: a final checkpoint, exit 0.
+// SIGTERM/SIGINT: this worker's node leaves at the next step boundary and the job goes on without it
+// (or stops, when what stays would be below its minimum); SIGUSR1 stops every rank of the job at the
+// next step boundary with a final checkpoint (trainer/trainer.h). Exit 0 either way. The smoke
+// worker stops every rank on any of the three.
 // An impossible configuration exits 2 with one line naming the value; a wrong smoke sum exits 3.
 #include <signal.h>
 #include <unistd.h>
@@ -23,9 +26,13 @@
 namespace hdp::cli {
 namespace {
 
-std::atomic<bool> stop_requested{false};
+trainer::StopRequest stop_request;
 
-void request_stop(int) { stop_requested = true; }
+void request_leave(int) { stop_request.requested = true; }
+void request_job_stop(int) {
+  stop_request.job = true;
+  stop_request.requested = true;
+}
 
 struct TrainFlags {
   bool smoke = false;
@@ -166,18 +173,19 @@ void add_train_command(CLI::App& app) {
       ->delimiter(',');
 
   command->callback([flags] {
-    struct sigaction action {};
-    action.sa_handler = request_stop;
-    sigaction(SIGTERM, &action, nullptr);
-    sigaction(SIGINT, &action, nullptr);
-    sigaction(SIGUSR1, &action, nullptr);  // Slurm signals a whole step, workers included
+    struct sigaction leave {}, stop {};
+    leave.sa_handler = request_leave;
+    stop.sa_handler = request_job_stop;
+    sigaction(SIGTERM, &leave, nullptr);
+    sigaction(SIGINT, &leave, nullptr);
+    sigaction(SIGUSR1, &stop, nullptr);  // Slurm signals a whole step, workers included
     if (flags->smoke) {
       auto ctx = elastic::ElasticContext::from_environment();
       trainer::SmokeOptions options;
       options.steps = flags->steps;
       options.step_time = std::chrono::milliseconds(flags->step_ms);
       options.timeout = std::chrono::milliseconds(flags->timeout_ms);
-      if (trainer::run_smoke_worker(ctx, options, stop_requested) == trainer::SmokeResult::kWrongSum) {
+      if (trainer::run_smoke_worker(ctx, options, stop_request.requested) == trainer::SmokeResult::kWrongSum) {
         throw CLI::RuntimeError(kExitJobFailed);
       }
       return;
@@ -190,7 +198,7 @@ void add_train_command(CLI::App& app) {
                                         : std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)) / nproc);
     config.validate();
     auto ctx = elastic::ElasticContext::from_environment();
-    trainer::run_trainer(ctx, config, stop_requested);
+    trainer::run_trainer(ctx, config, stop_request);
   });
 }
 

@@ -17,7 +17,7 @@ inline constexpr const char* kJoinCount = "joins";    // counter of join announc
 inline constexpr const char* kState = "state";        // hash: status, generation, world_size, step, ...
 inline constexpr const char* kEvents = "events";      // capped stream
 inline constexpr const char* kSamples = "samples";    // capped stream: one entry per training step (rank 0)
-inline constexpr const char* kOutcome = "outcome";    // "completed" once the job is done; ends publishing
+inline constexpr const char* kOutcome = "outcome";    // "completed" or "stopped"; ends publishing
 inline constexpr const char* kEvictions = "evictions";  // JSON: evicted node/slots and their cool-downs (leader)
 // Capped stream: one entry {gen: <g>, digest: <xxh64 of gen:<g>>, delta: <change over g-1's record,
 // when small>} per published generation, appended in the publishing commit. Agents block on it

@@ -68,6 +68,21 @@ bool JobState::complete(std::int64_t generation, std::int64_t step) {
   return commit_with_job_state(*store_, txn);
 }
 
+bool JobState::stop(std::int64_t generation, std::int64_t step) {
+  Transaction txn;
+  txn.require(keys::kGeneration, std::to_string(generation))
+      .add(Write::hash_set(keys::kState, {{"status", "stopped"}, {"step", std::to_string(step)},
+                                          {"updated_at_ms", std::to_string(now_ms())}}))
+      .add(Write::set(keys::kOutcome, "stopped"));
+  return commit_with_job_state(*store_, txn);
+}
+
+bool clear_stopped_outcome(Store& job_store) {
+  Transaction txn;
+  txn.require(keys::kOutcome, "stopped").add(Write::erase(keys::kOutcome));
+  return job_store.commit(txn).applied;
+}
+
 std::vector<double> parse_number_list(const std::string& field, const std::string& value) {
   std::vector<double> numbers;
   std::size_t begin = 0;

@@ -58,6 +58,9 @@ CommitResult commit_with_job_state(Store& store, const Transaction& txn);
 // another type) answers false, logged at debug level: callers poll it, and each decides what an
 // unknown outcome means (hdp run: not completed; an agent: drained; a waiting worker: wait on).
 bool job_completed(Store& job_store);
+// Erases `outcome` when it says "stopped" (never "completed"): an agent starting for a job that
+// was stopped resumes it. Returns whether it erased it.
+bool clear_stopped_outcome(Store& job_store);
 
 struct JobSnapshot {
   std::int64_t generation = 0;              // 0: none published yet
@@ -88,6 +91,11 @@ class JobState {
   // current. Once `outcome` exists the leader publishes no further generation, so nothing can
   // overwrite the terminal status.
   bool complete(std::int64_t generation, std::int64_t step);
+  // Marks the job stopped at `step` (state and `outcome` = "stopped"), only while `generation` is
+  // current: like completion, it ends publishing, so agents leaving after a stop cannot publish a
+  // generation that says `running` with no worker left. A job resumed later (its agents started
+  // again) clears it first (clear_stopped_outcome).
+  bool stop(std::int64_t generation, std::int64_t step);
 
   // Reads and validates everything; throws InvalidArgument naming the first bad key or field.
   JobSnapshot snapshot(std::size_t event_count, std::size_t sample_count = 0);

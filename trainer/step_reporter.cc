@@ -156,7 +156,7 @@ void StepReporter::completed(const elastic::Membership& m, std::int64_t step) {
 void StepReporter::stopped(const elastic::Membership& m, std::int64_t step, const std::string& checkpoint) {
   events_.record(m, "stopped", {{"step", std::to_string(step)}, {"checkpoint", checkpoint}});
   try {
-    job_.fenced_update(m.generation, {{"status", "stopped"}});
+    if (!job_.stop(m.generation, step)) log()->warn("the stop at step {} was not recorded: a newer generation exists", step);
   } catch (const Error& e) {
     log()->warn("cannot record the stop: {}", e.what());
   }

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -37,25 +38,53 @@ using mesh::Communicator;
 
 // What every rank contributes to the all-gather at each step boundary.
 struct Boundary {
-  static constexpr std::size_t kFields = 4;  // per rank: stop, changed, compute µs, plan digest
-  bool stop = false;     // some rank was asked to stop
+  static constexpr std::size_t kFields = 5;  // per rank: job stop, leave, changed, compute µs, plan digest
+  bool stop = false;     // some rank was asked to stop the job
+  std::vector<bool> leaving;  // by rank: asked to leave (its node drains)
   bool changed = false;  // some rank saw a newer generation (or rank 0 asked for an eviction)
   std::vector<std::int64_t> compute_us;  // each rank's compute time of the step before
   std::vector<std::int64_t> digests;     // each rank's plan digest of the step before
 };
 
-Boundary agree(Communicator& comm, bool stop, bool changed, std::int64_t compute_us, std::uint64_t digest) {
+Boundary agree(Communicator& comm, const StopRequest& request, bool changed, std::int64_t compute_us,
+               std::uint64_t digest) {
+  const bool stop = request.job.load(), leave = request.requested.load() && !stop;
   const std::vector<std::int64_t> rows = mesh::allgather_rows<std::int64_t>(
-      comm, {stop ? 1 : 0, changed ? 1 : 0, compute_us, static_cast<std::int64_t>(digest)});
+      comm, {stop ? 1 : 0, leave ? 1 : 0, changed ? 1 : 0, compute_us, static_cast<std::int64_t>(digest)});
   Boundary b;
   for (std::size_t r = 0; r < rows.size() / Boundary::kFields; ++r) {
     const std::int64_t* row = rows.data() + Boundary::kFields * r;
     b.stop = b.stop || row[0] > 0;
-    b.changed = b.changed || row[1] > 0;
-    b.compute_us.push_back(row[2]);
-    b.digests.push_back(row[3]);
+    b.leaving.push_back(row[1] > 0);
+    b.changed = b.changed || row[2] > 0;
+    b.compute_us.push_back(row[3]);
+    b.digests.push_back(row[4]);
   }
   return b;
+}
+
+// The nodes that leave at a boundary: every node with a rank asked to leave (a drain takes the
+// whole node), and how many of the generation's nodes stay.
+struct Leave {
+  std::set<std::string> nodes;
+  int staying = 0;
+};
+
+Leave leaving_nodes(const Boundary& b, const std::vector<std::string>& node_of_rank) {
+  Leave leave;
+  std::set<std::string> all;
+  for (std::size_t r = 0; r < node_of_rank.size(); ++r) {
+    all.insert(node_of_rank[r]);
+    if (b.leaving[r]) leave.nodes.insert(node_of_rank[r]);
+  }
+  leave.staying = static_cast<int>(all.size() - leave.nodes.size());
+  return leave;
+}
+
+std::string join(const std::set<std::string>& names) {
+  std::string text;
+  for (const auto& name : names) text += (text.empty() ? "" : ",") + name;
+  return text;
 }
 
 // Every rank plans every step from the same inputs: the plans of the step before must be equal.
@@ -95,7 +124,7 @@ std::optional<int> read_min_nodes(elastic::Store& store) {
 // Recovery; speeds and evictions in StragglerMonitor; what is reported in StepReporter.
 class Trainer {
  public:
-  Trainer(elastic::ElasticContext& ctx, const TrainerConfig& config, const std::atomic<bool>& stop)
+  Trainer(elastic::ElasticContext& ctx, const TrainerConfig& config, const StopRequest& stop)
       : ctx_(ctx),
         config_(config),
         stop_(stop),
@@ -118,7 +147,7 @@ class Trainer {
     LoopOptions loop;
     loop.connect_timeout = config_.timeout;
     loop.cooldown = config_.cooldown;
-    run_elastic_loop(ctx_, loop, stop_, [this](const Membership& m, Communicator& comm) {
+    run_elastic_loop(ctx_, loop, stop_.requested, [this](const Membership& m, Communicator& comm) {
       try {
         const BodyResult result = generation(m, comm);
         if (result == BodyResult::kGenerationChanged) reporter_.interrupted();
@@ -128,8 +157,10 @@ class Trainer {
         throw;
       }
     });
-    // The loop ends when the job completed (here, or before this worker joined) or was stopped.
-    return completed_ ? TrainResult::kCompleted : TrainResult::kStopped;
+    // The loop ends when the job completed (here, or before this worker joined), was stopped, or
+    // this worker's node left.
+    if (completed_) return TrainResult::kCompleted;
+    return left_ ? TrainResult::kLeft : TrainResult::kStopped;
   }
 
  private:
@@ -148,6 +179,7 @@ class Trainer {
 
     const std::int64_t furthest = recovery_.start(m, comm);
     monitor_.start_generation(m, comm, min_nodes_.value_or(1));
+    replicas_.reset();
     if (config_.redundant_shards) place_replicas(m, comm);
 
     CheckpointReporter reporter(ctx_.store(), m.generation, m.rank);
@@ -179,11 +211,11 @@ class Trainer {
   // Redundant shards (config_.redundant_shards): every shard sent whole to its holder, so that the
   // copies start equal to the originals whatever happened before (a restore, renumbered ranks).
   void place_replicas(const Membership& m, Communicator& comm) {
-    const mesh::BuddyPlan plan = mesh::place_replicas(recovery_.optimizer(), model_.params(), node_of_rank(m),
-                                                      recovery_.step(), comm, config_.timeout);
+    replicas_ = mesh::place_replicas(recovery_.optimizer(), model_.params(), node_of_rank(m),
+                                       recovery_.step(), comm, config_.timeout);
     if (m.rank == 0) {
       log()->info("generation {}: every optimizer shard copied to a rank of another node{}", m.generation,
-                  plan.complete() ? std::string() : std::string(" (none: the job runs on one node)"));
+                  replicas_->complete() ? std::string() : std::string(" (none: the job runs on one node)"));
     }
   }
 
@@ -211,10 +243,20 @@ class Trainer {
       // asked for an eviction leaves with the others: the leader answers with a new generation.
       const Boundary boundary =
           agree(comm, stop_, ctx_.changed(m) || monitor_.eviction_requested(), monitor_.compute_us(), digest);
+      const Leave leave = leaving_nodes(boundary, node_of_rank(m));
+      if (!boundary.stop && !leave.nodes.empty() && leave.staying < min_nodes_.value_or(1)) {
+        if (m.rank == 0) {
+          log()->info("step {}: node(s) {} leaving would leave {} node(s), below the job's minimum of {}: the job stops",
+                      recovery_.step(), join(leave.nodes), leave.staying, min_nodes_.value_or(1));
+        }
+        drain(m, comm, saver);
+        return BodyResult::kFinished;
+      }
       if (boundary.stop) {
         drain(m, comm, saver);
         return BodyResult::kFinished;
       }
+      if (!leave.nodes.empty()) return let_leave(m, leave, saver);
       if (boundary.changed) return BodyResult::kGenerationChanged;
       if (!first) check_same_plans(boundary, recovery_.step());
       monitor_.observe(m, recovery_.step(), boundary.compute_us);
@@ -273,6 +315,35 @@ class Trainer {
     return BodyResult::kFinished;
   }
 
+  // Nodes leave at this boundary, the others go on (trainer.h, step 3). Every rank runs this with
+  // the same inputs. The staying ranks rebuild from the copies of the leaving ranks' shards; a
+  // shard whose copy leaves too (or has none) is saved first, by every rank, at this step.
+  BodyResult let_leave(const Membership& m, const Leave& leave, checkpoint::AsyncSaver* saver) {
+    const std::vector<std::string> nodes = node_of_rank(m);
+    bool covered = replicas_ && replicas_->complete();
+    for (std::size_t r = 0; covered && r < nodes.size(); ++r) {
+      if (!leave.nodes.contains(nodes[r])) continue;
+      const int holder = replicas_->holder[r];
+      covered = holder >= 0 && !leave.nodes.contains(nodes[static_cast<std::size_t>(holder)]);
+    }
+    const std::int64_t step = recovery_.step();
+    if (!covered && saver && !recovery_.saved()) {
+      recovery_.save(*saver);
+      if (!saver->wait()) log()->error("the checkpoint at step {} before node(s) {} leave failed on this rank", step, join(leave.nodes));
+    }
+    const bool mine = leave.nodes.contains(nodes[static_cast<std::size_t>(m.rank)]);
+    if (m.rank == 0) {
+      log()->info("step {}: node(s) {} leave; the job goes on with {} node(s){}", step, join(leave.nodes), leave.staying,
+                  covered ? ", from the copies in memory" : (saver ? ", from a checkpoint at this step" : ""));
+      events_.record(m, "nodes_leave", {{"step", std::to_string(step)}, {"nodes", join(leave.nodes)},
+                                  {"from", covered ? "memory" : (saver ? "checkpoint" : "none")}});
+    }
+    if (!mine) return BodyResult::kGenerationChanged;  // wait for the generation without them
+    log()->info("worker {}/{}: this node leaves at step {}", ctx_.identity().node, ctx_.identity().local_rank, step);
+    left_ = true;
+    return BodyResult::kFinished;
+  }
+
   // A stop was agreed: a final checkpoint (unless the step was just saved), then the job's state.
   void drain(const Membership& m, Communicator& comm, checkpoint::AsyncSaver* saver) {
     const std::int64_t step = recovery_.step();
@@ -289,7 +360,7 @@ class Trainer {
 
   elastic::ElasticContext& ctx_;
   const TrainerConfig& config_;
-  const std::atomic<bool>& stop_;
+  const StopRequest& stop_;
   const TrainingSetup setup_;
   ops::model::LlamaModel model_;
   data::BatchSource source_;
@@ -300,12 +371,14 @@ class Trainer {
   Recovery recovery_;
   FaultInjector faults_;
   std::optional<int> min_nodes_;  // the job's minimum number of nodes, once read
+  std::optional<mesh::BuddyPlan> replicas_;  // this generation's copies, once placed
   bool completed_ = false;
+  bool left_ = false;  // this worker's node left the job
 };
 
 }  // namespace
 
-TrainResult run_trainer(elastic::ElasticContext& ctx, const TrainerConfig& config, const std::atomic<bool>& stop) {
+TrainResult run_trainer(elastic::ElasticContext& ctx, const TrainerConfig& config, const StopRequest& stop) {
   config.validate();
   if (config.threads > 0) omp_set_num_threads(config.threads);
   Trainer trainer(ctx, config, stop);

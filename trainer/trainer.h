@@ -20,9 +20,18 @@
 //      `restore` event says why memory could not serve); with no checkpoint, it starts from the
 //      seed at step 0. With the redundant shards (the default) the copies are then placed
 //      (mesh/step/replicas.h).
-//   3. steps: at each boundary the ranks all-reduce their stop requests (SIGTERM/SIGUSR1 on any
-//      worker stops all of them at the same step) and whether any of them saw a newer generation
-//      (so that all leave at the same boundary, none in the middle of a step); then the global
+//   3. steps: at each boundary the ranks all-gather their requests and whether any of them saw a
+//      newer generation (so that all leave at the same boundary, none in the middle of a step):
+//        - a job stop (StopRequest::job: SIGUSR1, from `scancel --signal` or an agent asked to stop
+//          the job) on any rank stops every rank at this step (below);
+//        - a node leaving (a leave: SIGTERM/SIGINT, what an agent's drain sends) takes every rank
+//          of the leaving nodes out at this step while the others go on without them, from
+//          memory: they wait for the generation that no longer has those nodes (their agents
+//          deregister once their workers are out) and rebuild the shards from the copies on
+//          other nodes (step 2). Shards whose copy would leave too are saved first (a checkpoint
+//          at this step, so the next generation loses no step). When what stays would be below
+//          the job's minimum number of nodes, the leave becomes a job stop;
+//      then the global
 //      batch of the step (trainer/data/batch_source.h: a function of the data position and the
 //      token budget, the same on every rank and for every world size) is planned with the balanced
 //      strategy over the generation's ranks (one mesh::PlannedStep, mesh/plan/planned_step.h) and
@@ -45,11 +54,18 @@
 
 namespace hdp::trainer {
 
-enum class TrainResult { kCompleted, kStopped };
+enum class TrainResult { kCompleted, kStopped, kLeft };
 
-// Blocks until the job completed or `stop` was agreed. Throws InvalidArgument for a configuration
+// What this worker's signals asked for (cli/train_command.cc's handlers set them; lock-free atomics,
+// so a signal handler may). `requested` is set by both, and is what the loops that wait look at.
+struct StopRequest {
+  std::atomic<bool> requested{false};  // a leave or a job stop
+  std::atomic<bool> job{false};        // a job stop (SIGUSR1); else a leave of this worker's node
+};
+
+// Blocks until the job completed, a stop was agreed, or this worker's node left. Throws InvalidArgument for a configuration
 // this job cannot run (config.validate(), check_world() against the job's minimum size, a
 // checkpoint of another model shape), FatalError when every committed checkpoint is corrupt.
-TrainResult run_trainer(elastic::ElasticContext& ctx, const TrainerConfig& config, const std::atomic<bool>& stop);
+TrainResult run_trainer(elastic::ElasticContext& ctx, const TrainerConfig& config, const StopRequest& stop);
 
 }  // namespace hdp::trainer

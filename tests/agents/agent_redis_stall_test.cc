@@ -38,7 +38,7 @@ TEST(AgentRedisStallTest, SigtermIsHandledPromptlyWhileRedisIsPaused) {
     const auto sent = Clock::now();
     cluster.agent("n1").signal(SIGTERM);
     const double took = cluster.wait_until(
-        [&] { return cluster.agent_log("n1").find("draining (up to") != std::string::npos; }, 10s);
+        [&] { return cluster.agent_log("n1").find("draining this node (up to") != std::string::npos; }, 10s);
     cluster.redis().resume();
     ASSERT_GE(took, 0) << "SIGTERM not handled within 10 s\n" << cluster.all_logs();
     const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - sent);

@@ -37,8 +37,10 @@
 #include <random>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <signal.h>
 
 #include "checkpoint/checkpoint_root.h"
+#include "elastic/job_keys.h"
 #include "elastic/job_state.h"
 #include "tests/agents/agent_cluster.h"
 #include "tests/support/reference_run.h"
@@ -135,6 +137,17 @@ class RecoveryCluster : public ::testing::Test {
     *run = read_metrics(dir / "metrics.jsonl");
     const std::string logs = cluster.all_logs();
     EXPECT_NE(logs.find("fault " + fault + ": firing"), std::string::npos) << logs;
+    const std::int64_t t = expect_continued_from_memory(cluster, *run);
+    EXPECT_TRUE(t == fault_step() - 1 || t == fault_step()) << "T = " << t << ", the fault at step " << fault_step();
+    EXPECT_TRUE(fs::is_directory(dir / "ckpt" / checkpoint::step_dir_name(fault_step())))
+        << "no checkpoint of step " << fault_step() << " (T = " << t << ")";
+    return t;
+  }
+
+  // The common assertions of a run that lost ranks of 4 and went on from memory; returns T, the
+  // step it went on from.
+  std::int64_t expect_continued_from_memory(AgentCluster& cluster, const std::vector<StepLine>& run) {
+    const std::string logs = cluster.all_logs();
     std::int64_t t = -1;
     int from_memory = 0, from_checkpoint = 0;
     for (const Event& e : events(cluster)) {
@@ -152,14 +165,11 @@ class RecoveryCluster : public ::testing::Test {
     EXPECT_EQ(from_checkpoint, 0) << "a checkpoint was read\n" << logs;
     // Every step once, in order: nothing lost, nothing replayed, the counter never went back.
     std::int64_t expected = 1;
-    for (const StepLine& l : *run) {
+    for (const StepLine& l : run) {
       EXPECT_EQ(l.step, expected++) << "rank 0's steps in order, each once";
     }
     EXPECT_EQ(expected, kSteps + 1);
-    EXPECT_TRUE(t == fault_step() - 1 || t == fault_step()) << "T = " << t << ", the fault at step " << fault_step();
-    EXPECT_TRUE(fs::is_directory(dir / "ckpt" / checkpoint::step_dir_name(fault_step())))
-        << "no checkpoint of step " << fault_step() << " (T = " << t << ")";
-    for (const StepLine& l : *run) {
+    for (const StepLine& l : run) {
       if (l.step <= t) {
         EXPECT_EQ(l.loss, reference_loss(l.step)) << "step " << l.step << " before the failure";
       }
@@ -167,20 +177,14 @@ class RecoveryCluster : public ::testing::Test {
     return t;
   }
 
-  // A node lost in `phase` (empty: before the step).
-  void node_loss(const std::string& phase) {
-    TempDir dir;
-    std::vector<StepLine> run;
-    const std::string fault = "kill-node:2@" + std::to_string(fault_step()) + (phase.empty() ? "" : ":" + phase);
-    std::cout << "the fault strikes at step " << fault_step() << " (HDP_FAULT_STEP)\n";
-    const std::int64_t t = run_with_fault(dir.path(), fault, /*node_loss=*/true, &run);
-    if (HasFatalFailure() || t < 0) return;
+  // After T the run is the fault-free job on one node of 2 workers from R's checkpoint of step T
+  // (job C): the same loss at every step, the same final state, bit for bit.
+  void expect_equals_continuation(const fs::path& dir, const std::vector<StepLine>& run, std::int64_t t) {
     for (const StepLine& l : run) {
       if (l.step > t) {
         EXPECT_EQ(l.world, 2) << "step " << l.step;
       }
     }
-    // C: the fault-free job on 2 ranks from R's checkpoint of step T.
     TempDir cont;
     const std::string name = checkpoint::step_dir_name(t);
     fs::create_directories(cont.path() / "ckpt");
@@ -195,12 +199,23 @@ class RecoveryCluster : public ::testing::Test {
     for (const StepLine& c : continued) {
       EXPECT_EQ(c.loss, run[static_cast<std::size_t>(c.step - 1)].loss) << "step " << c.step << " after the recovery";
     }
-    const Final a = read_final(dir.path() / "ckpt"), c = read_final(cont.path() / "ckpt");
+    const Final a = read_final(dir / "ckpt"), c = read_final(cont.path() / "ckpt");
     EXPECT_EQ(a.step, kSteps);
     EXPECT_EQ(c.step, kSteps);
     EXPECT_TRUE(a.params == c.params) << "parameters differ";
     EXPECT_TRUE(a.m == c.m) << "exp_avg differs";
     EXPECT_TRUE(a.v == c.v) << "exp_avg_sq differs";
+  }
+
+  // A node lost in `phase` (empty: before the step).
+  void node_loss(const std::string& phase) {
+    TempDir dir;
+    std::vector<StepLine> run;
+    const std::string fault = "kill-node:2@" + std::to_string(fault_step()) + (phase.empty() ? "" : ":" + phase);
+    std::cout << "the fault strikes at step " << fault_step() << " (HDP_FAULT_STEP)\n";
+    const std::int64_t t = run_with_fault(dir.path(), fault, /*node_loss=*/true, &run);
+    if (HasFatalFailure() || t < 0) return;
+    expect_equals_continuation(dir.path(), run, t);
     std::cout << fault << ": went on from step " << t << "\n";
   }
 
@@ -214,6 +229,105 @@ TEST_F(RecoveryCluster, ANodeLostBeforeTheForwardPass) { node_loss("forward"); }
 TEST_F(RecoveryCluster, ANodeLostBeforeTheReduceScatter) { node_loss("reduce-scatter"); }
 TEST_F(RecoveryCluster, ANodeLostAfterItsOptimizerUpdate) { node_loss("optimizer"); }
 TEST_F(RecoveryCluster, ANodeLostBeforeTheAllGather) { node_loss("all-gather"); }
+
+// A node drained (SIGTERM to its agent and its workers together, what `systemctl stop` does under
+// KillMode=control-group) near step F: its ranks leave at a step boundary, the job goes on on the
+// other node from the copies in memory (0 steps lost, nothing read from disk: no checkpoint is
+// written before the last step), the drained agent exits 4, and from T on the run equals the
+// fault-free job on one node from R's checkpoint of T, bit for bit.
+TEST_F(RecoveryCluster, ANodeDrainedLeavesAndTheJobGoesOnFromMemory) {
+  TempDir dir;
+  std::cout << "the drain comes at step " << fault_step() << " (HDP_FAULT_STEP)\n";
+  AgentCluster cluster(options(dir.path(), "1:2", 1000));
+  cluster.start_agent("n1");
+  cluster.start_agent("n2");
+  ASSERT_GE(cluster.wait_until([&] { return cluster.step() >= fault_step(); }, 120s), 0) << cluster.all_logs();
+  const std::vector<pid_t> workers = cluster.worker_pids("n2");
+  cluster.agent("n2").signal(SIGTERM);
+  for (const pid_t pid : workers) kill(pid, SIGTERM);
+  EXPECT_EQ(exit_code(cluster, "n2", 60s), 4) << cluster.all_logs();
+  EXPECT_EQ(exit_code(cluster, "n1", 240s), 0) << cluster.all_logs();
+  EXPECT_EQ(cluster.state()["status"], "completed");
+  const std::vector<StepLine> run = read_metrics(dir.path() / "metrics.jsonl");
+  const std::int64_t t = expect_continued_from_memory(cluster, run);
+  bool left = false;
+  for (const Event& e : events(cluster)) {
+    if (e.at("type") != "nodes_leave") continue;
+    left = true;
+    EXPECT_EQ(e.at("nodes"), "n2");
+    EXPECT_EQ(e.at("from"), "memory");
+    EXPECT_EQ(std::stoll(e.at("step")), t);
+  }
+  EXPECT_TRUE(left) << cluster.all_logs();
+  EXPECT_EQ(cluster.all_logs().find("stop requested"), std::string::npos) << "the job stopped";
+  if (HasFatalFailure() || t < 0) return;
+  expect_equals_continuation(dir.path(), run, t);
+  std::cout << "n2 left at step " << t << "\n";
+}
+
+// The step of the `stopped` event, after checking that the job ended stopped for good: status
+// `stopped`, `outcome` "stopped" (no generation published after it), a final checkpoint of it.
+std::int64_t expect_stopped(AgentCluster& cluster, const fs::path& dir) {
+  EXPECT_EQ(cluster.state()["status"], "stopped") << cluster.all_logs();
+  EXPECT_EQ(cluster.get(elastic::keys::kOutcome), "stopped");
+  std::int64_t step = -1;
+  for (const Event& e : events(cluster)) {
+    if (e.at("type") == "stopped") step = std::stoll(e.at("step"));
+  }
+  EXPECT_GT(step, 0) << cluster.all_logs();
+  EXPECT_EQ(cluster.state()["step"], std::to_string(step));
+  EXPECT_TRUE(fs::is_directory(dir / "ckpt" / checkpoint::step_dir_name(step))) << "no final checkpoint of step " << step;
+  return step;
+}
+
+// Draining one of the 2 nodes of a job whose minimum is 2 cannot leave it running: the job stops
+// as a whole (every rank at one step, a final checkpoint), and both agents exit 4.
+TEST_F(RecoveryCluster, ANodeDrainedBelowTheMinimumStopsTheJobCleanly) {
+  TempDir dir;
+  AgentCluster cluster(options(dir.path(), "2:2", 1000));
+  cluster.start_agent("n1");
+  cluster.start_agent("n2");
+  ASSERT_GE(cluster.wait_until([&] { return cluster.step() >= fault_step(); }, 120s), 0) << cluster.all_logs();
+  const std::vector<pid_t> workers = cluster.worker_pids("n2");
+  cluster.agent("n2").signal(SIGTERM);
+  for (const pid_t pid : workers) kill(pid, SIGTERM);
+  EXPECT_EQ(exit_code(cluster, "n2", 60s), 4) << cluster.all_logs();
+  EXPECT_EQ(exit_code(cluster, "n1", 60s), 4) << cluster.all_logs();
+  const std::int64_t step = expect_stopped(cluster, dir.path());
+  EXPECT_NE(cluster.all_logs().find("below the job's minimum of 2"), std::string::npos) << cluster.all_logs();
+  std::cout << "stopped at step " << step << "\n";
+}
+
+// SIGUSR1 to every agent at once (Slurm's `scancel --signal=USR1`): the job stops at one step with
+// a final checkpoint, every agent exits 4; started again (a requeue), the agents clear the stop
+// and the job resumes from that checkpoint and completes, every step after it run once.
+TEST_F(RecoveryCluster, SigusrOneToEveryAgentStopsTheJobAndARestartResumesIt) {
+  TempDir dir;
+  AgentCluster cluster(options(dir.path(), "1:2", 1000));
+  cluster.start_agent("n1");
+  cluster.start_agent("n2");
+  ASSERT_GE(cluster.wait_until([&] { return cluster.step() >= fault_step(); }, 120s), 0) << cluster.all_logs();
+  cluster.agent("n1").signal(SIGUSR1);
+  cluster.agent("n2").signal(SIGUSR1);
+  EXPECT_EQ(exit_code(cluster, "n1", 60s), 4) << cluster.all_logs();
+  EXPECT_EQ(exit_code(cluster, "n2", 60s), 4) << cluster.all_logs();
+  const std::int64_t step = expect_stopped(cluster, dir.path());
+  EXPECT_EQ(cluster.all_logs().find("nodes_leave"), std::string::npos);
+  if (HasFailure()) return;
+  cluster.start_agent("n1");
+  cluster.start_agent("n2");
+  EXPECT_EQ(exit_code(cluster, "n1", 240s), 0) << cluster.all_logs();
+  EXPECT_EQ(exit_code(cluster, "n2", 240s), 0) << cluster.all_logs();
+  EXPECT_EQ(cluster.state()["status"], "completed");
+  const std::vector<StepLine> run = read_metrics(dir.path() / "metrics.jsonl");
+  std::int64_t expected = 1;
+  for (const StepLine& l : run) {
+    EXPECT_EQ(l.step, expected++) << "each step once, across the stop (stopped at " << step << ")";
+    EXPECT_EQ(l.loss, reference_loss(l.step)) << "step " << l.step;
+  }
+  EXPECT_EQ(expected, kSteps + 1);
+  std::cout << "stopped at step " << step << ", resumed, completed\n";
+}
 
 TEST_F(RecoveryCluster, AWorkerCrashedInTheOptimizerIsRecoveredFromMemory) {
   TempDir dir;
