@@ -11,6 +11,14 @@
 
 namespace {
 
+// Whether `name` is one of the app's subcommands.
+bool is_subcommand(CLI::App& app, const std::string& name) {
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    if (sub->check_name(name)) return true;
+  }
+  return false;
+}
+
 int run(int argc, char** argv) {
   using namespace hdp::cli;
   CLI::App app{"hdp: fault-tolerant, elastic training of long-context LLMs with Hybrid Data Parallelism", "hdp"};
@@ -30,6 +38,11 @@ int run(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
+    // `hdp nosuch --help` is the same mistake as `hdp nosuch`, not a request for the general help.
+    if (argc > 1 && argv[1][0] != '-' && !is_subcommand(app, argv[1])) {
+      std::cerr << "hdp: error: unknown subcommand '" << argv[1] << "' (see hdp --help)\n";
+      return kExitUsage;
+    }
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);

@@ -68,11 +68,14 @@ TEST(Cli, HelpWorksOnTheCommandAndEverySubcommand) {
 }
 
 TEST(Cli, UnknownSubcommandExitsTwoWithOneLineOnStderr) {
-  auto r = hdp({"nosuch"});
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_EQ(line_count(r.err), 1) << r.err;
-  EXPECT_NE(r.err.find("nosuch"), std::string::npos) << r.err;
-  EXPECT_TRUE(r.out.empty()) << r.out;
+  // With or without --help: asking for the help of a subcommand that does not exist is the same mistake.
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"nosuch"}, {"nosuch", "--help"}, {"nosuch", "-h"}}) {
+    auto r = hdp(args);
+    EXPECT_EQ(r.exit_code, 2) << args.size();
+    EXPECT_EQ(line_count(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find("nosuch"), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
 }
 
 TEST(Cli, UnknownFlagAndMissingSubcommandExitTwo) {

@@ -151,14 +151,20 @@ TEST_F(CudaVsCpu, AttentionForwardBackwardAndMerge) {
   expect_close(dbg.lse, dbc.lse, "merge dlse2");
 }
 
-// The whole model on the device against the CPU: every op chained, so the bound is 1e-4.
-TEST_F(CudaVsCpu, LlamaModelStep) {
+// The model shape of the step tests below: 2 layers, d_model 64, 4 query heads on 2 kv heads.
+model::LlamaConfig small_llama() {
   model::LlamaConfig config;
   config.d_model = 64;
   config.n_layers = 2;
   config.n_heads = 4;
   config.n_kv_heads = 2;
   config.ffn_dim = 128;
+  return config;
+}
+
+// The whole model on the device against the CPU: every op chained, so the bound is 1e-4.
+TEST_F(CudaVsCpu, LlamaModelStep) {
+  const model::LlamaConfig config = small_llama();
   model::LlamaModel cpu(config), dev(config, DType::kF32, Device::kCuda);
   cpu.init(3);
   dev.params().copy_from(cpu.params());
@@ -180,12 +186,7 @@ TEST_F(CudaVsCpu, LlamaModelStep) {
 // loss is bit-identical; the gradients differ only by the order of float atomics (embedding and
 // RMSNorm weight gradients), far below 1e-6.
 TEST_F(CudaVsCpu, ModelStepOnItsOwnStreamMatchesTheDefaultStream) {
-  model::LlamaConfig config;
-  config.d_model = 64;
-  config.n_layers = 2;
-  config.n_heads = 4;
-  config.n_kv_heads = 2;
-  config.ffn_dim = 128;
+  const model::LlamaConfig config = small_llama();
   model::LlamaModel on_default(config, DType::kF32, Device::kCuda), on_stream(config, DType::kF32, Device::kCuda);
   on_default.init(5);
   on_stream.params().copy_from(on_default.params());

@@ -230,6 +230,20 @@ TEST_F(RecoveryCluster, ANodeLostBeforeTheReduceScatter) { node_loss("reduce-sca
 TEST_F(RecoveryCluster, ANodeLostAfterItsOptimizerUpdate) { node_loss("optimizer"); }
 TEST_F(RecoveryCluster, ANodeLostBeforeTheAllGather) { node_loss("all-gather"); }
 
+// Starts n1 and n2, waits until the job reached the fault step, then drains n2 the way `systemctl
+// stop` does under KillMode=control-group: SIGTERM to its agent and to its workers together.
+bool drain_at_fault_step(AgentCluster& cluster) {
+  cluster.start_agent("n1");
+  cluster.start_agent("n2");
+  const double took = cluster.wait_until([&] { return cluster.step() >= fault_step(); }, 120s);
+  EXPECT_GE(took, 0) << cluster.all_logs();
+  if (took < 0) return false;
+  const std::vector<pid_t> workers = cluster.worker_pids("n2");
+  cluster.agent("n2").signal(SIGTERM);
+  for (const pid_t pid : workers) kill(pid, SIGTERM);
+  return true;
+}
+
 // A node drained (SIGTERM to its agent and its workers together, what `systemctl stop` does under
 // KillMode=control-group) near step F: its ranks leave at a step boundary, the job goes on on the
 // other node from the copies in memory (0 steps lost, nothing read from disk: no checkpoint is
@@ -239,12 +253,7 @@ TEST_F(RecoveryCluster, ANodeDrainedLeavesAndTheJobGoesOnFromMemory) {
   TempDir dir;
   std::cout << "the drain comes at step " << fault_step() << " (HDP_FAULT_STEP)\n";
   AgentCluster cluster(options(dir.path(), "1:2", 1000));
-  cluster.start_agent("n1");
-  cluster.start_agent("n2");
-  ASSERT_GE(cluster.wait_until([&] { return cluster.step() >= fault_step(); }, 120s), 0) << cluster.all_logs();
-  const std::vector<pid_t> workers = cluster.worker_pids("n2");
-  cluster.agent("n2").signal(SIGTERM);
-  for (const pid_t pid : workers) kill(pid, SIGTERM);
+  ASSERT_TRUE(drain_at_fault_step(cluster));
   EXPECT_EQ(exit_code(cluster, "n2", 60s), 4) << cluster.all_logs();
   EXPECT_EQ(exit_code(cluster, "n1", 240s), 0) << cluster.all_logs();
   EXPECT_EQ(cluster.state()["status"], "completed");
@@ -285,12 +294,7 @@ std::int64_t expect_stopped(AgentCluster& cluster, const fs::path& dir) {
 TEST_F(RecoveryCluster, ANodeDrainedBelowTheMinimumStopsTheJobCleanly) {
   TempDir dir;
   AgentCluster cluster(options(dir.path(), "2:2", 1000));
-  cluster.start_agent("n1");
-  cluster.start_agent("n2");
-  ASSERT_GE(cluster.wait_until([&] { return cluster.step() >= fault_step(); }, 120s), 0) << cluster.all_logs();
-  const std::vector<pid_t> workers = cluster.worker_pids("n2");
-  cluster.agent("n2").signal(SIGTERM);
-  for (const pid_t pid : workers) kill(pid, SIGTERM);
+  ASSERT_TRUE(drain_at_fault_step(cluster));
   EXPECT_EQ(exit_code(cluster, "n2", 60s), 4) << cluster.all_logs();
   EXPECT_EQ(exit_code(cluster, "n1", 60s), 4) << cluster.all_logs();
   const std::int64_t step = expect_stopped(cluster, dir.path());
