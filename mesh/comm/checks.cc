@@ -1,7 +1,8 @@
 #include "mesh/comm/checks.h"
 
+#include <cctype>
+
 #include "common/error.h"
-#include "mesh/comm/collectives.h"
 
 namespace hdp::mesh {
 namespace {
@@ -12,11 +13,20 @@ bool overlaps(const std::byte* a, std::size_t a_bytes, const std::byte* b, std::
 
 }  // namespace
 
-void check_tensor(const ops::Tensor& t, const std::string& what, const char* name) {
+std::vector<std::int64_t> offsets_of(const std::vector<std::int64_t>& counts) {
+  std::vector<std::int64_t> offsets(counts.size() + 1, 0);
+  for (std::size_t i = 0; i < counts.size(); ++i) offsets[i + 1] = offsets[i] + counts[i];
+  return offsets;
+}
+
+void check_tensor(const ops::Tensor& t, const std::string& what, const char* name, ops::Device device) {
   if (!t.defined()) throw InvalidArgument(what + ": " + name + " is an undefined tensor");
   // ops::Tensor is always dense and contiguous (ops/tensor.h): no stride to check.
-  if (t.device() != ops::Device::kCpu) {
-    throw InvalidArgument(what + ": " + name + " is " + t.describe() + "; TcpCommunicator takes CPU tensors only");
+  if (t.device() != device) {
+    std::string expected = ops::device_name(device);
+    for (char& c : expected) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    throw InvalidArgument(what + ": " + name + " is " + t.describe() + "; this communicator takes " + expected +
+                          " tensors only");
   }
 }
 
@@ -32,9 +42,10 @@ std::vector<std::int64_t> check_counts(std::span<const std::int64_t> counts, int
 }
 
 Blocks check_blocks(const std::string& what, const ops::Tensor& whole, const char* whole_name, const ops::Tensor& part,
-                    const char* part_name, std::span<const std::int64_t> counts_in, int rank, int size) {
-  check_tensor(whole, what, whole_name);
-  check_tensor(part, what, part_name);
+                    const char* part_name, std::span<const std::int64_t> counts_in, int rank, int size,
+                    ops::Device device) {
+  check_tensor(whole, what, whole_name, device);
+  check_tensor(part, what, part_name, device);
   Blocks b{check_counts(counts_in, size, what), {}, ops::dtype_size(whole.dtype())};
   b.offsets = offsets_of(b.counts);
   if (whole.dtype() != part.dtype()) {

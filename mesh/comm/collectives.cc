@@ -15,12 +15,6 @@ int mod(int a, int n) { return ((a % n) + n) % n; }
 
 }  // namespace
 
-std::vector<std::int64_t> offsets_of(const std::vector<std::int64_t>& counts) {
-  std::vector<std::int64_t> offsets(counts.size() + 1, 0);
-  for (std::size_t i = 0; i < counts.size(); ++i) offsets[i + 1] = offsets[i] + counts[i];
-  return offsets;
-}
-
 // Every collective's first step: the same fixed-size message to and from both ring neighbours,
 // on one slot for all collectives (FIFO per peer and slot keeps them in collective order).
 void exchange_descriptor(Transport& t, const Descriptor& mine, Transport::Clock::time_point deadline,

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "mesh/comm/checks.h"
 #include "mesh/comm/descriptor.h"
 #include "mesh/comm/reductions.h"
 #include "ops/tensor.h"
@@ -40,11 +41,6 @@ inline constexpr int kMaxSize = 1 << (kPhaseBits - 2);  // allreduce uses 2(n-1)
 inline std::uint64_t collective_slot(std::uint64_t seq, int phase) {
   return kCollectiveSlot | ((seq & kSeqMask) << kPhaseBits) | static_cast<std::uint64_t>(phase);
 }
-
-// offsets[i] = counts[0] + ... + counts[i-1]; one more entry than counts (the sum).
-std::vector<std::int64_t> offsets_of(const std::vector<std::int64_t>& counts);
-
-inline std::byte* bytes_of(const ops::Tensor& t) { return static_cast<std::byte*>(t.raw()); }
 
 // Point-to-point messages between the ranks 0..size-1 of one group. A send to rank d on slot s
 // matches the recv from this rank on slot s on d; messages with the same (peer, slot) match in the

@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/text.h"
+#include "mesh/comm/checks.h"
 
 namespace hdp::mesh {
 namespace {
@@ -381,14 +382,6 @@ std::string what_of(const char* op, const NcclCommunicator::Impl& impl) {
          std::to_string(impl.size) + ")";
 }
 
-void check_buffer(const ops::Tensor& t, const std::string& what, const char* name, const nccl::Backend& backend) {
-  if (!t.defined()) throw InvalidArgument(what + ": " + name + " is an undefined tensor");
-  if (t.device() != backend.device()) {
-    throw InvalidArgument(what + ": " + name + " is " + t.describe() + "; this communicator takes " +
-                          ops::device_name(backend.device()) + " tensors");
-  }
-}
-
 void check_rank(int r, int size, const std::string& what, const char* name) {
   if (r < 0 || r >= size) throw InvalidArgument(what + ": " + name + " " + std::to_string(r) + " is not a rank of " + std::to_string(size));
 }
@@ -397,41 +390,12 @@ void check_reducible(const ops::Tensor& t, const std::string& what) {
   if (!is_reducible(t.dtype())) throw InvalidArgument(what + ": cannot reduce " + ops::dtype_name(t.dtype()));
 }
 
-// Checks the counts and the two buffers of a reduce-scatter (whole = input) or allgather (whole =
-// output); returns the element offset of every rank's block.
-std::vector<std::int64_t> check_blocks(const std::string& what, const ops::Tensor& whole, const ops::Tensor& part,
-                                       std::span<const std::int64_t> counts, int rank, int size) {
-  if (std::ssize(counts) != size) {
-    throw InvalidArgument(what + ": counts has " + std::to_string(counts.size()) + " entries for " + std::to_string(size) + " ranks");
-  }
-  std::vector<std::int64_t> offsets{0};
-  for (std::size_t i = 0; i < counts.size(); ++i) {
-    if (counts[i] < 0) throw InvalidArgument(what + ": counts[" + std::to_string(i) + "] is " + std::to_string(counts[i]));
-    offsets.push_back(offsets.back() + counts[i]);
-  }
-  if (whole.dtype() != part.dtype()) {
-    throw InvalidArgument(what + ": the buffers are " + whole.describe() + " and " + part.describe());
-  }
-  if (whole.numel() != offsets.back()) {
-    throw InvalidArgument(what + ": the whole buffer has " + std::to_string(whole.numel()) +
-                          " elements, the counts sum to " + std::to_string(offsets.back()));
-  }
-  if (part.numel() != counts[static_cast<std::size_t>(rank)]) {
-    throw InvalidArgument(what + ": this rank's buffer has " + std::to_string(part.numel()) + " elements, counts[" +
-                          std::to_string(rank) + "] is " + std::to_string(counts[static_cast<std::size_t>(rank)]));
-  }
-  return offsets;
-}
-
-const std::byte* at(const ops::Tensor& t, std::int64_t elements) {
-  return static_cast<const std::byte*>(t.raw()) + static_cast<std::size_t>(elements) * ops::dtype_size(t.dtype());
-}
 
 // A message: queued into the pending group (launched by a wait or the next collective).
 std::unique_ptr<Work> post_message(const std::shared_ptr<NcclCommunicator::Impl>& impl, const ops::Tensor& buffer,
                                    int peer, Tag tag, Stream stream, bool send) {
   const std::string what = what_of(send ? "isend" : "irecv", *impl);
-  check_buffer(buffer, what, "buffer", *impl->backend);
+  check_tensor(buffer, what, "buffer", impl->backend->device());
   check_rank(peer, impl->size, what, send ? "dst" : "src");
   if (tag >= kMaxTag) throw InvalidArgument(what + ": tag " + std::to_string(tag) + " is reserved");
   nccl::Op op;
@@ -481,7 +445,7 @@ std::unique_ptr<Work> NcclCommunicator::irecv(const ops::Tensor& buffer, int src
 
 std::unique_ptr<Work> NcclCommunicator::iallreduce(const ops::Tensor& buffer, ReduceOp op, Stream stream) {
   const std::string what = what_of("iallreduce", *impl_);
-  check_buffer(buffer, what, "buffer", *impl_->backend);
+  check_tensor(buffer, what, "buffer", impl_->backend->device());
   check_reducible(buffer, what);
   nccl::Op o{Kind::kAllReduce, buffer.raw(), buffer.raw(), buffer.numel(), buffer.dtype(), op, -1};
   return launch_collective(impl_, {o}, stream);
@@ -491,10 +455,10 @@ std::unique_ptr<Work> NcclCommunicator::ireduce_scatter(const ops::Tensor& input
                                                         std::span<const std::int64_t> counts, ReduceOp op,
                                                         Stream stream) {
   const std::string what = what_of("ireduce_scatter", *impl_);
-  check_buffer(input, what, "input", *impl_->backend);
-  check_buffer(output, what, "output", *impl_->backend);
+  const Blocks blocks =
+      check_blocks(what, input, "input", output, "output", counts, impl_->rank, impl_->size, impl_->backend->device());
   check_reducible(input, what);
-  const auto offsets = check_blocks(what, input, output, counts, impl_->rank, impl_->size);
+  const auto& offsets = blocks.offsets;
   std::vector<nccl::Op> ops;
   if (std::all_of(counts.begin(), counts.end(), [&](std::int64_t c) { return c == counts[0]; })) {
     if (counts[0] > 0) ops.push_back({Kind::kReduceScatter, input.raw(), output.raw(), counts[0], input.dtype(), op, -1});
@@ -502,7 +466,7 @@ std::unique_ptr<Work> NcclCommunicator::ireduce_scatter(const ops::Tensor& input
     for (int r = 0; r < impl_->size; ++r) {
       const auto i = static_cast<std::size_t>(r);
       if (counts[i] == 0) continue;
-      ops.push_back({Kind::kReduce, at(input, offsets[i]), r == impl_->rank ? output.raw() : nullptr, counts[i],
+      ops.push_back({Kind::kReduce, bytes_of(input) + static_cast<std::size_t>(offsets[i]) * blocks.elem, r == impl_->rank ? output.raw() : nullptr, counts[i],
                      input.dtype(), op, r});
     }
   }
@@ -512,9 +476,9 @@ std::unique_ptr<Work> NcclCommunicator::ireduce_scatter(const ops::Tensor& input
 std::unique_ptr<Work> NcclCommunicator::iallgather(const ops::Tensor& input, const ops::Tensor& output,
                                                    std::span<const std::int64_t> counts, Stream stream) {
   const std::string what = what_of("iallgather", *impl_);
-  check_buffer(input, what, "input", *impl_->backend);
-  check_buffer(output, what, "output", *impl_->backend);
-  const auto offsets = check_blocks(what, output, input, counts, impl_->rank, impl_->size);
+  const Blocks blocks =
+      check_blocks(what, output, "output", input, "input", counts, impl_->rank, impl_->size, impl_->backend->device());
+  const auto& offsets = blocks.offsets;
   std::vector<nccl::Op> ops;
   if (std::all_of(counts.begin(), counts.end(), [&](std::int64_t c) { return c == counts[0]; })) {
     if (counts[0] > 0) ops.push_back({Kind::kAllGather, input.raw(), output.raw(), counts[0], input.dtype(), ReduceOp::kSum, -1});
@@ -523,7 +487,7 @@ std::unique_ptr<Work> NcclCommunicator::iallgather(const ops::Tensor& input, con
       const auto i = static_cast<std::size_t>(r);
       if (counts[i] == 0) continue;
       ops.push_back({Kind::kBroadcast, r == impl_->rank ? input.raw() : nullptr,
-                     const_cast<std::byte*>(at(output, offsets[i])), counts[i], input.dtype(), ReduceOp::kSum, r});
+                     bytes_of(output) + static_cast<std::size_t>(offsets[i]) * blocks.elem, counts[i], input.dtype(), ReduceOp::kSum, r});
     }
   }
   return launch_collective(impl_, std::move(ops), stream);
@@ -531,7 +495,7 @@ std::unique_ptr<Work> NcclCommunicator::iallgather(const ops::Tensor& input, con
 
 std::unique_ptr<Work> NcclCommunicator::ibroadcast(const ops::Tensor& buffer, int root, Stream stream) {
   const std::string what = what_of("ibroadcast", *impl_);
-  check_buffer(buffer, what, "buffer", *impl_->backend);
+  check_tensor(buffer, what, "buffer", impl_->backend->device());
   check_rank(root, impl_->size, what, "root");
   nccl::Op o{Kind::kBroadcast, buffer.raw(), buffer.raw(), buffer.numel(), buffer.dtype(), ReduceOp::kSum, root};
   return launch_collective(impl_, {o}, stream);

@@ -294,7 +294,7 @@ std::string p2p_name(const char* kind, int peer, Tag tag) {
 std::unique_ptr<Work> start_p2p(const std::shared_ptr<TcpCommunicator::Impl>& impl, const ops::Tensor& buffer,
                                 bool send, int peer, Tag tag) {
   const std::string what = p2p_name(send ? "send" : "recv", peer, tag);
-  check_tensor(buffer, what, "buffer");
+  check_tensor(buffer, what, "buffer", ops::Device::kCpu);
   if (peer < 0 || peer >= impl->size) {
     throw InvalidArgument(what + ": rank " + std::to_string(peer) + " is not in [0, " + std::to_string(impl->size) + ")");
   }
@@ -379,7 +379,7 @@ std::unique_ptr<Work> TcpCommunicator::irecv(const ops::Tensor& buffer, int src,
 }
 
 std::unique_ptr<Work> TcpCommunicator::iallreduce(const ops::Tensor& buffer, ReduceOp op, Stream) {
-  check_tensor(buffer, "allreduce", "buffer");
+  check_tensor(buffer, "allreduce", "buffer", ops::Device::kCpu);
   const Combine combine = combine_for(buffer.dtype(), op);
   const Descriptor d{.kind = static_cast<std::uint32_t>(Kind::kAllreduce), .dtype = static_cast<std::int32_t>(buffer.dtype()),
                      .op = static_cast<std::int32_t>(op), .elements = buffer.numel()};
@@ -393,7 +393,7 @@ std::unique_ptr<Work> TcpCommunicator::iallreduce(const ops::Tensor& buffer, Red
 
 std::unique_ptr<Work> TcpCommunicator::ireduce_scatter(const ops::Tensor& input, const ops::Tensor& output,
                                                         std::span<const std::int64_t> counts_in, ReduceOp op, Stream) {
-  const Blocks blocks = check_blocks("reduce_scatter", input, "input", output, "output", counts_in, rank(), size());
+  const Blocks blocks = check_blocks("reduce_scatter", input, "input", output, "output", counts_in, rank(), size(), ops::Device::kCpu);
   const Combine combine = combine_for(input.dtype(), op);
   const Descriptor d{.kind = static_cast<std::uint32_t>(Kind::kReduceScatter), .dtype = static_cast<std::int32_t>(input.dtype()),
                      .op = static_cast<std::int32_t>(op), .elements = blocks.offsets.back(),
@@ -408,7 +408,7 @@ std::unique_ptr<Work> TcpCommunicator::ireduce_scatter(const ops::Tensor& input,
 
 std::unique_ptr<Work> TcpCommunicator::iallgather(const ops::Tensor& input, const ops::Tensor& output,
                                                    std::span<const std::int64_t> counts_in, Stream) {
-  const Blocks blocks = check_blocks("allgather", output, "output", input, "input", counts_in, rank(), size());
+  const Blocks blocks = check_blocks("allgather", output, "output", input, "input", counts_in, rank(), size(), ops::Device::kCpu);
   const Descriptor d{.kind = static_cast<std::uint32_t>(Kind::kAllgather), .dtype = static_cast<std::int32_t>(input.dtype()),
                      .elements = blocks.offsets.back(), .counts_hash = hash_counts(blocks.counts)};
   Impl* impl = impl_.get();
@@ -420,7 +420,7 @@ std::unique_ptr<Work> TcpCommunicator::iallgather(const ops::Tensor& input, cons
 }
 
 std::unique_ptr<Work> TcpCommunicator::ibroadcast(const ops::Tensor& buffer, int root, Stream) {
-  check_tensor(buffer, "broadcast", "buffer");
+  check_tensor(buffer, "broadcast", "buffer", ops::Device::kCpu);
   if (root < 0 || root >= size()) {
     throw InvalidArgument("broadcast: root " + std::to_string(root) + " is not in [0, " + std::to_string(size()) + ")");
   }
