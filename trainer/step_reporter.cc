@@ -76,7 +76,10 @@ void StepReporter::step(const elastic::Membership& m, std::int64_t step, const m
   figure("grad_norm", "%.6g", result.grad_norm);
   std::string speeds_text;
   for (double speed : speeds.relative) speeds_text += (speeds_text.empty() ? "" : ",") + fixed3(speed);
+  // `status` and `generation` too, every step: a `state` hash deleted by hand (or lost) has both
+  // again at the next step, not only at the next publication.
   elastic::Fields state = {{"status", "running"},
+                           {"generation", std::to_string(m.generation)},
                            {"step", std::to_string(step)},
                            {"tokens", std::to_string(step * config_.batch_tokens)},
                            {"world_size", std::to_string(world)},

@@ -9,10 +9,13 @@
 //    restarts) instead of restarting them;
 //  - a context longer than the job's minimum size can hold (C x ranks): exit 2 naming both;
 //  - a checkpoint directory written by a model of another shape: refused at restore with a message
-//    naming both configurations, and the job stops the same way.
+//    naming both configurations, and the job stops the same way;
+//  - the `state` hash deleted while the job trains: its `status` and `generation` are back within
+//    5 s (rank 0 writes both with every step; a step here takes well under a second).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include "elastic/job_keys.h"
 #include "elastic/job_state.h"
 #include "tests/agents/agent_cluster.h"
 #include "tests/support/temp_dir.h"
@@ -60,6 +63,24 @@ TEST(TrainerQuick, ACrashedWorkerIsReplacedAndTheJobCompletesFromTheLastCheckpoi
     }
   }
   EXPECT_TRUE(rolled_back) << cluster.all_logs();
+}
+
+TEST(TrainerQuick, ADeletedStateHashGetsItsStatusAndGenerationBack) {
+  TempDir dir;
+  AgentCluster cluster(quick(dir.path(), {"--steps", "100000"}));
+  cluster.start_agent("n1");
+  ASSERT_GE(cluster.wait_until([&] { return cluster.step() >= 3; }, 120s), 0) << cluster.all_logs();
+  ASSERT_TRUE(cluster.store()->erase(elastic::keys::kState));
+  const std::string generation = std::to_string(cluster.generation());
+  const double took = cluster.wait_until(
+      [&] {
+        auto state = cluster.state();
+        return state["status"] == "running" && state["generation"] == generation;
+      },
+      5s);
+  EXPECT_GE(took, 0) << "state after 5 s: status '" << cluster.state()["status"] << "', generation '"
+                     << cluster.state()["generation"] << "' (current " << generation << ")\n"
+                     << cluster.all_logs();
 }
 
 TEST(TrainerQuick, AConfigurationTheWorkersCannotRunStopsTheJob) {
