@@ -22,7 +22,9 @@
 #include "common/error.h"
 #include "common/exit_codes.h"
 #include "common/log.h"
+#include "elastic/control.h"
 #include "elastic/generation_watch.h"
+#include "elastic/job_keys.h"
 #include "elastic/job_state.h"
 #include "elastic/membership_agent.h"
 #include "elastic/worker_env.h"
@@ -189,6 +191,10 @@ class Agent {
     if (elastic::clear_stopped_outcome(control_.store())) {
       log()->info("node {}: job {} was stopped; resuming it", options_.node_id, options_.job);
     }
+    if (elastic::withdraw_stop(control_.store())) {
+      log()->info("node {}: a pending `hdp stop` of job {} was withdrawn: starting an agent resumes the job",
+                  options_.node_id, options_.job);
+    }
     control_.register_node();
     notify_ready("registered as " + control_.member_id());
     wait_for_stop_signal();
@@ -277,6 +283,7 @@ class Agent {
     const std::string member = control_.member_id();
     const auto started = std::chrono::steady_clock::now();
     if (!control([&] { control_.heartbeat(); })) return;
+    act_on_requests();
     if (metrics_) {
       metrics_->update({.heartbeat_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
                         .renewed = control_.last_renewed(),
@@ -321,20 +328,57 @@ class Agent {
       // SIGUSR1 (Slurm's scancel --signal, a stop for the whole job): the workers get SIGUSR1 and
       // every rank stops. SIGTERM/SIGINT (systemctl stop, a drain of this node): the workers get
       // SIGTERM and this node leaves while the job goes on (trainer/trainer.h).
-      const bool job_stop = signo == SIGUSR1;
-      log()->info("node {}: {}: {} (up to {} ms)", options_.node_id, strsignal(signo),
-                  job_stop ? "stopping the job" : "draining this node", options_.drain_timeout.count());
-      notify_status(job_stop ? "stopping the job" : "draining");
-      begin_stop(AgentOutcome::kDrained, job_stop ? SIGUSR1 : SIGTERM);
-      drain_timer_.expires_after(options_.drain_timeout);
-      drain_timer_.async_wait([this](const boost::system::error_code& timer_error) {
-        if (timer_error || outcome_) return;
-        log()->warn("node {}: drain timeout; killing the workers", options_.node_id);
-        supervisor_.kill_and_reap_all();
-        finish(AgentOutcome::kDrained);
-      });
+      start_stop(signo == SIGUSR1, strsignal(signo));
       wait_for_stop_signal();
     });
+  }
+
+  // A job stop (the workers get SIGUSR1) or a drain of this node (SIGTERM), from a signal or a
+  // request (`why`); the agent exits 4 once its workers are out, or at the drain timeout.
+  void start_stop(bool job_stop, const std::string& why) {
+    log()->info("node {}: {}: {} (up to {} ms)", options_.node_id, why, job_stop ? "stopping the job" : "draining this node",
+                options_.drain_timeout.count());
+    notify_status(job_stop ? "stopping the job" : "draining");
+    begin_stop(AgentOutcome::kDrained, job_stop ? SIGUSR1 : SIGTERM);
+    drain_timer_.expires_after(options_.drain_timeout);
+    drain_timer_.async_wait([this](const boost::system::error_code& timer_error) {
+      if (timer_error || outcome_) return;
+      log()->warn("node {}: drain timeout; killing the workers", options_.node_id);
+      supervisor_.kill_and_reap_all();
+      finish(AgentOutcome::kDrained);
+    });
+  }
+
+  // The requests the heartbeat read (elastic/control.h): `hdp stop` acts as SIGUSR1 here, `hdp
+  // drain` of this node's incarnation as SIGTERM.
+  void act_on_requests() {
+    if (draining_ || outcome_) return;
+    const elastic::ControlRequests& requests = control_.requests();
+    if (requests.stop) {
+      acted_on_ = {"stop", requests.stop->id};
+      return start_stop(true, "hdp stop (asked by " + requests.stop->by + ")");
+    }
+    if (const auto* drain = requests.drain_of(options_.node_id, control_.lease().incarnation)) {
+      acted_on_ = {"drain", drain->id};
+      start_stop(false, "hdp drain (asked by " + drain->by + ")");
+    }
+  }
+
+  // The request this agent acted on is done: its workers are out.
+  void finish_acted_on() {
+    if (!acted_on_) return;
+    const auto& [op, id] = *acted_on_;
+    if (op == "drain") {
+      elastic::finish_request(control_.store(), op, id, "left", {{"incarnation", control_.lease().incarnation}},
+                              options_.node_id);
+      return;
+    }
+    std::optional<std::string> outcome;
+    try {
+      outcome = control_.store().get(elastic::keys::kOutcome);
+    } catch (const Error&) {
+    }
+    elastic::finish_request(control_.store(), op, id, outcome.value_or("agents_stopped"));
   }
 
   void wait_for_children() {
@@ -404,6 +448,7 @@ class Agent {
     watcher_.stop();
     supervisor_.kill_and_reap_all();
     channel_.close();
+    finish_acted_on();
     control_.leave();
   }
 
@@ -418,6 +463,7 @@ class Agent {
   SupervisedWorkers workers_;
   MembershipAgent control_;
   std::chrono::steady_clock::time_point next_heartbeat_{};
+  std::optional<std::pair<std::string, std::string>> acted_on_;  // the request (op, id) this agent acted on
   bool leading_ = false;  // the leader tick's timer is running
   bool draining_ = false;
   int exhausted_slots_ = 0;

@@ -19,6 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "elastic/job_keys.h"
+
 namespace hdp::bench {
 
 using std::chrono::milliseconds;
@@ -217,7 +219,8 @@ void SimulatedAgents::heartbeat(Agent& agent, Clock::time_point now) {
   agent.next_beat = now + options_.heartbeat;
   due_.emplace(agent.next_beat, agent.index);
   send(agent, {{"PEXPIRE", agent.lease_key, std::to_string(options_.lease.count())},
-               {"MGET", options_.prefix + "leader", options_.prefix + "gen"}});
+               {"MGET", options_.prefix + elastic::keys::kLeader, options_.prefix + elastic::keys::kGeneration,
+                options_.prefix + elastic::keys::kControl}});
 }
 
 // Blocks on the stream until shortly before the next heartbeat, as the agent's watch is granted.

@@ -18,5 +18,6 @@ void add_run_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 void add_ckpt_command(CLI::App& app);
 void add_dashboard_command(CLI::App& app);
+void add_control_commands(CLI::App& app);  // drain, stop, checkpoint, config, cordon, uncordon
 
 }  // namespace hdp::cli

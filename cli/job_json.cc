@@ -23,6 +23,30 @@ nlohmann::json evictions_json(const elastic::Evictions& evictions) {
   return list;
 }
 
+nlohmann::json request_json(const std::string& op, const elastic::Request& r) {
+  return {{"op", op}, {"id", r.id}, {"by", r.by}, {"at_ms", r.at_ms}};
+}
+
+// The pending requests, one entry each: {op, id, by, at_ms[, node, incarnation]}.
+nlohmann::json requests_json(const elastic::ControlRequests& requests) {
+  nlohmann::json list = nlohmann::json::array();
+  if (requests.stop) list.push_back(request_json("stop", *requests.stop));
+  if (requests.checkpoint) list.push_back(request_json("checkpoint", *requests.checkpoint));
+  for (const auto& [node, d] : requests.drains) {
+    nlohmann::json entry = request_json("drain", d);
+    entry["node"] = node;
+    entry["incarnation"] = d.incarnation;
+    list.push_back(std::move(entry));
+  }
+  return list;
+}
+
+nlohmann::json cordons_json(const elastic::Cordons& cordons) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& [node, c] : cordons) list.push_back({{"node", node}, {"by", c.by}, {"at_ms", c.at_ms}});
+  return list;
+}
+
 }  // namespace
 
 nlohmann::json job_json(const std::string& job, const elastic::JobSnapshot& s) {
@@ -84,6 +108,8 @@ nlohmann::json job_json(const std::string& job, const elastic::JobSnapshot& s) {
           {"state", state},
           {"members", members},
           {"evictions", evictions_json(s.evictions)},
+          {"requests", requests_json(s.requests)},
+          {"cordons", cordons_json(s.cordons)},
           {"events", events},
           {"samples", samples}};
 }

@@ -35,6 +35,7 @@ int run(int argc, char** argv) {
   add_run_command(app);
   add_plan_command(app);
   add_ckpt_command(app);
+  add_control_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -100,6 +100,19 @@ std::string to_table(const std::string& job, const elastic::JobSnapshot& s) {
                              : std::string(e.readmitted ? "readmitted" : "cool-down over"))
         << "\n";
   }
+  if (!s.cordons.empty()) {
+    out << "\ncordoned (not admitted until `hdp uncordon`):\n";
+    for (const auto& [node, c] : s.cordons) out << "  " << node << "  by " << c.by << " at " << format_time(std::to_string(c.at_ms)) << "\n";
+  }
+  if (!s.requests.empty()) {
+    out << "\npending requests:\n";
+    auto line = [&](const std::string& what, const elastic::Request& r) {
+      out << "  " << what << "  by " << r.by << " at " << format_time(std::to_string(r.at_ms)) << "  (" << r.id << ")\n";
+    };
+    if (s.requests.stop) line("stop", *s.requests.stop);
+    if (s.requests.checkpoint) line("checkpoint", *s.requests.checkpoint);
+    for (const auto& [node, d] : s.requests.drains) line("drain " + node + "/" + d.incarnation, d);
+  }
   out << "\nrecent events:\n";
   for (const auto& e : s.events) {
     std::string line;

@@ -19,6 +19,9 @@ inline constexpr const char* kEvents = "events";      // capped stream
 inline constexpr const char* kSamples = "samples";    // capped stream: one entry per training step (rank 0)
 inline constexpr const char* kOutcome = "outcome";    // "completed" or "stopped"; ends publishing
 inline constexpr const char* kEvictions = "evictions";  // JSON: evicted node/slots and their cool-downs (leader)
+inline constexpr const char* kControl = "control";  // JSON: pending requests (hdp stop/drain/checkpoint), control.h
+inline constexpr const char* kCordons = "cordons";  // JSON: nodes not admitted (hdp cordon), control.h
+inline constexpr const char* kSettings = "settings";  // JSON: live settings (hdp config set), control.h
 // Capped stream: one entry {gen: <g>, digest: <xxh64 of gen:<g>>, delta: <change over g-1's record,
 // when small>} per published generation, appended in the publishing commit. Agents block on it
 // (Store::stream_read) to learn of a new generation, and its record, without polling or reading it.

@@ -50,10 +50,16 @@ void JobState::event(const std::string& type, Fields details) {
 }
 
 bool JobState::fenced_update(std::int64_t generation, Fields fields, std::vector<Write> writes) {
+  return fenced_update_and_read(generation, std::move(fields), std::move(writes), {}).applied;
+}
+
+CommitResult JobState::fenced_update_and_read(std::int64_t generation, Fields fields, std::vector<Write> writes,
+                                              std::vector<std::string> reads) {
   fields.emplace_back("updated_at_ms", std::to_string(now_ms()));
   Transaction txn;
   txn.require(keys::kGeneration, std::to_string(generation)).add(Write::hash_set(keys::kState, std::move(fields)));
   for (auto& write : writes) txn.add(std::move(write));
+  for (auto& key : reads) txn.read(std::move(key));
   return commit_with_job_state(*store_, txn);
 }
 
@@ -208,6 +214,8 @@ JobSnapshot JobState::snapshot(std::size_t event_count, std::size_t sample_count
     }
   }
   if (auto evictions = store_->get(keys::kEvictions)) snapshot.evictions = decode_evictions(*evictions, keys::kEvictions);
+  if (auto requests = store_->get(keys::kControl)) snapshot.requests = decode_control(*requests, keys::kControl);
+  if (auto cordons = store_->get(keys::kCordons)) snapshot.cordons = decode_cordons(*cordons, keys::kCordons);
   snapshot.state = store_->hash_get_all(keys::kState);
   for (const auto& [field, value] : snapshot.state) validate_state_field(field, value);
   snapshot.events = store_->stream_tail(keys::kEvents, event_count);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "elastic/control.h"
 #include "elastic/membership.h"
 #include "elastic/store.h"
 
@@ -72,6 +73,8 @@ struct JobSnapshot {
   // where the lease records its TTL.
   std::map<std::string, std::chrono::milliseconds> lease_ages;
   Evictions evictions;                      // every node/slot evicted so far (membership.h)
+  ControlRequests requests;                 // pending requests (control.h)
+  Cordons cordons;                          // cordoned nodes (control.h)
   std::vector<StreamEntry> events;          // newest last
   std::vector<StreamEntry> samples;         // oldest first; every field validated
 };
@@ -86,6 +89,9 @@ class JobState {
   // commit, only while `generation` is current. Returns false when a newer generation exists (the
   // write is stale).
   bool fenced_update(std::int64_t generation, Fields fields, std::vector<Write> writes = {});
+  // The same, also reading `reads` in the same round trip (their values whether or not it applied).
+  CommitResult fenced_update_and_read(std::int64_t generation, Fields fields, std::vector<Write> writes,
+                                      std::vector<std::string> reads);
 
   // Marks the job completed at `step` (state, `outcome` key, event), only while `generation` is
   // current. Once `outcome` exists the leader publishes no further generation, so nothing can
@@ -101,6 +107,8 @@ class JobState {
   JobSnapshot snapshot(std::size_t event_count, std::size_t sample_count = 0);
   // True when the job has never been seen in this store (no generation, no state, no config).
   bool exists();
+
+  Store& store() const { return *store_; }
 
  private:
   std::shared_ptr<Store> store_;

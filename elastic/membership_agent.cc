@@ -87,6 +87,7 @@ void MembershipAgent::heartbeat() {
     if (beat.alive) {
       last_renewed_ = std::chrono::steady_clock::now();
       observe_generation(beat.generation);
+      observe_requests(beat.control);
       check_membership(beat.generation);
       return contend_for_leadership(beat.leader);
     }
@@ -124,6 +125,21 @@ void MembershipAgent::restore_after_data_loss() {
   forget_membership();
   check_membership(std::nullopt);  // announces now
   ensure_config();
+}
+
+void MembershipAgent::observe_requests(const std::optional<std::string>& value) {
+  if (!value) {
+    requests_ = {};
+    return;
+  }
+  try {
+    requests_ = decode_control(*value, keys::kControl);
+    bad_control_logged_.reset();
+  } catch (const InvalidArgument& e) {
+    if (bad_control_logged_ != *value) log()->error("node {}: ignoring the pending requests: {}", options_.node.node, e.what());
+    bad_control_logged_ = *value;
+    requests_ = {};
+  }
 }
 
 // Remembers the highest generation seen (the lease reports it, so that numbering survives a Redis

@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "elastic/control.h"
 #include "elastic/job_state.h"
 #include "elastic/leader_lease.h"
 #include "elastic/lease_timing.h"
@@ -96,6 +97,9 @@ class MembershipAgent {
   Store& store() const { return *store_; }  // the job's namespace
   std::string member_id() const { return registration_.member_id(); }
   std::int64_t last_generation() const { return last_generation_; }
+  // The pending requests (control.h) as the last heartbeat that renewed the lease read them; a
+  // value that does not decode is logged once and read as none.
+  const ControlRequests& requests() const { return requests_; }
   // For the agent's metrics: when a heartbeat last found the lease alive and renewed it (none
   // yet: nullopt); the generation last checked, whether this incarnation is a member of it, and
   // its size.
@@ -131,6 +135,9 @@ class MembershipAgent {
   bool draining_ = false;
   std::shared_ptr<GenerationRecords> records_ = std::make_shared<GenerationRecords>();
   std::int64_t last_generation_ = 0;
+  void observe_requests(const std::optional<std::string>& value);
+  ControlRequests requests_;
+  std::optional<std::string> bad_control_logged_;  // the last `control` value that did not decode
   std::optional<std::string> bad_generation_logged_;  // the last `gen` value observe_generation() refused
   // check_membership(): the generation last read and whether this incarnation is in it; when and
   // in which generation it last announced its join.

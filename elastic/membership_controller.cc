@@ -166,6 +166,19 @@ void MembershipController::read_new_joins(std::int64_t join_count) {
                    [](const Candidate& x, const Candidate& y) { return x.sequence < y.sequence; });
 }
 
+Cordons MembershipController::read_cordons(const std::optional<std::string>& value) {
+  if (!value) return {};
+  try {
+    Cordons cordons = decode_cordons(*value, keys::kCordons);
+    bad_cordons_.reset();
+    return cordons;
+  } catch (const InvalidArgument& e) {
+    if (bad_cordons_ != *value) log()->warn("ignoring the cordons: {}", e.what());
+    bad_cordons_ = *value;
+    return {};
+  }
+}
+
 Evictions MembershipController::read_evictions(const std::optional<std::string>& value) {
   if (!value) return {};
   try {
@@ -251,7 +264,7 @@ std::optional<std::vector<Eviction>> MembershipController::new_evictions(bool br
 
 std::optional<std::int64_t> MembershipController::tick(std::int64_t seen_by_leader) {
   auto head = store_->multi_get({keys::kGeneration, keys::kJoinCount, keys::broken(current_.number), keys::kEvictions,
-                                 keys::stragglers(current_.number)});
+                                 keys::stragglers(current_.number), keys::kCordons});
   const std::int64_t number = head[0] ? decode_generation_number(*head[0], keys::kGeneration) : 0;
   // The broken flag and the requests read belong to the generation we had cached; they count only
   // if it is still current.
@@ -263,6 +276,7 @@ std::optional<std::int64_t> MembershipController::tick(std::int64_t seen_by_lead
   read_new_joins(head[1] ? decode_counter(*head[1], keys::kJoinCount, kMaxJoinCount) : 0);
 
   Evictions evictions = read_evictions(head[3]);
+  const Cordons cordons = read_cordons(head[5]);
   const auto fresh = new_evictions(broken, head[4], evictions);
   if (!fresh) return std::nullopt;
 
@@ -325,13 +339,15 @@ std::optional<std::int64_t> MembershipController::tick(std::int64_t seen_by_lead
         w.lost = true;
       }
     }
+    // A cordoned node is not admitted (hdp cordon): a member stays, a newcomer waits.
     for (const auto& [node, incarnation] : benched) {
+      if (cordons.contains(node)) continue;
       const NodeLease* lease = live(node, incarnation);
       if (lease && static_cast<int>(w.members.size()) < config_.max_nodes) add(node, incarnation, *lease);
     }
     for (const auto& candidate : candidates_) {
       const NodeLease* lease = live(candidate.node, candidate.incarnation);
-      if (!lease) continue;  // alive but no healthy slot yet
+      if (!lease || cordons.contains(candidate.node)) continue;  // no healthy slot yet, or cordoned
       if (static_cast<int>(w.members.size()) >= config_.max_nodes) {
         w.standby.push_back(candidate);
         continue;

@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "elastic/control.h"
 #include "elastic/membership.h"
 #include "elastic/store.h"
 
@@ -79,6 +80,7 @@ class MembershipController {
   std::optional<std::vector<Eviction>> new_evictions(bool broken, const std::optional<std::string>& requests,
                                                      const Evictions& evictions);
   Evictions read_evictions(const std::optional<std::string>& value);
+  Cordons read_cordons(const std::optional<std::string>& value);
   // The leases under `keys` that are live and well-formed, by key. Reading every lease value each
   // tick costs the store one lookup and a value per node five times a second (at 12,500 nodes,
   // about 5% of a Redis core); a live lease's value changes only when its agent rewrites it at a
@@ -106,6 +108,7 @@ class MembershipController {
   std::optional<Clock::time_point> exhausted_logged_;  // last "generation numbers exhausted" error
   std::int64_t requests_handled_ = 0;          // the generation whose straggler requests were applied
   std::optional<std::pair<std::int64_t, Clock::time_point>> broken_seen_;  // generation, first seen broken
+  std::optional<std::string> bad_cordons_;     // the last undecodable `cordons` value, logged once
   std::optional<std::string> bad_evictions_;   // the last undecodable `evictions` value, logged once
   std::map<std::string, std::int64_t> steps_;  // this tick's new evictions: the step a request named (-1: none)
   Store::Duration full_read_every_;

@@ -10,6 +10,8 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "elastic/control.h"
+#include "elastic/job_keys.h"
 
 namespace hdp::trainer {
 
@@ -91,10 +93,67 @@ void StepReporter::step(const elastic::Membership& m, std::int64_t step, const m
                             {"time_ms", std::to_string(elastic::now_ms())}};
   sample.insert(sample.end(), figures.begin(), figures.end());
   try {
-    job_.fenced_update(m.generation, std::move(state), {elastic::sample_write(std::move(sample))});
+    const auto result = job_.fenced_update_and_read(m.generation, std::move(state),
+                                                    {elastic::sample_write(std::move(sample))},
+                                                    {elastic::keys::kControl, elastic::keys::kSettings});
+    if (result.values.size() == 2) {
+      read_requests(result.values[0]);
+      read_settings(result.values[1]);
+    }
   } catch (const Error& e) {
     log()->warn("step {}: cannot report to the job state: {}", step, e.what());
   }
+}
+
+// The requests rank 0 takes up (elastic/control.h): a checkpoint. A value that does not decode is
+// logged once; the agents, which read the same key, log it too.
+void StepReporter::read_requests(const std::optional<std::string>& value) {
+  checkpoint_request_.reset();
+  requests_ = {};
+  if (!value) return;
+  try {
+    requests_ = elastic::decode_control(*value, elastic::keys::kControl);
+    if (requests_.checkpoint && requests_.checkpoint->id != checkpoint_taken_) checkpoint_request_ = *requests_.checkpoint;
+    bad_control_.reset();
+  } catch (const InvalidArgument& e) {
+    if (bad_control_ != *value) log()->warn("ignoring the pending requests: {}", e.what());
+    bad_control_ = *value;
+  }
+}
+
+void StepReporter::read_settings(const std::optional<std::string>& value) {
+  if (!value) {
+    settings_ = {};
+    return;
+  }
+  try {
+    settings_ = elastic::decode_settings(*value, elastic::keys::kSettings);
+    bad_settings_.reset();
+  } catch (const InvalidArgument& e) {
+    if (bad_settings_ != *value) log()->warn("keeping the settings in force: {}", e.what());
+    bad_settings_ = *value;
+  }
+}
+
+void StepReporter::read_settings_now() {
+  try {
+    read_settings(job_.store().get(elastic::keys::kSettings));
+  } catch (const Error& e) {
+    log()->warn("cannot read the live settings: {}", e.what());
+  }
+}
+
+void StepReporter::settings_applied(const elastic::Membership& m, std::int64_t step, const std::string& in_force) {
+  events_.record(m, "settings_applied", {{"step", std::to_string(step)}, {"settings", in_force}});
+}
+
+void StepReporter::checkpoint_done(std::string id, std::int64_t step, const std::string& outcome,
+                                   const std::string& path) {
+  checkpoint_taken_ = id;  // `id` is a copy: it may come from checkpoint_request_, reset below
+  checkpoint_request_.reset();
+  elastic::Fields details{{"step", std::to_string(step)}};
+  if (!path.empty()) details.emplace_back("path", path);
+  elastic::finish_request(job_.store(), "checkpoint", id, outcome, details);
 }
 
 void StepReporter::write_metrics_line(const elastic::Membership& m, std::int64_t step, const mesh::StepResult& result,

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "elastic/control.h"
 #include "elastic/job_state.h"
 #include "elastic/elastic_context.h"
 #include "mesh/comm/communicator.h"
@@ -69,14 +70,38 @@ class StepReporter {
 
   WorkerMetrics& metrics() { return metrics_; }
 
+  // Rank 0: the pending requests its last step report read (elastic/control.h).
+  const elastic::ControlRequests& requests() const { return requests_; }
+  // Rank 0: the live settings (`hdp config set`) its last step report read; a value that does not
+  // decode keeps the ones read before (logged once).
+  const elastic::LiveSettings& settings() const { return settings_; }
+  // Rank 0, at a generation's start: reads them now rather than with the first step report.
+  void read_settings_now();
+  // Rank 0: the settings in force changed at `step` (an event).
+  void settings_applied(const elastic::Membership& m, std::int64_t step, const std::string& in_force);
+  // Rank 0: a `hdp checkpoint` request its last step report read, not yet taken.
+  const std::optional<elastic::Request>& checkpoint_request() const { return checkpoint_request_; }
+  // Rank 0: the request was acted on: its `request_done` event (outcome `saved`, `failed` or
+  // `no_checkpoint_dir`, the step, the checkpoint's directory) and its removal, in one commit.
+  void checkpoint_done(std::string id, std::int64_t step, const std::string& outcome, const std::string& path);
+
  private:
   void write_metrics_line(const elastic::Membership& m, std::int64_t step, const mesh::StepResult& result,
                           double step_ms, double lr, double tokens_per_s, int world, const SpeedFigures& speeds);
   void write_tensorboard(std::int64_t step, const mesh::StepResult& result, double step_ms, double lr,
                          double tokens_per_s, int world);
 
+  void read_requests(const std::optional<std::string>& value);
+  void read_settings(const std::optional<std::string>& value);
+
   const TrainerConfig& config_;
   elastic::JobState job_;
+  elastic::ControlRequests requests_;
+  std::optional<elastic::Request> checkpoint_request_;
+  std::string checkpoint_taken_;            // the id of the last checkpoint request acted on
+  std::optional<std::string> bad_control_;  // the last `control` value that did not decode
+  elastic::LiveSettings settings_;
+  std::optional<std::string> bad_settings_;  // the last `settings` value that did not decode
   EventLog& events_;
   WorkerMetrics metrics_;                           // every rank, for its agent's /metrics
   std::unique_ptr<TensorBoardWriter> tensorboard_;  // rank 0, created at its first step

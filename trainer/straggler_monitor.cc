@@ -140,4 +140,6 @@ void StragglerMonitor::observe(const elastic::Membership& m, std::int64_t step, 
   }
 }
 
+void StragglerMonitor::threshold_changed() { speeds_.set_slow_below(config_.straggler_threshold); }
+
 }  // namespace hdp::trainer

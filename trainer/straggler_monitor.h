@@ -40,6 +40,9 @@ class StragglerMonitor {
   void planned(const mesh::PlannedStep& step);
   // This rank's compute time of the step it just ran.
   void computed(double compute_ms) { last_compute_ms_ = compute_ms; }
+  // The configuration's straggler threshold changed (a live setting): strikes count with it from
+  // the next step on.
+  void threshold_changed();
   // What this rank contributes to the next step's all-gather: its compute time of the step before
   // in µs (-1: none in this generation).
   std::int64_t compute_us() const;

@@ -2,12 +2,17 @@
 
 #include <omp.h>
 
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstdio>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "checkpoint/async_saver.h"
+#include "checkpoint/checkpoint_root.h"
 #include "checkpoint/options.h"
 #include "common/clock.h"
 #include "common/error.h"
@@ -37,9 +42,79 @@ using elastic::Membership;
 using mesh::Communicator;
 
 // What every rank contributes to the all-gather at each step boundary.
+// The settings `hdp config set` may change while the job trains (elastic/control.h), as every
+// rank holds them in its TrainerConfig.
+struct Live {
+  double straggler_threshold = 0;
+  std::int64_t straggler_strikes = 0;
+  bool evict_stragglers = false;
+  std::int64_t cooldown_ms = 0, cooldown_max_ms = 0;
+  std::int64_t checkpoint_every = 0, log_every = 0;
+
+  static constexpr std::size_t kFields = 7;
+  bool operator==(const Live&) const = default;
+
+  static Live of(const TrainerConfig& c) {
+    return {c.straggler_threshold, c.straggler_strikes, c.evict_stragglers, c.cooldown.base_ms, c.cooldown.max_ms,
+            c.checkpoint_every, c.log_every};
+  }
+  // `c`'s values with those `s` holds instead.
+  static Live of(const TrainerConfig& c, const elastic::LiveSettings& s) {
+    Live l = of(c);
+    if (s.straggler_threshold) l.straggler_threshold = *s.straggler_threshold;
+    if (s.straggler_strikes) l.straggler_strikes = *s.straggler_strikes;
+    if (s.evict_stragglers) l.evict_stragglers = *s.evict_stragglers;
+    if (s.evict_cooldown_s) {
+      l.cooldown_ms = std::max<std::int64_t>(1, std::llround(*s.evict_cooldown_s * 1000));
+      l.cooldown_max_ms = std::max(l.cooldown_max_ms, l.cooldown_ms);
+    }
+    if (s.checkpoint_every) l.checkpoint_every = *s.checkpoint_every;
+    if (s.log_every) l.log_every = *s.log_every;
+    return l;
+  }
+  void apply_to(TrainerConfig& c) const {
+    c.straggler_threshold = straggler_threshold;
+    c.straggler_strikes = static_cast<int>(straggler_strikes);
+    c.evict_stragglers = evict_stragglers;
+    c.cooldown = {cooldown_ms, cooldown_max_ms};
+    c.checkpoint_every = checkpoint_every;
+    c.log_every = static_cast<int>(log_every);
+  }
+  std::array<std::int64_t, kFields> row() const {
+    return {std::bit_cast<std::int64_t>(straggler_threshold), straggler_strikes, evict_stragglers ? 1 : 0, cooldown_ms,
+            cooldown_max_ms, checkpoint_every, log_every};
+  }
+  static Live from_row(const std::int64_t* f) {
+    return {std::bit_cast<double>(f[0]), f[1], f[2] != 0, f[3], f[4], f[5], f[6]};
+  }
+  std::string describe() const {
+    char text[256];
+    std::snprintf(text, sizeof text,
+                  "straggler_threshold=%g, straggler_strikes=%lld, evict_stragglers=%s, evict_cooldown_s=%g, "
+                  "checkpoint_every=%lld, log_every=%lld",
+                  straggler_threshold, static_cast<long long>(straggler_strikes), evict_stragglers ? "true" : "false",
+                  static_cast<double>(cooldown_ms) / 1000.0, static_cast<long long>(checkpoint_every),
+                  static_cast<long long>(log_every));
+    return text;
+  }
+};
+
+// What rank 0 read in the job's pending requests (elastic/control.h) with its last step report.
+struct Asked {
+  bool stop = false;        // `hdp stop`
+  bool checkpoint = false;  // `hdp checkpoint`
+  int drain_member = -1;    // `hdp drain`: the index of a member node of this generation
+  Live live;                // the settings in force from the next step on (rank 0's)
+};
+
 struct Boundary {
-  static constexpr std::size_t kFields = 5;  // per rank: job stop, leave, changed, compute µs, plan digest
+  // per rank: job stop, leave, changed, compute µs, plan digest; rank 0 also: checkpoint asked
+  // for, the member asked to drain + 1, and the live settings (Live::kFields)
+  static constexpr std::size_t kFields = 7 + Live::kFields;
   bool stop = false;     // some rank was asked to stop the job
+  bool checkpoint = false;  // rank 0 read a `hdp checkpoint` request
+  int drained_member = -1;  // rank 0 read a `hdp drain` of this member
+  Live live;                // rank 0's settings: in force on every rank from this step on
   std::vector<bool> leaving;  // by rank: asked to leave (its node drains)
   bool changed = false;  // some rank saw a newer generation (or rank 0 asked for an eviction)
   std::vector<std::int64_t> compute_us;  // each rank's compute time of the step before
@@ -47,10 +122,13 @@ struct Boundary {
 };
 
 Boundary agree(Communicator& comm, const StopRequest& request, bool changed, std::int64_t compute_us,
-               std::uint64_t digest) {
-  const bool stop = request.job.load(), leave = request.requested.load() && !stop;
-  const std::vector<std::int64_t> rows = mesh::allgather_rows<std::int64_t>(
-      comm, {stop ? 1 : 0, leave ? 1 : 0, changed ? 1 : 0, compute_us, static_cast<std::int64_t>(digest)});
+               std::uint64_t digest, const Asked& asked) {
+  const bool stop = request.job.load() || asked.stop, leave = request.requested.load() && !stop;
+  std::vector<std::int64_t> mine = {stop ? 1 : 0, leave ? 1 : 0, changed ? 1 : 0, compute_us,
+                                    static_cast<std::int64_t>(digest), asked.checkpoint ? 1 : 0, asked.drain_member + 1};
+  const auto live = asked.live.row();
+  mine.insert(mine.end(), live.begin(), live.end());
+  const std::vector<std::int64_t> rows = mesh::allgather_rows<std::int64_t>(comm, mine);
   Boundary b;
   for (std::size_t r = 0; r < rows.size() / Boundary::kFields; ++r) {
     const std::int64_t* row = rows.data() + Boundary::kFields * r;
@@ -59,6 +137,11 @@ Boundary agree(Communicator& comm, const StopRequest& request, bool changed, std
     b.changed = b.changed || row[2] > 0;
     b.compute_us.push_back(row[3]);
     b.digests.push_back(row[4]);
+    if (r == 0) {
+      b.checkpoint = row[5] > 0;
+      b.drained_member = static_cast<int>(row[6]) - 1;
+      b.live = Live::from_row(row + 7);
+    }
   }
   return b;
 }
@@ -70,8 +153,11 @@ struct Leave {
   int staying = 0;
 };
 
-Leave leaving_nodes(const Boundary& b, const std::vector<std::string>& node_of_rank) {
+Leave leaving_nodes(const Boundary& b, const std::vector<std::string>& node_of_rank, const elastic::Generation& record) {
   Leave leave;
+  if (b.drained_member >= 0 && static_cast<std::size_t>(b.drained_member) < record.members.size()) {
+    leave.nodes.insert(record.members[static_cast<std::size_t>(b.drained_member)].node);
+  }
   std::set<std::string> all;
   for (std::size_t r = 0; r < node_of_rank.size(); ++r) {
     all.insert(node_of_rank[r]);
@@ -124,7 +210,8 @@ std::optional<int> read_min_nodes(elastic::Store& store) {
 // Recovery; speeds and evictions in StragglerMonitor; what is reported in StepReporter.
 class Trainer {
  public:
-  Trainer(elastic::ElasticContext& ctx, const TrainerConfig& config, const StopRequest& stop)
+  // `config` is this worker's: the live settings (`hdp config set`) change it in place.
+  Trainer(elastic::ElasticContext& ctx, TrainerConfig& config, const StopRequest& stop)
       : ctx_(ctx),
         config_(config),
         stop_(stop),
@@ -233,6 +320,7 @@ class Trainer {
   }
 
   BodyResult steps(const Membership& m, Communicator& comm, checkpoint::AsyncSaver* saver, std::int64_t furthest) {
+    if (m.rank == 0) reporter_.read_settings_now();  // the live settings from this generation's first step
     bool first = true;
     std::uint64_t digest = 0;  // the plan of the step before
     while (recovery_.step() < config_.steps) {
@@ -241,9 +329,10 @@ class Trainer {
       // collective and cost them the state of the step they were in), and every rank's compute
       // time and plan digest of the step before (speeds; identical plans checked). Rank 0 that
       // asked for an eviction leaves with the others: the leader answers with a new generation.
-      const Boundary boundary =
-          agree(comm, stop_, ctx_.changed(m) || monitor_.eviction_requested(), monitor_.compute_us(), digest);
-      const Leave leave = leaving_nodes(boundary, node_of_rank(m));
+      const Boundary boundary = agree(comm, stop_, ctx_.changed(m) || monitor_.eviction_requested(),
+                                      monitor_.compute_us(), digest, asked(m));
+      apply_live_settings(m, boundary.live);
+      const Leave leave = leaving_nodes(boundary, node_of_rank(m), m.record);
       if (!boundary.stop && !leave.nodes.empty() && leave.staying < min_nodes_.value_or(1)) {
         if (m.rank == 0) {
           log()->info("step {}: node(s) {} leaving would leave {} node(s), below the job's minimum of {}: the job stops",
@@ -258,6 +347,7 @@ class Trainer {
       }
       if (!leave.nodes.empty()) return let_leave(m, leave, saver);
       if (boundary.changed) return BodyResult::kGenerationChanged;
+      if (boundary.checkpoint) checkpoint_on_request(m, saver);
       if (!first) check_same_plans(boundary, recovery_.step());
       monitor_.observe(m, recovery_.step(), boundary.compute_us);
       const std::int64_t next_step = recovery_.step() + 1;
@@ -337,11 +427,63 @@ class Trainer {
                   covered ? ", from the copies in memory" : (saver ? ", from a checkpoint at this step" : ""));
       events_.record(m, "nodes_leave", {{"step", std::to_string(step)}, {"nodes", join(leave.nodes)},
                                   {"from", covered ? "memory" : (saver ? "checkpoint" : "none")}});
+      for (const auto& member : m.record.members) {
+        const auto* drain = leave.nodes.contains(member.node) ? reporter_.requests().drain_of(member.node, member.incarnation)
+                                                              : nullptr;
+        if (drain) {
+          elastic::finish_request(*ctx_.store(), "drain", drain->id, "left",
+                                  {{"step", std::to_string(step)}, {"incarnation", member.incarnation}}, member.node);
+        }
+      }
     }
     if (!mine) return BodyResult::kGenerationChanged;  // wait for the generation without them
     log()->info("worker {}/{}: this node leaves at step {}", ctx_.identity().node, ctx_.identity().local_rank, step);
     left_ = true;
     return BodyResult::kFinished;
+  }
+
+  // The settings rank 0 sent in force from this step on, on every rank at once (each logs it).
+  void apply_live_settings(const Membership& m, const Live& live) {
+    if (live == Live::of(config_)) return;
+    const std::int64_t step = recovery_.step();
+    live.apply_to(config_);
+    monitor_.threshold_changed();
+    log()->info("worker {}/{}: live settings in force from step {}: {}", ctx_.identity().node,
+                ctx_.identity().local_rank, step + 1, live.describe());
+    if (m.rank == 0) reporter_.settings_applied(m, step + 1, live.describe());
+  }
+
+  // Rank 0: what its last step report read in the pending requests, as the boundary carries it.
+  Asked asked(const Membership& m) const {
+    Asked a;
+    if (m.rank != 0) return a;
+    a.live = Live::of(config_, reporter_.settings());
+    const elastic::ControlRequests& requests = reporter_.requests();
+    a.stop = requests.stop.has_value();
+    a.checkpoint = reporter_.checkpoint_request().has_value();
+    for (std::size_t i = 0; i < m.record.members.size(); ++i) {
+      if (requests.drain_of(m.record.members[i].node, m.record.members[i].incarnation)) {
+        a.drain_member = static_cast<int>(i);  // one node per boundary; the next at the next
+        break;
+      }
+    }
+    return a;
+  }
+
+  // `hdp checkpoint` (rank 0 read the request): every rank saves the step it completed (unless it
+  // just did) and waits for the commit; rank 0 reports the outcome and removes the request.
+  void checkpoint_on_request(const Membership& m, checkpoint::AsyncSaver* saver) {
+    const std::int64_t step = recovery_.step();
+    std::string outcome = "no_checkpoint_dir", path;
+    if (saver) {
+      if (!recovery_.saved()) recovery_.save(*saver);
+      outcome = saver->wait() ? "saved" : "failed";
+      path = std::filesystem::absolute(config_.checkpoint_dir / checkpoint::step_dir_name(step)).string();
+    }
+    if (m.rank != 0) return;
+    log()->info("step {}: checkpoint requested by {}: {}{}", step, reporter_.checkpoint_request()->by, outcome,
+                path.empty() ? "" : " at " + path);
+    reporter_.checkpoint_done(reporter_.checkpoint_request()->id, step, outcome, path);
   }
 
   // A stop was agreed: a final checkpoint (unless the step was just saved), then the job's state.
@@ -354,12 +496,26 @@ class Trainer {
       saved = saver->wait();
       if (!saved) log()->error("the final checkpoint at step {} failed on this rank", step);
     }
-    if (m.rank == 0) reporter_.stopped(m, step, saver ? (saved ? std::to_string(step) : "failed") : "none");
+    if (m.rank == 0) {
+      const std::string checkpoint = saver ? (saved ? std::to_string(step) : "failed") : "none";
+      reporter_.stopped(m, step, checkpoint);
+      if (const auto& stop = reporter_.requests().stop) {
+        elastic::finish_request(*ctx_.store(), "stop", stop->id, "stopped",
+                                {{"step", std::to_string(step)}, {"checkpoint", checkpoint}});
+      }
+      // A drain that would have left fewer than MIN nodes became this stop.
+      for (const auto& member : m.record.members) {
+        if (const auto* d = reporter_.requests().drain_of(member.node, member.incarnation)) {
+          elastic::finish_request(*ctx_.store(), "drain", d->id, "job_stopped",
+                                  {{"step", std::to_string(step)}, {"incarnation", member.incarnation}}, member.node);
+        }
+      }
+    }
     comm.barrier();
   }
 
   elastic::ElasticContext& ctx_;
-  const TrainerConfig& config_;
+  TrainerConfig& config_;
   const StopRequest& stop_;
   const TrainingSetup setup_;
   ops::model::LlamaModel model_;
@@ -381,7 +537,8 @@ class Trainer {
 TrainResult run_trainer(elastic::ElasticContext& ctx, const TrainerConfig& config, const StopRequest& stop) {
   config.validate();
   if (config.threads > 0) omp_set_num_threads(config.threads);
-  Trainer trainer(ctx, config, stop);
+  TrainerConfig live = config;  // the live settings change this copy
+  Trainer trainer(ctx, live, stop);
   return trainer.run();
 }
 

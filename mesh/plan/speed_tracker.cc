@@ -24,9 +24,14 @@ SpeedTracker::SpeedTracker(SpeedOptions options) : options_(options) {
   if (!(options.band >= 0 && std::isfinite(options.band))) {
     throw InvalidArgument("speed tracker: band must be a finite number >= 0, got " + std::to_string(options.band));
   }
-  if (!(options.slow_below > 0 && options.slow_below < 1)) {
-    throw InvalidArgument("speed tracker: slow_below must be in (0, 1), got " + std::to_string(options.slow_below));
+  set_slow_below(options.slow_below);
+}
+
+void SpeedTracker::set_slow_below(double slow_below) {
+  if (!(slow_below > 0 && slow_below < 1)) {
+    throw InvalidArgument("speed tracker: slow_below must be in (0, 1), got " + std::to_string(slow_below));
   }
+  options_.slow_below = slow_below;
 }
 
 void SpeedTracker::report(const std::string& worker, double planned_ms, double measured_ms) {

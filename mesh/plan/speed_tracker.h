@@ -80,6 +80,9 @@ class SpeedTracker {
   double filtered(const std::string& worker) const;
   std::int64_t strikes(const std::string& worker) const;
 
+  // A new strike threshold from the next end_step() on (a live setting); InvalidArgument outside (0, 1).
+  void set_slow_below(double slow_below);
+
   SpeedRecord record(const std::string& worker) const;  // a default record for one never seen
   // InvalidArgument for a record whose numbers are not finite and >= 0.
   void restore(const std::string& worker, const SpeedRecord& record);

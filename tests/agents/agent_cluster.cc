@@ -33,7 +33,9 @@ std::vector<std::string> node_names(const elastic::Generation& generation) {
 }
 
 AgentCluster::AgentCluster(ClusterOptions options)
-    : options_(std::move(options)), dir_("hdp-cluster"), redis_(std::make_unique<RedisServer>()) {
+    : options_(std::move(options)),
+      dir_("hdp-cluster"),
+      redis_(std::make_unique<RedisServer>(RedisServerOptions{.extra_args = options_.redis_args})) {
   job_ = "test-" + dir_.path().filename().string().substr(12);
 }
 

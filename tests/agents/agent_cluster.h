@@ -31,6 +31,7 @@ struct ClusterOptions {
   std::chrono::milliseconds worker_timeout{3000};  // the smoke workers' rendezvous and collective timeout
   // The worker command after `hdp train`; empty: the smoke worker with the options above.
   std::vector<std::string> train_args;
+  std::vector<std::string> redis_args;  // more redis-server arguments (ACL users)
 };
 
 class AgentCluster {

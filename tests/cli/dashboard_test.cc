@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "elastic/job_keys.h"
+#include "elastic/control.h"
 #include "elastic/job_state.h"
 #include "tests/agents/agent_cluster.h"
 #include "tests/support/child_process.h"
@@ -43,6 +44,9 @@ constexpr const char* kReadPage = R"JS((() => {
           points: curve('#loss-chart').points, tpsPoints: curve('#tps-chart').points, lastStep: curve('#loss-chart').lastStep,
           markers, members, checkpoint: document.querySelector('#checkpoint').dataset.step,
           events: document.querySelectorAll('#events li.event').length,
+          cordons: [...document.querySelectorAll('#control li.cordon')].map(c => c.dataset.node),
+          requests: [...document.querySelectorAll('#control li.request')].map(r => ({op: r.dataset.op, node: r.dataset.node})),
+          eventTypes: [...document.querySelectorAll('#events li.event')].map(e => e.dataset.type),
           notFound: document.querySelector('#not-found').hidden ? '' : document.querySelector('#not-found').textContent};
 })())JS";
 
@@ -161,6 +165,23 @@ TEST_F(DashboardInABrowser, ShowsTheJobStateAndMarksAResize) {
   ASSERT_EQ(resized["members"].size(), 1u);
   EXPECT_EQ(resized["members"][0]["node"], "n1");
   EXPECT_EQ(resized["members"][0]["ranks"], "0-0");
+
+  // `hdp cordon n2` and a drain nobody acts on (its node is not in the job): the page lists both
+  // as pending/cordoned, and their events.
+  elastic::JobControl control(cluster_->store(), "ops@test");
+  control.cordon("n2");
+  control.drain("n9", "ffffffffffffffff");
+  const json acted = browse(url, "document.body.dataset.loaded === 'true' && document.querySelectorAll('#control li.cordon').length === 1 && document.querySelectorAll('#control li.request').length === 1",
+                            "dashboard-control.png");
+  ASSERT_TRUE(acted.is_object());
+  EXPECT_EQ(acted["cordons"], json::array({"n2"})) << acted.dump();
+  ASSERT_EQ(acted["requests"].size(), 1u) << acted.dump();
+  EXPECT_EQ(acted["requests"][0]["op"], "drain");
+  EXPECT_EQ(acted["requests"][0]["node"], "n9");
+  std::set<std::string> types;
+  for (const auto& t : acted["eventTypes"]) types.insert(t.get<std::string>());
+  EXPECT_TRUE(types.contains("cordon")) << acted.dump();
+  EXPECT_TRUE(types.contains("request")) << acted.dump();
 }
 
 TEST_F(DashboardInABrowser, AJobThatDoesNotExistIsSaidSoAndAPortInUseExitsTwo) {

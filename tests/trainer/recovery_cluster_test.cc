@@ -40,6 +40,7 @@
 #include <signal.h>
 
 #include "checkpoint/checkpoint_root.h"
+#include "elastic/control.h"
 #include "elastic/job_keys.h"
 #include "elastic/job_state.h"
 #include "tests/agents/agent_cluster.h"
@@ -104,8 +105,13 @@ int exit_code(AgentCluster& cluster, const std::string& node, std::chrono::milli
   return status && WIFEXITED(*status) ? WEXITSTATUS(*status) : -1;
 }
 
+// How a test drains n2: the way `systemctl stop` does under KillMode=control-group (SIGTERM to its
+// agent and to its workers together), or with `hdp drain` from another process.
+enum class DrainBy { kSignals, kCommand };
+
 class RecoveryCluster : public ::testing::Test {
  protected:
+  void drain_goes_on_from_memory(DrainBy by);
   static void SetUpTestSuite() {
     reference_ = std::make_unique<ReferenceRun>([](const fs::path& dir) { return options(dir, "2:2", 1); },
                                                 std::vector<std::string>{"n1", "n2"}, 240s);
@@ -230,14 +236,29 @@ TEST_F(RecoveryCluster, ANodeLostBeforeTheReduceScatter) { node_loss("reduce-sca
 TEST_F(RecoveryCluster, ANodeLostAfterItsOptimizerUpdate) { node_loss("optimizer"); }
 TEST_F(RecoveryCluster, ANodeLostBeforeTheAllGather) { node_loss("all-gather"); }
 
-// Starts n1 and n2, waits until the job reached the fault step, then drains n2 the way `systemctl
-// stop` does under KillMode=control-group: SIGTERM to its agent and to its workers together.
-bool drain_at_fault_step(AgentCluster& cluster) {
+CommandResult hdp(AgentCluster& cluster, std::vector<std::string> args) {
+  args.insert(args.begin(), cluster.hdp());
+  args.insert(args.end(), {"--job", cluster.job(), "--redis", cluster.redis().url()});
+  return run_command(args, {}, 120s);
+}
+
+// Starts n1 and n2 and waits until the job reached the fault step.
+bool reach_fault_step(AgentCluster& cluster) {
   cluster.start_agent("n1");
   cluster.start_agent("n2");
   const double took = cluster.wait_until([&] { return cluster.step() >= fault_step(); }, 120s);
   EXPECT_GE(took, 0) << cluster.all_logs();
-  if (took < 0) return false;
+  return took >= 0;
+}
+
+// Reaches the fault step, then drains n2.
+bool drain_at_fault_step(AgentCluster& cluster, DrainBy by = DrainBy::kSignals) {
+  if (!reach_fault_step(cluster)) return false;
+  if (by == DrainBy::kCommand) {
+    const CommandResult r = hdp(cluster, {"drain", "n2"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.exit_code == 0;
+  }
   const std::vector<pid_t> workers = cluster.worker_pids("n2");
   cluster.agent("n2").signal(SIGTERM);
   for (const pid_t pid : workers) kill(pid, SIGTERM);
@@ -249,11 +270,11 @@ bool drain_at_fault_step(AgentCluster& cluster) {
 // other node from the copies in memory (0 steps lost, nothing read from disk: no checkpoint is
 // written before the last step), the drained agent exits 4, and from T on the run equals the
 // fault-free job on one node from R's checkpoint of T, bit for bit.
-TEST_F(RecoveryCluster, ANodeDrainedLeavesAndTheJobGoesOnFromMemory) {
+void RecoveryCluster::drain_goes_on_from_memory(DrainBy by) {
   TempDir dir;
   std::cout << "the drain comes at step " << fault_step() << " (HDP_FAULT_STEP)\n";
   AgentCluster cluster(options(dir.path(), "1:2", 1000));
-  ASSERT_TRUE(drain_at_fault_step(cluster));
+  ASSERT_TRUE(drain_at_fault_step(cluster, by));
   EXPECT_EQ(exit_code(cluster, "n2", 60s), 4) << cluster.all_logs();
   EXPECT_EQ(exit_code(cluster, "n1", 240s), 0) << cluster.all_logs();
   EXPECT_EQ(cluster.state()["status"], "completed");
@@ -269,10 +290,27 @@ TEST_F(RecoveryCluster, ANodeDrainedLeavesAndTheJobGoesOnFromMemory) {
   }
   EXPECT_TRUE(left) << cluster.all_logs();
   EXPECT_EQ(cluster.all_logs().find("stop requested"), std::string::npos) << "the job stopped";
+  if (by == DrainBy::kCommand) {
+    int done = 0;
+    for (const Event& e : events(cluster)) {
+      if (e.at("type") != "request_done") continue;
+      ++done;
+      EXPECT_EQ(e.at("op"), "drain");
+      EXPECT_EQ(e.at("node"), "n2");
+      EXPECT_EQ(e.at("outcome"), "left");
+    }
+    EXPECT_EQ(done, 1) << cluster.all_logs();
+  }
   if (HasFatalFailure() || t < 0) return;
   expect_equals_continuation(dir.path(), run, t);
   std::cout << "n2 left at step " << t << "\n";
 }
+
+TEST_F(RecoveryCluster, ANodeDrainedLeavesAndTheJobGoesOnFromMemory) { drain_goes_on_from_memory(DrainBy::kSignals); }
+
+// The same with `hdp drain n2` from another process: its agent acts at its next heartbeat, and the
+// request's outcome is an event.
+TEST_F(RecoveryCluster, HdpDrainTakesANodeOutAndTheJobGoesOnFromMemory) { drain_goes_on_from_memory(DrainBy::kCommand); }
 
 // The step of the `stopped` event, after checking that the job ended stopped for good: status
 // `stopped`, `outcome` "stopped" (no generation published after it), a final checkpoint of it.
@@ -308,9 +346,7 @@ TEST_F(RecoveryCluster, ANodeDrainedBelowTheMinimumStopsTheJobCleanly) {
 TEST_F(RecoveryCluster, SigusrOneToEveryAgentStopsTheJobAndARestartResumesIt) {
   TempDir dir;
   AgentCluster cluster(options(dir.path(), "1:2", 1000));
-  cluster.start_agent("n1");
-  cluster.start_agent("n2");
-  ASSERT_GE(cluster.wait_until([&] { return cluster.step() >= fault_step(); }, 120s), 0) << cluster.all_logs();
+  ASSERT_TRUE(reach_fault_step(cluster));
   cluster.agent("n1").signal(SIGUSR1);
   cluster.agent("n2").signal(SIGUSR1);
   EXPECT_EQ(exit_code(cluster, "n1", 60s), 4) << cluster.all_logs();
@@ -331,6 +367,171 @@ TEST_F(RecoveryCluster, SigusrOneToEveryAgentStopsTheJobAndARestartResumesIt) {
   }
   EXPECT_EQ(expected, kSteps + 1);
   std::cout << "stopped at step " << step << ", resumed, completed\n";
+}
+
+// `hdp stop`: the agents act at their next heartbeat as on SIGUSR1: the job stops at one step with
+// a final checkpoint, every agent exits 4, and the request's outcome is `stopped`.
+TEST_F(RecoveryCluster, HdpStopStopsTheJobAtOneStepWithAFinalCheckpoint) {
+  TempDir dir;
+  AgentCluster cluster(options(dir.path(), "1:2", 1000));
+  ASSERT_TRUE(reach_fault_step(cluster));
+  const CommandResult r = hdp(cluster, {"stop", "--wait", "--timeout-s", "60"});
+  EXPECT_EQ(r.exit_code, 0) << r.err << cluster.all_logs();
+  EXPECT_NE(r.out.find("outcome=stopped"), std::string::npos) << r.out;
+  EXPECT_EQ(exit_code(cluster, "n1", 60s), 4) << cluster.all_logs();
+  EXPECT_EQ(exit_code(cluster, "n2", 60s), 4) << cluster.all_logs();
+  const std::int64_t step = expect_stopped(cluster, dir.path());
+  EXPECT_LT(step, kSteps);
+  EXPECT_FALSE(cluster.get(elastic::keys::kControl).has_value()) << "the done stop stays pending";
+  std::cout << "stopped at step " << step << "\n";
+}
+
+// `hdp checkpoint --wait`: rank 0 reads the request with its next step report, every rank saves the
+// step after it, and the command prints that step and the checkpoint's directory. Training is
+// unchanged by it: every step's loss equals the fault-free run's.
+TEST_F(RecoveryCluster, HdpCheckpointSavesAtTheNextStepAndReportsWhere) {
+  TempDir dir;
+  AgentCluster cluster(options(dir.path(), "2:2", 1000));
+  ASSERT_TRUE(reach_fault_step(cluster));
+  // The request written from here, to know the step it came at; then `hdp checkpoint --wait`
+  // (the same request while it is pending, else a second one) follows it to its end.
+  const std::int64_t asked_at = cluster.step();
+  const elastic::Request request = elastic::JobControl(cluster.store(), "test@localhost").checkpoint();
+  const CommandResult r = hdp(cluster, {"checkpoint", "--wait", "--timeout-s", "60"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << cluster.all_logs();
+  EXPECT_NE(r.out.find("outcome=saved"), std::string::npos) << r.out;
+  std::int64_t step = -1;
+  std::string path;
+  for (const Event& e : events(cluster)) {
+    if (e.at("type") != "request_done" || e.at("id") != request.id) continue;
+    EXPECT_EQ(e.at("op"), "checkpoint");
+    EXPECT_EQ(e.at("outcome"), "saved");
+    step = std::stoll(e.at("step"));
+    path = e.at("path");
+  }
+  // Rank 0 reads the request with its next step report and the ranks save at the boundary after
+  // it: the step completed then (one step later when a report was in flight as it was written).
+  EXPECT_GT(step, asked_at) << cluster.all_logs();
+  EXPECT_LE(step, asked_at + 3) << "taken up later than the next steps";
+  EXPECT_EQ(fs::path(path), fs::absolute(dir.path() / "ckpt" / checkpoint::step_dir_name(step)));
+  EXPECT_TRUE(fs::is_directory(path)) << path;
+  const auto at = r.out.find("path=");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string printed = r.out.substr(at + 5, r.out.find_first_of(" \n", at) - at - 5);
+  EXPECT_TRUE(fs::is_directory(printed)) << printed;
+  EXPECT_EQ(exit_code(cluster, "n1", 240s), 0) << cluster.all_logs();
+  EXPECT_EQ(exit_code(cluster, "n2", 240s), 0) << cluster.all_logs();
+  const std::vector<StepLine> run = read_metrics(dir.path() / "metrics.jsonl");
+  ASSERT_EQ(run.size(), static_cast<std::size_t>(kSteps));
+  for (const StepLine& l : run) EXPECT_EQ(l.loss, reference_loss(l.step)) << "step " << l.step;
+  std::cout << "asked after step " << asked_at << ", saved step " << step << " at " << path << "\n";
+}
+
+// `hdp config set`: rank 0 reads the settings with its next step report and the boundary after it
+// puts them in force on every rank at one step (each rank logs that step); a bad name or value is
+// refused before anything is written; training is unchanged (every loss equals the fault-free run's).
+TEST_F(RecoveryCluster, HdpConfigSetTakesEffectAtOneStepOnEveryRank) {
+  TempDir dir;
+  AgentCluster cluster(options(dir.path(), "2:2", 1000));
+  ASSERT_TRUE(reach_fault_step(cluster));
+  // Written from here, to know the step it came at (the command's own start-up takes steps).
+  const std::int64_t asked_at = cluster.step();
+  elastic::JobControl(cluster.store(), "test@localhost").set({"straggler_threshold=0.5", "log_every=2"});
+  std::int64_t step = -1;
+  std::string in_force;
+  ASSERT_GE(cluster.wait_until([&] {
+    for (const Event& e : events(cluster)) {
+      if (e.at("type") != "settings_applied") continue;
+      step = std::stoll(e.at("step"));
+      in_force = e.at("settings");
+    }
+    return step > 0;
+  }, 60s), 0) << cluster.all_logs();
+  EXPECT_GT(step, asked_at);
+  EXPECT_LE(step, asked_at + 3) << "taken up later than the next steps";
+  EXPECT_NE(in_force.find("straggler_threshold=0.5"), std::string::npos) << in_force;
+  EXPECT_NE(in_force.find("log_every=2"), std::string::npos) << in_force;
+  EXPECT_EQ(exit_code(cluster, "n1", 240s), 0) << cluster.all_logs();
+  EXPECT_EQ(exit_code(cluster, "n2", 240s), 0) << cluster.all_logs();
+  // Every rank (4) logged the same step, once.
+  const std::string logs = cluster.all_logs();
+  const std::string line = "live settings in force from step " + std::to_string(step) + ":";
+  int ranks = 0;
+  for (auto at = logs.find("live settings in force"); at != std::string::npos; at = logs.find("live settings in force", at + 1)) {
+    ++ranks;
+  }
+  int at_step = 0;
+  for (auto at = logs.find(line); at != std::string::npos; at = logs.find(line, at + 1)) ++at_step;
+  EXPECT_EQ(ranks, 4) << logs;
+  EXPECT_EQ(at_step, ranks) << logs;
+  CommandResult r = hdp(cluster, {"config"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("from step " + std::to_string(step)), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("straggler_threshold=0.5"), std::string::npos) << r.out;
+  // The command: a bad name or value is refused before anything is written; a good one merges.
+  for (const std::string bad : {"nosuch=1", "straggler_threshold=2", "straggler_strikes=0.5", "log_every"}) {
+    r = hdp(cluster, {"config", "set", "checkpoint_every=7", bad});
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+  EXPECT_EQ(cluster.get(elastic::keys::kSettings).value_or("").find("checkpoint_every"), std::string::npos);
+  r = hdp(cluster, {"config", "set", "checkpoint_every=7"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const std::string key = cluster.get(elastic::keys::kSettings).value_or("");
+  EXPECT_NE(key.find("\"checkpoint_every\":7"), std::string::npos) << key;
+  EXPECT_NE(key.find("\"straggler_threshold\":0.5"), std::string::npos) << key;
+  const std::vector<StepLine> run = read_metrics(dir.path() / "metrics.jsonl");
+  ASSERT_EQ(run.size(), static_cast<std::size_t>(kSteps));
+  for (const StepLine& l : run) EXPECT_EQ(l.loss, reference_loss(l.step)) << "step " << l.step;
+  std::cout << "set after step " << asked_at << ", in force from step " << step << " on every rank\n";
+}
+
+// A hot spare: three nodes for a job of exactly two (--nnodes 2:2), so one stands by registered.
+// A member's agent is SIGKILLed (its workers die with it) at a random step: within the lease + 1 s
+// the standby is a member in its place, the world size stays 4, the job goes on from memory (0
+// steps lost, nothing read from disk) and, the world being the same size, equals the fault-free
+// run bit for bit: every step's loss and the final state.
+TEST_F(RecoveryCluster, AStandbyNodeReplacesAKilledMemberFromMemory) {
+  TempDir dir;
+  std::cout << "the kill comes at step " << fault_step() << " (HDP_FAULT_STEP)\n";
+  AgentCluster cluster(options(dir.path(), "2:2", 1000));
+  cluster.start_agent("n1");
+  cluster.start_agent("n2");
+  ASSERT_GE(cluster.wait_for_members({"n1", "n2"}, 60s), 0) << cluster.all_logs();
+  cluster.start_agent("n3");
+  // n3 registers and stands by: the resize event lists it.
+  ASSERT_GE(cluster.wait_until([&] {
+    const auto incarnation = cluster.get(elastic::keys::node("n3"));
+    return incarnation && cluster.get(elastic::keys::lease("n3", *incarnation)).has_value();
+  }, 30s), 0) << cluster.all_logs();
+  ASSERT_GE(cluster.wait_until([&] { return cluster.step() >= fault_step(); }, 120s), 0) << cluster.all_logs();
+  // The member that does not lead (the leader's own failover is timed elsewhere).
+  const std::string leader = cluster.leader().value_or("");
+  const std::string victim = leader.rfind("n1/", 0) == 0 ? "n2" : "n1";
+  const std::string survivor = victim == "n1" ? "n2" : "n1";
+  const auto killed = std::chrono::steady_clock::now();
+  cluster.agent(victim).kill();
+  ASSERT_GE(cluster.wait_for_members({survivor, "n3"}, 60s), 0) << cluster.all_logs();
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  const double bound = std::chrono::duration<double>(cluster.options().lease).count() + 1.0;
+  EXPECT_LE(took, bound) << "the standby took its place " << took << " s after the kill";
+  ASSERT_TRUE(cluster.current().has_value());
+  EXPECT_EQ(cluster.current()->world_size(), 4);
+  EXPECT_EQ(exit_code(cluster, survivor, 240s), 0) << cluster.all_logs();
+  EXPECT_EQ(exit_code(cluster, "n3", 240s), 0) << cluster.all_logs();
+  EXPECT_EQ(cluster.state()["status"], "completed");
+  const std::vector<StepLine> run = read_metrics(dir.path() / "metrics.jsonl");
+  const std::int64_t t = expect_continued_from_memory(cluster, run);
+  for (const StepLine& l : run) {
+    EXPECT_EQ(l.world, 4) << "step " << l.step;
+    EXPECT_EQ(l.loss, reference_loss(l.step)) << "step " << l.step;
+  }
+  const Final a = read_final(dir.path() / "ckpt"), r = read_final(reference_->dir() / "ckpt");
+  EXPECT_TRUE(a.params == r.params) << "parameters differ";
+  EXPECT_TRUE(a.m == r.m) << "exp_avg differs";
+  EXPECT_TRUE(a.v == r.v) << "exp_avg_sq differs";
+  std::cout << victim << " killed; n3 a member " << took << " s later (bound " << bound << " s); went on from step " << t
+            << "\n";
 }
 
 TEST_F(RecoveryCluster, AWorkerCrashedInTheOptimizerIsRecoveredFromMemory) {

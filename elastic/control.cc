@@ -1,0 +1,436 @@
+#include "elastic/control.h"
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "common/log.h"
+#include "elastic/job_keys.h"
+#include "elastic/job_state.h"
+#include "elastic/json_fields.h"
+#include "elastic/node_registration.h"
+
+namespace hdp::elastic {
+namespace {
+
+using namespace json_fields;
+
+// More entries than this in `control` or `cordons` is garbage (a node id per entry).
+constexpr std::size_t kMaxEntries = 1 << 20;
+// Concurrent writers of one key retry at most this often; each failed try means another writer
+// committed in between, so running out takes as many writers at once.
+constexpr int kAttempts = 64;
+
+json request_json(const Request& r) { return {{"id", r.id}, {"by", r.by}, {"at_ms", r.at_ms}}; }
+
+void read_request(const json& object, std::string_view what, Request& r) {
+  if (!object.is_object()) bad(what, "a request is not an object");
+  r.id = field<std::string>(object, "id", what);
+  if (r.id.empty()) bad(what, "field 'id' is empty");
+  r.by = field<std::string>(object, "by", what);
+  r.at_ms = bounded(object, "at_ms", what, 0, std::numeric_limits<std::int64_t>::max());
+}
+
+std::optional<Request> optional_request(const json& value, const char* name, std::string_view what) {
+  auto it = value.find(name);
+  if (it == value.end()) return std::nullopt;
+  Request r;
+  read_request(*it, what, r);
+  return r;
+}
+
+Request new_request(const std::string& by) { return {new_incarnation(), by, now_ms()}; }
+
+// Commits `key` := change(current value), requiring it unchanged, with `writes` after it (events).
+// `change` returns nullopt when there is nothing to write (then nothing is committed). Throws
+// Error when other writers kept winning for kAttempts tries.
+template <typename Change>
+bool update(Store& store, const char* key, Change&& change) {
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    const std::optional<std::string> current = store.get(key);
+    std::vector<Write> writes;
+    std::optional<std::string> next = change(current, writes);
+    if (!next) return false;
+    Transaction txn;
+    if (current) {
+      txn.require(key, *current);
+    } else {
+      txn.require_absent(key);
+    }
+    txn.add(next->empty() ? Write::erase(key) : Write::set(key, *next));
+    for (auto& write : writes) txn.add(std::move(write));
+    if (commit_with_job_state(store, txn)) return true;
+  }
+  throw Error(std::string("could not update Redis key '") + key + "': other writers changed it " +
+              std::to_string(kAttempts) + " times in a row");
+}
+
+ControlRequests read_control(const std::optional<std::string>& value) {
+  return value ? decode_control(*value, keys::kControl) : ControlRequests{};
+}
+
+Cordons read_cordons(const std::optional<std::string>& value) {
+  return value ? decode_cordons(*value, keys::kCordons) : Cordons{};
+}
+
+Fields request_event_fields(const std::string& op, const Request& r, const std::string& node = {}) {
+  Fields fields{{"op", op}, {"id", r.id}, {"by", r.by}};
+  if (!node.empty()) fields.emplace_back("node", node);
+  return fields;
+}
+
+}  // namespace
+
+const DrainRequest* ControlRequests::drain_of(const std::string& node, const std::string& incarnation) const {
+  auto it = drains.find(node);
+  return it != drains.end() && it->second.incarnation == incarnation ? &it->second : nullptr;
+}
+
+std::string encode(const ControlRequests& requests) {
+  if (requests.empty()) return {};
+  json value = json::object();
+  if (requests.stop) value["stop"] = request_json(*requests.stop);
+  if (requests.checkpoint) value["checkpoint"] = request_json(*requests.checkpoint);
+  if (!requests.drains.empty()) {
+    json drains = json::object();
+    for (const auto& [node, d] : requests.drains) {
+      json entry = request_json(d);
+      entry["incarnation"] = d.incarnation;
+      drains[node] = std::move(entry);
+    }
+    value["drain"] = std::move(drains);
+  }
+  return value.dump();
+}
+
+ControlRequests decode_control(std::string_view text, std::string_view what) {
+  const json value = parse(text, what);
+  for (const auto& [name, entry] : value.items()) {
+    if (name != "stop" && name != "checkpoint" && name != "drain") bad(what, "unknown request " + quote_value(name));
+  }
+  ControlRequests requests;
+  requests.stop = optional_request(value, "stop", what);
+  requests.checkpoint = optional_request(value, "checkpoint", what);
+  if (auto it = value.find("drain"); it != value.end()) {
+    if (!it->is_object()) bad(what, "field 'drain' is not an object");
+    if (it->size() > kMaxEntries) bad(what, "more than " + std::to_string(kMaxEntries) + " drains");
+    for (const auto& [node, entry] : it->items()) {
+      if (node.empty()) bad(what, "a drain names no node");
+      DrainRequest d;
+      read_request(entry, what, d);
+      d.incarnation = field<std::string>(entry, "incarnation", what);
+      requests.drains.emplace(node, std::move(d));
+    }
+  }
+  return requests;
+}
+
+std::string encode(const Cordons& cordons) {
+  if (cordons.empty()) return {};
+  json value = json::object();
+  for (const auto& [node, c] : cordons) value[node] = {{"by", c.by}, {"at_ms", c.at_ms}};
+  return value.dump();
+}
+
+Cordons decode_cordons(std::string_view text, std::string_view what) {
+  const json value = parse(text, what);
+  if (value.size() > kMaxEntries) bad(what, "more than " + std::to_string(kMaxEntries) + " cordons");
+  Cordons cordons;
+  for (const auto& [node, entry] : value.items()) {
+    if (node.empty()) bad(what, "a cordon names no node");
+    if (!entry.is_object()) bad(what, "cordon " + quote_value(node) + " is not an object");
+    cordons[node] = {field<std::string>(entry, "by", what),
+                     bounded(entry, "at_ms", what, 0, std::numeric_limits<std::int64_t>::max())};
+  }
+  return cordons;
+}
+
+namespace {
+
+struct SettingRange {
+  double low, high;
+};
+
+// The kind and range of each setting, by name (setting_names() order).
+enum class Kind { kReal, kInteger, kBoolean };
+struct SettingSpec {
+  const char* name;
+  Kind kind;
+  SettingRange range;
+};
+constexpr SettingSpec kSpecs[] = {
+    {"straggler_threshold", Kind::kReal, {0, 1}},
+    {"straggler_strikes", Kind::kInteger, {1, 1000}},
+    {"evict_stragglers", Kind::kBoolean, {0, 1}},
+    {"evict_cooldown_s", Kind::kReal, {0.001, 3.15e7}},
+    {"checkpoint_every", Kind::kInteger, {1, 1e9}},
+    {"log_every", Kind::kInteger, {1, 1e9}},
+};
+
+const SettingSpec* spec_of(std::string_view name) {
+  for (const auto& spec : kSpecs) {
+    if (name == spec.name) return &spec;
+  }
+  return nullptr;
+}
+
+// The range as a person reads it: (0, 1) is open, the others closed.
+std::string range_text(const SettingSpec& spec) {
+  if (spec.kind == Kind::kBoolean) return "true or false";
+  if (spec.kind == Kind::kReal && spec.range.low == 0 && spec.range.high == 1) return "a number in (0, 1)";
+  char text[96];
+  std::snprintf(text, sizeof text, spec.kind == Kind::kReal ? "a number in [%g, %g]" : "an integer in [%.0f, %.0f]",
+                spec.range.low, spec.range.high);
+  return text;
+}
+
+bool in_range(const SettingSpec& spec, double value) {
+  if (!std::isfinite(value)) return false;
+  if (spec.kind == Kind::kReal && spec.range.low == 0 && spec.range.high == 1) return value > 0 && value < 1;
+  return value >= spec.range.low && value <= spec.range.high;
+}
+
+// Stores `value` (already checked) into the field `spec` names.
+void store_setting(LiveSettings& s, const SettingSpec& spec, double value) {
+  const std::string name = spec.name;
+  if (name == "straggler_threshold") s.straggler_threshold = value;
+  if (name == "straggler_strikes") s.straggler_strikes = static_cast<std::int64_t>(value);
+  if (name == "evict_stragglers") s.evict_stragglers = value != 0;
+  if (name == "evict_cooldown_s") s.evict_cooldown_s = value;
+  if (name == "checkpoint_every") s.checkpoint_every = static_cast<std::int64_t>(value);
+  if (name == "log_every") s.log_every = static_cast<std::int64_t>(value);
+}
+
+// The settings as (name, JSON value) pairs, in setting_names() order.
+std::vector<std::pair<std::string, json>> setting_values(const LiveSettings& s) {
+  std::vector<std::pair<std::string, json>> out;
+  if (s.straggler_threshold) out.emplace_back("straggler_threshold", *s.straggler_threshold);
+  if (s.straggler_strikes) out.emplace_back("straggler_strikes", *s.straggler_strikes);
+  if (s.evict_stragglers) out.emplace_back("evict_stragglers", *s.evict_stragglers);
+  if (s.evict_cooldown_s) out.emplace_back("evict_cooldown_s", *s.evict_cooldown_s);
+  if (s.checkpoint_every) out.emplace_back("checkpoint_every", *s.checkpoint_every);
+  if (s.log_every) out.emplace_back("log_every", *s.log_every);
+  return out;
+}
+
+LiveSettings read_settings(const std::optional<std::string>& value) {
+  return value ? decode_settings(*value, keys::kSettings) : LiveSettings{};
+}
+
+}  // namespace
+
+bool LiveSettings::empty() const { return setting_values(*this).empty(); }
+
+std::string LiveSettings::describe() const {
+  std::string text;
+  for (const auto& [name, value] : setting_values(*this)) text += (text.empty() ? "" : ", ") + name + "=" + value.dump();
+  return text;
+}
+
+const std::vector<std::string>& setting_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const auto& spec : kSpecs) out.emplace_back(spec.name);
+    return out;
+  }();
+  return names;
+}
+
+std::string encode(const LiveSettings& settings) {
+  if (settings.empty()) return {};
+  json value = json::object();
+  for (const auto& [name, v] : setting_values(settings)) value[name] = v;
+  return value.dump();
+}
+
+LiveSettings decode_settings(std::string_view text, std::string_view what) {
+  const json value = parse(text, what);
+  LiveSettings settings;
+  for (const auto& [name, v] : value.items()) {
+    const SettingSpec* spec = spec_of(name);
+    if (!spec) bad(what, "unknown setting " + quote_value(name));
+    double number = 0;
+    if (spec->kind == Kind::kBoolean) {
+      if (!v.is_boolean()) bad(what, "field '" + name + "' is not true or false");
+      number = v.get<bool>() ? 1 : 0;
+    } else {
+      if (!v.is_number() || (spec->kind == Kind::kInteger && !v.is_number_integer())) {
+        bad(what, "field '" + name + "' is not " + range_text(*spec));
+      }
+      number = v.get<double>();
+      if (!in_range(*spec, number)) bad(what, "field '" + name + "' is not " + range_text(*spec));
+    }
+    store_setting(settings, *spec, number);
+  }
+  return settings;
+}
+
+void assign_setting(LiveSettings& settings, std::string_view assignment) {
+  const auto equals = assignment.find('=');
+  const std::string name(assignment.substr(0, equals));
+  const SettingSpec* spec = equals == std::string_view::npos ? nullptr : spec_of(name);
+  if (!spec) {
+    std::string names;
+    for (const auto& n : setting_names()) names += (names.empty() ? "" : ", ") + n;
+    throw InvalidArgument("expected NAME=VALUE with NAME one of " + names + ", got " +
+                          quote_value(std::string(assignment)));
+  }
+  const std::string text(assignment.substr(equals + 1));
+  double number = 0;
+  bool ok = false;
+  if (spec->kind == Kind::kBoolean) {
+    ok = text == "true" || text == "on" || text == "1" || text == "false" || text == "off" || text == "0";
+    number = text == "true" || text == "on" || text == "1" ? 1 : 0;
+  } else {
+    const char* end = text.data() + text.size();
+    auto [ptr, ec] = std::from_chars(text.data(), end, number);
+    ok = !text.empty() && ec == std::errc() && ptr == end && in_range(*spec, number) &&
+         (spec->kind == Kind::kReal || number == std::floor(number));
+  }
+  if (!ok) throw InvalidArgument(name + " must be " + range_text(*spec) + ", got " + quote_value(text));
+  store_setting(settings, *spec, number);
+}
+
+LiveSettings JobControl::set(const std::vector<std::string>& assignments) {
+  LiveSettings change;
+  for (const auto& a : assignments) assign_setting(change, a);  // every one checked before any is written
+  LiveSettings result;
+  update(*store_, keys::kSettings, [&](const std::optional<std::string>& value, std::vector<Write>& writes) {
+    result = read_settings(value);
+    for (const auto& a : assignments) assign_setting(result, a);
+    writes.push_back(event_write("config", {{"set", change.describe()}, {"by", by_}}));
+    return std::optional<std::string>(encode(result));
+  });
+  return result;
+}
+
+Request JobControl::stop() {
+  Request result;
+  update(*store_, keys::kControl, [&](const std::optional<std::string>& value, std::vector<Write>& writes) {
+    ControlRequests requests = read_control(value);
+    if (requests.stop) {
+      result = *requests.stop;
+      return std::optional<std::string>();
+    }
+    requests.stop = result = new_request(by_);
+    writes.push_back(event_write("request", request_event_fields("stop", result)));
+    return std::optional<std::string>(encode(requests));
+  });
+  return result;
+}
+
+Request JobControl::checkpoint() {
+  Request result;
+  update(*store_, keys::kControl, [&](const std::optional<std::string>& value, std::vector<Write>& writes) {
+    ControlRequests requests = read_control(value);
+    if (requests.checkpoint) {
+      result = *requests.checkpoint;
+      return std::optional<std::string>();
+    }
+    requests.checkpoint = result = new_request(by_);
+    writes.push_back(event_write("request", request_event_fields("checkpoint", result)));
+    return std::optional<std::string>(encode(requests));
+  });
+  return result;
+}
+
+Request JobControl::drain(const std::string& node, const std::string& incarnation) {
+  Request result;
+  update(*store_, keys::kControl, [&](const std::optional<std::string>& value, std::vector<Write>& writes) {
+    ControlRequests requests = read_control(value);
+    if (const DrainRequest* pending = requests.drain_of(node, incarnation)) {
+      result = *pending;
+      return std::optional<std::string>();
+    }
+    DrainRequest d;
+    static_cast<Request&>(d) = result = new_request(by_);
+    d.incarnation = incarnation;
+    requests.drains[node] = std::move(d);  // replaces one for an earlier incarnation
+    Fields fields = request_event_fields("drain", result, node);
+    fields.emplace_back("incarnation", incarnation);
+    writes.push_back(event_write("request", std::move(fields)));
+    return std::optional<std::string>(encode(requests));
+  });
+  return result;
+}
+
+bool JobControl::cordon(const std::string& node) {
+  return update(*store_, keys::kCordons, [&](const std::optional<std::string>& value, std::vector<Write>& writes) {
+    Cordons cordons = read_cordons(value);
+    if (cordons.contains(node)) return std::optional<std::string>();
+    cordons[node] = {by_, now_ms()};
+    writes.push_back(event_write("cordon", {{"node", node}, {"by", by_}}));
+    return std::optional<std::string>(encode(cordons));
+  });
+}
+
+bool JobControl::uncordon(const std::string& node) {
+  return update(*store_, keys::kCordons, [&](const std::optional<std::string>& value, std::vector<Write>& writes) {
+    Cordons cordons = read_cordons(value);
+    if (!cordons.erase(node)) return std::optional<std::string>();
+    writes.push_back(event_write("uncordon", {{"node", node}, {"by", by_}}));
+    return std::optional<std::string>(encode(cordons));
+  });
+}
+
+void finish_request(Store& job_store, const std::string& op, const std::string& id, const std::string& outcome,
+                    const Fields& details, const std::string& node) {
+  try {
+    update(job_store, keys::kControl, [&](const std::optional<std::string>& value, std::vector<Write>& writes) {
+      ControlRequests requests = read_control(value);
+      bool found = false;
+      if (op == "stop" && requests.stop && requests.stop->id == id) {
+        requests.stop.reset();
+        found = true;
+      } else if (op == "checkpoint" && requests.checkpoint && requests.checkpoint->id == id) {
+        requests.checkpoint.reset();
+        found = true;
+      } else if (op == "drain" && requests.drains.contains(node) && requests.drains[node].id == id) {
+        requests.drains.erase(node);
+        found = true;
+      }
+      if (!found) return std::optional<std::string>();
+      Fields fields{{"op", op}, {"id", id}, {"outcome", outcome}};
+      if (!node.empty()) fields.emplace_back("node", node);
+      fields.insert(fields.end(), details.begin(), details.end());
+      writes.push_back(event_write("request_done", std::move(fields)));
+      return std::optional<std::string>(encode(requests));
+    });
+  } catch (const Error& e) {
+    log()->warn("the {} request {} was done ({}) but not marked so: {}", op, id, outcome, e.what());
+  }
+}
+
+bool withdraw_stop(Store& job_store) {
+  try {
+    const auto value = job_store.get(keys::kControl);
+    if (!value) return false;
+    const ControlRequests requests = decode_control(*value, keys::kControl);
+    if (!requests.stop) return false;
+    finish_request(job_store, "stop", requests.stop->id, "withdrawn");
+    return true;
+  } catch (const Error& e) {
+    log()->warn("could not withdraw a pending stop: {}", e.what());
+    return false;
+  }
+}
+
+std::string requester() {
+  std::string user;
+  if (const char* name = std::getenv("USER"); name && *name) {
+    user = name;
+  } else if (const passwd* entry = getpwuid(geteuid()); entry && entry->pw_name) {
+    user = entry->pw_name;
+  } else {
+    user = "uid" + std::to_string(geteuid());
+  }
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  return user + "@" + (host[0] ? host : "unknown");
+}
+
+}  // namespace hdp::elastic
