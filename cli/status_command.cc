@@ -100,6 +100,9 @@ std::string to_table(const std::string& job, const elastic::JobSnapshot& s) {
                              : std::string(e.readmitted ? "readmitted" : "cool-down over"))
         << "\n";
   }
+  if (auto standby = s.state.find("standby"); standby != s.state.end() && !standby->second.empty()) {
+    out << "\nstandby (registered, not members: they take a lost member's place): " << standby->second << "\n";
+  }
   if (!s.cordons.empty()) {
     out << "\ncordoned (not admitted until `hdp uncordon`):\n";
     for (const auto& [node, c] : s.cordons) out << "  " << node << "  by " << c.by << " at " << format_time(std::to_string(c.at_ms)) << "\n";

@@ -262,6 +262,18 @@ std::optional<std::vector<Eviction>> MembershipController::new_evictions(bool br
   return fresh;
 }
 
+namespace {
+
+// "n4,n5": the nodes standing by, in join order (the state's `standby` field).
+template <typename Candidates>
+std::string standby_list(const Candidates& standby) {
+  std::string text;
+  for (const auto& c : standby) text += (text.empty() ? "" : ",") + c.node;
+  return text;
+}
+
+}  // namespace
+
 std::optional<std::int64_t> MembershipController::tick(std::int64_t seen_by_leader) {
   auto head = store_->multi_get({keys::kGeneration, keys::kJoinCount, keys::broken(current_.number), keys::kEvictions,
                                  keys::stragglers(current_.number), keys::kCordons});
@@ -440,12 +452,18 @@ std::optional<std::int64_t> MembershipController::tick(std::int64_t seen_by_lead
     lost = true;
   } else if (same_members(desired, current_.members) && status == current_.status && current_.number > 0) {
     pending_since_.reset();
+    // The nodes standing by changed (a spare registered or left): the state lists them.
+    const std::string standby = standby_list(wanted.standby);
+    if (standby != standby_written_) {
+      extra.push_back(Write::hash_set(keys::kState, {{"standby", standby}, {"updated_at_ms", std::to_string(now_ms())}}));
+    }
     if (!extra.empty()) {
-      // Readmissions of workers already back (a cool-down cut short): fenced like a publication.
+      // Readmissions of workers already back (a cool-down cut short), the standby list: fenced
+      // like a publication.
       Transaction txn;
       txn.require(keys::kGeneration, std::to_string(current_.number)).require(keys::kLeader, leader_id_);
       for (auto& write : extra) txn.add(std::move(write));
-      commit_with_job_state(*store_, txn);
+      if (commit_with_job_state(*store_, txn)) standby_written_ = standby;
     }
     return std::nullopt;
   }
@@ -506,10 +524,12 @@ std::optional<std::int64_t> MembershipController::publish(std::vector<Member> me
   // The previous record stays readable for an hour, for workers still catching up and for people.
   if (current_.number > 0) txn.add(Write::expire(keys::generation(current_.number), std::chrono::hours(1)));
   const std::string world = std::to_string(next.world_size());
+  const std::string standby_nodes = standby_list(standby);
   txn.add(Write::hash_set(keys::kState, {{"status", encode(next.status)},
                                          {"generation", std::to_string(next.number)},
                                          {"world_size", world},
                                          {"nodes", std::to_string(next.members.size())},
+                                         {"standby", standby_nodes},
                                          {"updated_at_ms", std::to_string(now_ms())}}));
   txn.add(event_write("resize", {{"generation", std::to_string(next.number)},
                                  {"world_size", world},
@@ -532,6 +552,7 @@ std::optional<std::int64_t> MembershipController::publish(std::vector<Member> me
   });
   current_ = std::move(next);
   pending_since_.reset();
+  standby_written_ = standby_nodes;
   return current_.number;
 }
 

@@ -108,6 +108,7 @@ class MembershipController {
   std::optional<Clock::time_point> exhausted_logged_;  // last "generation numbers exhausted" error
   std::int64_t requests_handled_ = 0;          // the generation whose straggler requests were applied
   std::optional<std::pair<std::int64_t, Clock::time_point>> broken_seen_;  // generation, first seen broken
+  std::string standby_written_;               // the state's `standby` as this leader last wrote it
   std::optional<std::string> bad_cordons_;     // the last undecodable `cordons` value, logged once
   std::optional<std::string> bad_evictions_;   // the last undecodable `evictions` value, logged once
   std::map<std::string, std::int64_t> steps_;  // this tick's new evictions: the step a request named (-1: none)

@@ -105,6 +105,73 @@ int exit_code(AgentCluster& cluster, const std::string& node, std::chrono::milli
   return status && WIFEXITED(*status) ? WEXITSTATUS(*status) : -1;
 }
 
+// The common assertions of a run that lost ranks of `from_world` and went on from memory; returns
+// T, the step it went on from. `reference`: the fault-free run of `from_world` ranks.
+std::int64_t continued_from_memory(const ReferenceRun& reference, AgentCluster& cluster, const std::vector<StepLine>& run,
+                                   int from_world) {
+  const std::string logs = cluster.all_logs();
+  std::int64_t t = -1;
+  int from_memory = 0, from_checkpoint = 0;
+  for (const Event& e : events(cluster)) {
+    const auto type = e.find("type")->second;
+    if (type == "continue" && e.count("source") && e.at("source") == "memory" && e.count("from_world_size") &&
+        e.at("from_world_size") == std::to_string(from_world) && t < 0) {
+      t = std::stoll(e.at("step"));
+      ++from_memory;
+      EXPECT_EQ(e.at("lost_steps"), "0");
+      EXPECT_EQ(e.at("disk_bytes_read"), "0");
+    }
+    if (type == "restore" && e.count("source") && e.at("source") == "checkpoint") ++from_checkpoint;
+  }
+  EXPECT_GE(from_memory, 1) << "no recovery from memory\n" << logs;
+  EXPECT_EQ(from_checkpoint, 0) << "a checkpoint was read\n" << logs;
+  // Every step once, in order: nothing lost, nothing replayed, the counter never went back.
+  std::int64_t expected = 1;
+  for (const StepLine& l : run) {
+    EXPECT_EQ(l.step, expected++) << "rank 0's steps in order, each once";
+  }
+  EXPECT_EQ(expected, kSteps + 1);
+  for (const StepLine& l : run) {
+    if (l.step <= t) {
+      EXPECT_EQ(l.loss, reference.loss(l.step)) << "step " << l.step << " before the failure";
+    }
+  }
+  return t;
+}
+
+// After T the run is the fault-free job on `nodes` (2 workers each) from the reference's
+// checkpoint of step T (job C): the same loss at every step, the same final state, bit for bit.
+void equals_continuation(const ReferenceRun& reference, const fs::path& dir, const std::vector<StepLine>& run,
+                         std::int64_t t, const std::vector<std::string>& nodes) {
+  const int world = 2 * static_cast<int>(nodes.size());
+  for (const StepLine& l : run) {
+    if (l.step > t) {
+      EXPECT_EQ(l.world, world) << "step " << l.step;
+    }
+  }
+  TempDir cont;
+  const std::string name = checkpoint::step_dir_name(t);
+  fs::create_directories(cont.path() / "ckpt");
+  fs::copy(reference.dir() / "ckpt" / name, cont.path() / "ckpt" / name, fs::copy_options::recursive);
+  {
+    const std::string size = std::to_string(nodes.size());
+    AgentCluster cluster(options(cont.path(), size + ":" + size, 1000));
+    for (const auto& node : nodes) cluster.start_agent(node);
+    for (const auto& node : nodes) ASSERT_EQ(exit_code(cluster, node, 240s), 0) << cluster.all_logs();
+  }
+  const auto continued = read_metrics(cont.path() / "metrics.jsonl");
+  ASSERT_EQ(continued.size(), static_cast<std::size_t>(kSteps - t));
+  for (const StepLine& c : continued) {
+    EXPECT_EQ(c.loss, run[static_cast<std::size_t>(c.step - 1)].loss) << "step " << c.step << " after the recovery";
+  }
+  const Final a = read_final(dir / "ckpt"), c = read_final(cont.path() / "ckpt");
+  EXPECT_EQ(a.step, kSteps);
+  EXPECT_EQ(c.step, kSteps);
+  EXPECT_TRUE(a.params == c.params) << "parameters differ";
+  EXPECT_TRUE(a.m == c.m) << "exp_avg differs";
+  EXPECT_TRUE(a.v == c.v) << "exp_avg_sq differs";
+}
+
 // How a test drains n2: the way `systemctl stop` does under KillMode=control-group (SIGTERM to its
 // agent and to its workers together), or with `hdp drain` from another process.
 enum class DrainBy { kSignals, kCommand };
@@ -150,67 +217,11 @@ class RecoveryCluster : public ::testing::Test {
     return t;
   }
 
-  // The common assertions of a run that lost ranks of 4 and went on from memory; returns T, the
-  // step it went on from.
   std::int64_t expect_continued_from_memory(AgentCluster& cluster, const std::vector<StepLine>& run) {
-    const std::string logs = cluster.all_logs();
-    std::int64_t t = -1;
-    int from_memory = 0, from_checkpoint = 0;
-    for (const Event& e : events(cluster)) {
-      const auto type = e.find("type")->second;
-      if (type == "continue" && e.count("source") && e.at("source") == "memory" && e.count("from_world_size") &&
-          e.at("from_world_size") == "4" && t < 0) {
-        t = std::stoll(e.at("step"));
-        ++from_memory;
-        EXPECT_EQ(e.at("lost_steps"), "0");
-        EXPECT_EQ(e.at("disk_bytes_read"), "0");
-      }
-      if (type == "restore" && e.count("source") && e.at("source") == "checkpoint") ++from_checkpoint;
-    }
-    EXPECT_GE(from_memory, 1) << "no recovery from memory\n" << logs;
-    EXPECT_EQ(from_checkpoint, 0) << "a checkpoint was read\n" << logs;
-    // Every step once, in order: nothing lost, nothing replayed, the counter never went back.
-    std::int64_t expected = 1;
-    for (const StepLine& l : run) {
-      EXPECT_EQ(l.step, expected++) << "rank 0's steps in order, each once";
-    }
-    EXPECT_EQ(expected, kSteps + 1);
-    for (const StepLine& l : run) {
-      if (l.step <= t) {
-        EXPECT_EQ(l.loss, reference_loss(l.step)) << "step " << l.step << " before the failure";
-      }
-    }
-    return t;
+    return continued_from_memory(*reference_, cluster, run, 4);
   }
-
-  // After T the run is the fault-free job on one node of 2 workers from R's checkpoint of step T
-  // (job C): the same loss at every step, the same final state, bit for bit.
   void expect_equals_continuation(const fs::path& dir, const std::vector<StepLine>& run, std::int64_t t) {
-    for (const StepLine& l : run) {
-      if (l.step > t) {
-        EXPECT_EQ(l.world, 2) << "step " << l.step;
-      }
-    }
-    TempDir cont;
-    const std::string name = checkpoint::step_dir_name(t);
-    fs::create_directories(cont.path() / "ckpt");
-    fs::copy(reference_->dir() / "ckpt" / name, cont.path() / "ckpt" / name, fs::copy_options::recursive);
-    {
-      AgentCluster cluster(options(cont.path(), "1:1", 1000));
-      cluster.start_agent("n1");
-      ASSERT_EQ(exit_code(cluster, "n1", 240s), 0) << cluster.all_logs();
-    }
-    const auto continued = read_metrics(cont.path() / "metrics.jsonl");
-    ASSERT_EQ(continued.size(), static_cast<std::size_t>(kSteps - t));
-    for (const StepLine& c : continued) {
-      EXPECT_EQ(c.loss, run[static_cast<std::size_t>(c.step - 1)].loss) << "step " << c.step << " after the recovery";
-    }
-    const Final a = read_final(dir / "ckpt"), c = read_final(cont.path() / "ckpt");
-    EXPECT_EQ(a.step, kSteps);
-    EXPECT_EQ(c.step, kSteps);
-    EXPECT_TRUE(a.params == c.params) << "parameters differ";
-    EXPECT_TRUE(a.m == c.m) << "exp_avg differs";
-    EXPECT_TRUE(a.v == c.v) << "exp_avg_sq differs";
+    equals_continuation(*reference_, dir, run, t, {"n1"});
   }
 
   // A node lost in `phase` (empty: before the step).
@@ -499,11 +510,10 @@ TEST_F(RecoveryCluster, AStandbyNodeReplacesAKilledMemberFromMemory) {
   cluster.start_agent("n2");
   ASSERT_GE(cluster.wait_for_members({"n1", "n2"}, 60s), 0) << cluster.all_logs();
   cluster.start_agent("n3");
-  // n3 registers and stands by: the resize event lists it.
-  ASSERT_GE(cluster.wait_until([&] {
-    const auto incarnation = cluster.get(elastic::keys::node("n3"));
-    return incarnation && cluster.get(elastic::keys::lease("n3", *incarnation)).has_value();
-  }, 30s), 0) << cluster.all_logs();
+  // n3 registers and stands by: the state lists it, and so does `hdp status`.
+  ASSERT_GE(cluster.wait_until([&] { return cluster.state()["standby"] == "n3"; }, 30s), 0) << cluster.all_logs();
+  const CommandResult status = hdp(cluster, {"status"});
+  EXPECT_NE(status.out.find("standby (registered, not members"), std::string::npos) << status.out;
   ASSERT_GE(cluster.wait_until([&] { return cluster.step() >= fault_step(); }, 120s), 0) << cluster.all_logs();
   // The member that does not lead (the leader's own failover is timed elsewhere).
   const std::string leader = cluster.leader().value_or("");
@@ -517,6 +527,7 @@ TEST_F(RecoveryCluster, AStandbyNodeReplacesAKilledMemberFromMemory) {
   EXPECT_LE(took, bound) << "the standby took its place " << took << " s after the kill";
   ASSERT_TRUE(cluster.current().has_value());
   EXPECT_EQ(cluster.current()->world_size(), 4);
+  EXPECT_EQ(cluster.state()["standby"], "") << "n3 is a member now";
   EXPECT_EQ(exit_code(cluster, survivor, 240s), 0) << cluster.all_logs();
   EXPECT_EQ(exit_code(cluster, "n3", 240s), 0) << cluster.all_logs();
   EXPECT_EQ(cluster.state()["status"], "completed");
@@ -598,6 +609,66 @@ TEST_F(RecoveryCluster, ADoubleFailureFallsBackToTheCheckpointAndSaysWhy) {
   }
   EXPECT_EQ(seen.size(), static_cast<std::size_t>(kSteps)) << "every step ran";
 }
+
+// The drain of issue 27's shape: three nodes of 2 workers, MIN 2 (--nnodes 2:3). One node drained
+// at a random step, by SIGTERM to its agent and its workers together (`systemctl stop` under
+// KillMode=control-group) or by `hdp drain`: the job goes on on the other two from memory (0 steps
+// lost, nothing read from disk), the drained agent exits 4, the job completes, and from T on it
+// equals, bit for bit, the fault-free job that shrinks to those two nodes at T (the reference's
+// checkpoint of T continued on 2 nodes).
+class DrainOfThree : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    reference_ = std::make_unique<ReferenceRun>([](const fs::path& dir) { return options(dir, "3:3", 1); },
+                                                std::vector<std::string>{"n1", "n2", "n3"}, 240s);
+  }
+  static void TearDownTestSuite() { reference_.reset(); }
+  void SetUp() override {
+    ASSERT_TRUE(reference_->ok()) << "the fault-free run did not complete";
+    ASSERT_EQ(reference_->steps().size(), static_cast<std::size_t>(kSteps));
+  }
+
+  void drain_one(DrainBy by) {
+    TempDir dir;
+    std::cout << "the drain comes at step " << fault_step() << " (HDP_FAULT_STEP)\n";
+    AgentCluster cluster(options(dir.path(), "2:3", 1000));
+    for (const char* node : {"n1", "n2", "n3"}) cluster.start_agent(node);
+    ASSERT_GE(cluster.wait_until([&] { return cluster.step() >= fault_step(); }, 120s), 0) << cluster.all_logs();
+    if (by == DrainBy::kCommand) {
+      const CommandResult r = hdp(cluster, {"drain", "n3"});
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+    } else {
+      const std::vector<pid_t> workers = cluster.worker_pids("n3");
+      cluster.agent("n3").signal(SIGTERM);
+      for (const pid_t pid : workers) kill(pid, SIGTERM);
+    }
+    EXPECT_EQ(exit_code(cluster, "n3", 60s), 4) << cluster.all_logs();
+    EXPECT_EQ(exit_code(cluster, "n1", 240s), 0) << cluster.all_logs();
+    EXPECT_EQ(exit_code(cluster, "n2", 240s), 0) << cluster.all_logs();
+    EXPECT_EQ(cluster.state()["status"], "completed");
+    const std::vector<StepLine> run = read_metrics(dir.path() / "metrics.jsonl");
+    const std::int64_t t = continued_from_memory(*reference_, cluster, run, 6);
+    int left = 0;
+    for (const Event& e : events(cluster)) {
+      if (e.at("type") != "nodes_leave") continue;
+      ++left;
+      EXPECT_EQ(e.at("nodes"), "n3");
+      EXPECT_EQ(e.at("from"), "memory");
+      EXPECT_EQ(std::stoll(e.at("step")), t);
+    }
+    EXPECT_EQ(left, 1) << cluster.all_logs();
+    if (HasFatalFailure() || t < 0) return;
+    equals_continuation(*reference_, dir.path(), run, t, {"n1", "n2"});
+    std::cout << "n3 left at step " << t << "\n";
+  }
+
+  static std::unique_ptr<ReferenceRun> reference_;
+};
+
+std::unique_ptr<ReferenceRun> DrainOfThree::reference_;
+
+TEST_F(DrainOfThree, SigtermToOneNodeGoesOnOnTheOtherTwoFromMemory) { drain_one(DrainBy::kSignals); }
+TEST_F(DrainOfThree, HdpDrainOfOneNodeGoesOnOnTheOtherTwoFromMemory) { drain_one(DrainBy::kCommand); }
 
 }  // namespace
 }  // namespace hdp::test
