@@ -110,6 +110,7 @@ nlohmann::json job_json(const std::string& job, const elastic::JobSnapshot& s) {
           {"evictions", evictions_json(s.evictions)},
           {"requests", requests_json(s.requests)},
           {"cordons", cordons_json(s.cordons)},
+          {"settings", s.settings.empty() ? nlohmann::json::object() : nlohmann::json::parse(elastic::encode(s.settings))},
           {"events", events},
           {"samples", samples}};
 }

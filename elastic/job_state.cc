@@ -216,6 +216,7 @@ JobSnapshot JobState::snapshot(std::size_t event_count, std::size_t sample_count
   if (auto evictions = store_->get(keys::kEvictions)) snapshot.evictions = decode_evictions(*evictions, keys::kEvictions);
   if (auto requests = store_->get(keys::kControl)) snapshot.requests = decode_control(*requests, keys::kControl);
   if (auto cordons = store_->get(keys::kCordons)) snapshot.cordons = decode_cordons(*cordons, keys::kCordons);
+  if (auto settings = store_->get(keys::kSettings)) snapshot.settings = decode_settings(*settings, keys::kSettings);
   snapshot.state = store_->hash_get_all(keys::kState);
   for (const auto& [field, value] : snapshot.state) validate_state_field(field, value);
   snapshot.events = store_->stream_tail(keys::kEvents, event_count);

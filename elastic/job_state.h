@@ -75,6 +75,7 @@ struct JobSnapshot {
   Evictions evictions;                      // every node/slot evicted so far (membership.h)
   ControlRequests requests;                 // pending requests (control.h)
   Cordons cordons;                          // cordoned nodes (control.h)
+  LiveSettings settings;                    // set with `hdp config set` (control.h)
   std::vector<StreamEntry> events;          // newest last
   std::vector<StreamEntry> samples;         // oldest first; every field validated
 };

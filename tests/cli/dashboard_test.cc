@@ -47,6 +47,7 @@ constexpr const char* kReadPage = R"JS((() => {
           cordons: [...document.querySelectorAll('#control li.cordon')].map(c => c.dataset.node),
           requests: [...document.querySelectorAll('#control li.request')].map(r => ({op: r.dataset.op, node: r.dataset.node})),
           eventTypes: [...document.querySelectorAll('#events li.event')].map(e => e.dataset.type),
+          settings: [...document.querySelectorAll('#control li.setting')].map(e => e.dataset.name + '=' + e.dataset.value),
           notFound: document.querySelector('#not-found').hidden ? '' : document.querySelector('#not-found').textContent};
 })())JS";
 
@@ -171,13 +172,15 @@ TEST_F(DashboardInABrowser, ShowsTheJobStateAndMarksAResize) {
   elastic::JobControl control(cluster_->store(), "ops@test");
   control.cordon("n2");
   control.drain("n9", "ffffffffffffffff");
-  const json acted = browse(url, "document.body.dataset.loaded === 'true' && document.querySelectorAll('#control li.cordon').length === 1 && document.querySelectorAll('#control li.request').length === 1",
+  control.set({"straggler_threshold=0.25"});
+  const json acted = browse(url, "document.body.dataset.loaded === 'true' && document.querySelectorAll('#control li.cordon').length === 1 && document.querySelectorAll('#control li.request').length === 1 && document.querySelectorAll('#control li.setting').length === 1",
                             "dashboard-control.png");
   ASSERT_TRUE(acted.is_object());
   EXPECT_EQ(acted["cordons"], json::array({"n2"})) << acted.dump();
   ASSERT_EQ(acted["requests"].size(), 1u) << acted.dump();
   EXPECT_EQ(acted["requests"][0]["op"], "drain");
   EXPECT_EQ(acted["requests"][0]["node"], "n9");
+  EXPECT_EQ(acted["settings"], json::array({"straggler_threshold=0.25"})) << acted.dump();
   std::set<std::string> types;
   for (const auto& t : acted["eventTypes"]) types.insert(t.get<std::string>());
   EXPECT_TRUE(types.contains("cordon")) << acted.dump();

@@ -167,6 +167,7 @@ TEST(JobControlCli, AReadOnlyAclUserCanLookButNotAct) {
   const std::vector<std::vector<std::string>> acting = {{"drain", "--job", cluster.job(), "n1"},
                                                         {"stop", "--job", cluster.job()},
                                                         {"checkpoint", "--job", cluster.job()},
+                                                        {"config", "--job", cluster.job(), "set", "log_every=5"},
                                                         {"cordon", "--job", cluster.job(), "n1"}};
   for (const auto& args : acting) {
     r = hdp(cluster, args, url);
@@ -177,7 +178,10 @@ TEST(JobControlCli, AReadOnlyAclUserCanLookButNotAct) {
   }
   EXPECT_FALSE(cluster.get(elastic::keys::kControl).has_value());
   EXPECT_FALSE(cluster.get(elastic::keys::kCordons).has_value());
+  EXPECT_FALSE(cluster.get(elastic::keys::kSettings).has_value());
   EXPECT_TRUE(events(cluster, "request").empty());
+  r = hdp(cluster, {"config", "--job", cluster.job()}, url);
+  EXPECT_EQ(r.exit_code, 0) << "reading the settings needs no write: " << r.err;
   EXPECT_TRUE(cluster.agent("n1").running());
 }
 
