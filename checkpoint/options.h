@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -16,6 +17,9 @@ struct CheckpointOptions {
   std::filesystem::path root;   // holds step-<N>/ directories (checkpoint/checkpoint_root.h)
   nlohmann::json model_config;  // recorded in the manifest; a restore under another config is refused
   int keep = 3;                 // committed checkpoints kept (--keep), >= 1
+  // Restore: this committed step only, no fallback to older ones (hdp export of one checkpoint);
+  // nullopt: the newest valid one.
+  std::optional<std::int64_t> only_step;
   // Bytes per checksum block: a restore reading part of a piece reads at most two blocks more
   // than it needs. A multiple of 4 (one fp32), >= 4.
   std::int64_t checksum_block_bytes = std::int64_t{4} << 20;

@@ -77,7 +77,14 @@ std::optional<RestoredProgress> restore_latest(const CheckpointOptions& options,
                                                Group& group, const ShardTarget& target) {
   validate(options);
   check_target(layout, target);
-  const std::vector<CommittedCheckpoint> committed = list_committed(options.root);
+  std::vector<CommittedCheckpoint> committed = list_committed(options.root);
+  if (options.only_step) {
+    std::erase_if(committed, [&](const CommittedCheckpoint& c) { return c.step != *options.only_step; });
+    if (committed.empty()) {
+      throw InvalidArgument("no committed checkpoint of step " + std::to_string(*options.only_step) + " under '" +
+                            options.root.string() + "'");
+    }
+  }
   if (committed.empty()) return std::nullopt;
   std::string newest_fault;
   for (auto candidate = committed.rbegin(); candidate != committed.rend(); ++candidate) {

@@ -19,5 +19,6 @@ void add_plan_command(CLI::App& app);
 void add_ckpt_command(CLI::App& app);
 void add_dashboard_command(CLI::App& app);
 void add_control_commands(CLI::App& app);  // drain, stop, checkpoint, config, cordon, uncordon
+void add_export_command(CLI::App& app);
 
 }  // namespace hdp::cli

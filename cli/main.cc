@@ -36,6 +36,7 @@ int run(int argc, char** argv) {
   add_plan_command(app);
   add_ckpt_command(app);
   add_control_commands(app);
+  add_export_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -17,6 +17,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "trainer/hf_model.h"
 #include "cli/exit_codes.h"
 #include "common/error.h"
 #include "elastic/worker_env.h"
@@ -41,6 +42,7 @@ struct TrainFlags {
   int timeout_ms = 30000;
   // The trainer's; model shape overrides apply on top of the preset.
   std::string model = "demo";
+  std::string model_config;  // --model-config: a Hugging Face config.json instead of the preset
   int d_model = 0, layers = 0, heads = 0, kv_heads = 0, ffn_dim = 0;
   long warmup = -1, decay_steps = 0;
   long max_rank_memory_mb = -1;
@@ -61,6 +63,12 @@ long default_rank_memory_mb(int nproc_per_node) {
 trainer::TrainerConfig make_config(TrainFlags& f, int nproc_per_node) {
   trainer::TrainerConfig c = f.config;
   c.model = trainer::model_preset(f.model);
+  if (!f.model_config.empty()) {
+    if (f.d_model > 0 || f.layers > 0 || f.heads > 0 || f.kv_heads > 0 || f.ffn_dim > 0) {
+      throw InvalidArgument("--model-config gives the whole shape: drop --d-model, --layers, --heads, --kv-heads and --ffn-dim");
+    }
+    c.model = trainer::read_hf_config(f.model_config);
+  }
   if (f.d_model > 0) c.model.d_model = f.d_model;
   if (f.layers > 0) c.model.n_layers = f.layers;
   if (f.heads > 0) c.model.n_heads = f.heads;
@@ -100,6 +108,11 @@ void add_train_command(CLI::App& app) {
   opt("--timeout-ms", f.timeout_ms, "Rendezvous and collective timeout", "HDP_TIMEOUT_MS")->check(CLI::Range(100, 3600000));
 
   opt("--model", f.model, "Model preset: tiny, demo, small", "HDP_MODEL");
+  opt("--model-config", f.model_config, "A Hugging Face LLaMA config.json: the model's shape (instead of --model)",
+      "HDP_MODEL_CONFIG");
+  opt("--init-from", c.init_from,
+      "A directory with model.safetensors (or its sharded index): the initial weights, unless the job resumes from "
+      "its own checkpoint", "HDP_INIT_FROM");
   opt("--d-model", f.d_model, "Override the preset's hidden size", "HDP_D_MODEL");
   opt("--layers", f.layers, "Override the preset's layer count", "HDP_LAYERS");
   opt("--heads", f.heads, "Override the preset's attention heads", "HDP_HEADS");

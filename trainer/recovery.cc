@@ -1,5 +1,8 @@
 #include "trainer/recovery.h"
 
+#include "checkpoint/checksum.h"
+#include "trainer/hf_model.h"
+
 #include <algorithm>
 #include <cstring>
 #include <span>
@@ -185,7 +188,20 @@ void Recovery::restore(const Membership& m, Communicator& comm, std::int64_t fur
     // Every rank read only its own shard of the parameters: gather the others.
     comm.allgather(model_.params().view(zero_->offset(), {zero_->count()}), model_.params(), zero_->counts());
   } else {
-    model_.init(config_.seed);
+    if (config_.init_from.empty()) {
+      model_.init(config_.seed);
+    } else {
+      // --init-from: the user's weights (trainer/hf_model.h); a job that resumes from its own
+      // checkpoint (above) ignores them.
+      const Tensor& params = model_.params();
+      const std::span<float> flat(params.data<float>(), static_cast<std::size_t>(params.numel()));
+      load_hf_weights(config_.init_from, config_.model, flat);
+      init_digest_ = checkpoint::to_hex(checkpoint::xxh3(std::span<const float>(flat)));
+      if (m.rank == 0) {
+        log()->info("initial weights from {} (xxh3 {} of {} parameters)", config_.init_from.string(), init_digest_,
+                    flat.size());
+      }
+    }
     step_ = 0;
     position_ = {};
   }
@@ -206,10 +222,14 @@ void Recovery::restore(const Membership& m, Communicator& comm, std::int64_t fur
                             {"checkpoint", restored ? restored->path.filename().string() : std::string("none")},
                             {"lost_steps", std::to_string(std::max<std::int64_t>(furthest - step_, 0))},
                             {"world_size", std::to_string(m.world_size)},
-                            {"source", restored ? "checkpoint" : "seed"},
+                            {"source", restored ? "checkpoint" : (config_.init_from.empty() ? "seed" : "init_from")},
                             {"disk_bytes_read", std::to_string(total_read)},
                             {"seconds", fixed3(seconds)}};
   if (!why.empty()) fields.emplace_back("reason", why);
+  if (!restored && !config_.init_from.empty()) {
+    fields.emplace_back("init_from", config_.init_from.string());
+    fields.emplace_back("weights_xxh3", init_digest_);
+  }
   events_.record(m, "restore", std::move(fields));
 }
 

@@ -104,6 +104,7 @@ class Recovery {
   };
   std::optional<InFlight> in_flight_;
   bool save_rolled_forward_ = false;  // the generation starts by saving step_ (from_memory)
+  std::string init_digest_;  // xxh3 of the weights --init-from loaded (hex), for the restore event
 };
 
 }  // namespace hdp::trainer

@@ -135,6 +135,11 @@ ops::model::LlamaConfig model_preset(std::string_view name) {
 }
 
 void TrainerConfig::validate() const {
+  if (!init_from.empty() && !std::filesystem::exists(init_from / "model.safetensors") &&
+      !std::filesystem::exists(init_from / "model.safetensors.index.json")) {
+    throw InvalidArgument("--init-from '" + init_from.string() +
+                          "' holds neither model.safetensors nor model.safetensors.index.json");
+  }
   model.validate();
   if (model.vocab_size < 256 && data.rfind("synthetic:", 0) != 0) {
     throw InvalidArgument("--vocab " + std::to_string(model.vocab_size) +

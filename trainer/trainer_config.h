@@ -81,6 +81,7 @@ struct TrainerConfig {
   // lengths from a planner distribution (github, byted, file:PATH).
   std::string data = "/usr/include";
   std::uint64_t seed = 1234;          // initial weights and data order
+  std::filesystem::path init_from;    // --init-from: initial weights from a Hugging Face directory (hf_model.h)
   std::filesystem::path checkpoint_dir;  // empty: no checkpoints
   std::int64_t checkpoint_every = 50;
   int keep = 3;

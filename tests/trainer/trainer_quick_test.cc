@@ -11,14 +11,20 @@
 //  - a checkpoint directory written by a model of another shape: refused at restore with a message
 //    naming both configurations, and the job stops the same way;
 //  - the `state` hash deleted while the job trains: its `status` and `generation` are back within
-//    5 s (rank 0 writes both with every step; a step here takes well under a second).
+//    5 s (rank 0 writes both with every step; a step here takes well under a second);
+//  - the user's model path: a job's checkpoint exported (`hdp export`, f32), then a new job with
+//    `--model-config` and `--init-from` on the export starts from exactly those weights (the
+//    `restore` event's xxh3 equals the checkpoint's parameters') and completes.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include "checkpoint/checksum.h"
 #include "elastic/job_keys.h"
 #include "elastic/job_state.h"
 #include "tests/agents/agent_cluster.h"
+#include "tests/support/child_process.h"
 #include "tests/support/temp_dir.h"
+#include "tests/trainer/run_records.h"
 
 namespace hdp::test {
 namespace {
@@ -124,6 +130,41 @@ TEST(TrainerQuick, ACheckpointOfAnotherModelShapeIsRefused) {
   const std::string logs = cluster.all_logs();
   EXPECT_NE(logs.find("hdp: error: "), std::string::npos) << logs;
   EXPECT_NE(logs.find("differs from the job's"), std::string::npos) << logs;
+}
+
+TEST(TrainerQuick, AnExportedCheckpointStartsANewJobFromExactlyItsWeights) {
+  TempDir dir;
+  {
+    AgentCluster cluster(quick(dir.path(), {}));
+    cluster.start_agent("n1");
+    const auto status = cluster.agent("n1").wait_for(180s);
+    ASSERT_TRUE(status.has_value() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << cluster.all_logs();
+  }
+  const Final trained = read_final(dir.path() / "ckpt");
+  ASSERT_EQ(trained.step, 24);
+  const std::string hdp = std::string(std::getenv("HDP_BIN_DIR")) + "/hdp";
+  const auto exported = dir.path() / "export";
+  const CommandResult r = run_command({hdp, "export", (dir.path() / "ckpt").string(), "--out", exported.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  TempDir second;
+  AgentCluster cluster(quick(second.path(), {"--model-config", (exported / "config.json").string(), "--init-from",
+                                             exported.string(), "--seed", "5"}));
+  // quick() names --model tiny too: --model-config replaces the preset.
+  cluster.start_agent("n1");
+  const auto status = cluster.agent("n1").wait_for(180s);
+  ASSERT_TRUE(status.has_value() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << cluster.all_logs();
+  bool found = false;
+  for (const auto& e : elastic::JobState(cluster.store()).snapshot(elastic::kEventsKept).events) {
+    std::map<std::string, std::string> f(e.fields.begin(), e.fields.end());
+    if (f["type"] != "restore") continue;
+    found = true;
+    EXPECT_EQ(f["source"], "init_from");
+    EXPECT_EQ(f["step"], "0");
+    EXPECT_EQ(f["weights_xxh3"], checkpoint::to_hex(checkpoint::xxh3(std::span<const float>(trained.params))))
+        << "the new job's initial weights are not the checkpoint's, bit for bit";
+  }
+  EXPECT_TRUE(found) << cluster.all_logs();
+  EXPECT_EQ(cluster.state()["status"], "completed");
 }
 
 }  // namespace

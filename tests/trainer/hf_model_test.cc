@@ -1,0 +1,268 @@
+// The user's model in and out (trainer/hf_model.h, checkpoint/safetensors.h): safetensors written
+// and read back (f32 bitwise, bf16 within its rounding), every malformed file refused naming the
+// file and what is wrong, Hugging Face configs read and refused field by field, and a real
+// checkpoint exported by `hdp export` (one file and sharded) loaded back bitwise.
+#include "trainer/hf_model.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "checkpoint/checkpoint_root.h"
+#include "checkpoint/safetensors.h"
+#include "ops/model/llama_params.h"
+#include "tests/checkpoint/checkpoint_fixture.h"
+#include "tests/support/child_process.h"
+#include "tests/support/temp_dir.h"
+#include "trainer/trainer_config.h"
+#include "trainer/training_setup.h"
+
+namespace hdp::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using checkpoint::SafetensorsFile;
+using checkpoint::TensorDtype;
+
+std::string read_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+void write_bytes(const fs::path& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+}
+std::string header_of(const std::string& json) {
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[static_cast<std::size_t>(i)] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
+  return out + json;
+}
+// The InvalidArgument text of opening `path`, or "" when it opened.
+std::string open_error(const fs::path& path) {
+  try {
+    SafetensorsFile file(path);
+    return "";
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+}
+
+TEST(Safetensors, F32IsBitwiseAndBf16IsWithinItsRounding) {
+  hdp::test::TempDir dir;
+  std::vector<float> a = {1.0f, -2.5f, 3.14159265f, 1e-30f, -0.0f, 65504.0f};
+  std::vector<float> b(12);
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = std::sin(static_cast<float>(i)) * 1000.0f;
+  const std::vector<checkpoint::TensorToWrite> tensors = {{"z.b", {3, 4}, b}, {"a", {6}, a}};
+  checkpoint::write_safetensors(dir.path() / "f32.safetensors", tensors, TensorDtype::kF32, {{"format", "pt"}});
+  checkpoint::write_safetensors(dir.path() / "bf16.safetensors", tensors, TensorDtype::kBF16);
+  const SafetensorsFile f32(dir.path() / "f32.safetensors");
+  EXPECT_EQ(f32.metadata().at("format"), "pt");
+  ASSERT_EQ(f32.tensors().size(), 2u);
+  EXPECT_EQ(f32.tensors().at("z.b").shape, (std::vector<std::int64_t>{3, 4}));
+  std::vector<float> back(12);
+  f32.read("z.b", back);
+  EXPECT_EQ(0, std::memcmp(back.data(), b.data(), 48));
+  // The data starts 8-aligned, and each tensor at a multiple of its element size.
+  const std::string bytes = read_bytes(dir.path() / "f32.safetensors");
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)]);
+  EXPECT_EQ((8 + n) % 8, 0u);
+  for (const auto& [name, t] : f32.tensors()) EXPECT_EQ(t.begin % 4, 0) << name;
+  const SafetensorsFile bf16(dir.path() / "bf16.safetensors");
+  EXPECT_EQ(bf16.tensors().at("a").dtype, TensorDtype::kBF16);
+  std::vector<float> half(6);
+  bf16.read("a", half);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_LE(std::abs(half[i] - a[i]), std::abs(a[i]) * std::ldexp(1.0f, -8)) << i << ": " << half[i] << " vs " << a[i];
+  }
+  EXPECT_EQ(checkpoint::from_bf16(checkpoint::to_bf16(1.0f + std::ldexp(1.0f, -8))), 1.0f) << "a tie rounds to even";
+  EXPECT_TRUE(std::isnan(checkpoint::from_bf16(checkpoint::to_bf16(NAN))));
+  EXPECT_EQ(checkpoint::from_f16(0x3c00), 1.0f);
+  EXPECT_EQ(checkpoint::from_f16(0xc000), -2.0f);
+  EXPECT_EQ(checkpoint::from_f16(0x0001), std::ldexp(1.0f, -24)) << "subnormal";
+}
+
+TEST(Safetensors, EveryMalformedFileIsRefusedNamingTheFileAndTheFault) {
+  hdp::test::TempDir dir;
+  const std::vector<float> v(4, 1.0f);
+  checkpoint::write_safetensors(dir.path() / "good.safetensors", {{"w", {4}, v}}, TensorDtype::kF32);
+  const std::string good = read_bytes(dir.path() / "good.safetensors");
+  const std::string tensor = R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {good.substr(0, good.size() - 1), "the file is truncated or its header lies"},
+      {good.substr(0, 5), "shorter than the 8-byte header length"},
+      {header_of("{\"w\":") + std::string(16, '\0'), "not a JSON object"},
+      {std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8) + "{}", "above 100,000,000"},
+      {header_of("{}").substr(0, 8) + std::string("\x40", 1), "runs past the end of the file"},
+      {header_of(R"({"w":{"dtype":"I64","shape":[2],"data_offsets":[0,16]}})") + std::string(16, '\0'), "dtype 'I64'"},
+      {header_of(R"({"w":{"dtype":"F32","shape":[5],"data_offsets":[0,16]}})") + std::string(16, '\0'), "its dtype and shape say 20"},
+      {header_of(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,32]}})") + std::string(16, '\0'), "outside the data section"},
+      {header_of(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})") + std::string(16, '\0'), "a hole or an overlap"},
+      {header_of(tensor) + std::string(20, '\0'), "the data section holds 20"},
+      {header_of(R"({"w":{"dtype":"F32","shape":[-4],"data_offsets":[0,16]}})") + std::string(16, '\0'), "not a non-negative integer"},
+      {header_of(R"({"__metadata__":{"a":1},"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})") + std::string(16, '\0'),
+       "not a string"},
+  };
+  int i = 0;
+  for (const auto& [bytes, reason] : cases) {
+    const fs::path path = dir.path() / ("bad" + std::to_string(i++) + ".safetensors");
+    write_bytes(path, bytes);
+    const std::string error = open_error(path);
+    EXPECT_NE(error.find(path.string()), std::string::npos) << error;
+    EXPECT_NE(error.find(reason), std::string::npos) << "case " << i - 1 << ": " << error;
+  }
+}
+
+fs::path write_config(const fs::path& dir, const nlohmann::json& config) {
+  const fs::path path = dir / "config.json";
+  std::ofstream(path) << config.dump();
+  return path;
+}
+
+nlohmann::json llama_config() {
+  return {{"model_type", "llama"},      {"vocab_size", 300},        {"hidden_size", 64},
+          {"intermediate_size", 192},   {"num_hidden_layers", 2},   {"num_attention_heads", 4},
+          {"num_key_value_heads", 2},   {"rope_theta", 500000.0},   {"rms_norm_eps", 1e-5},
+          {"tie_word_embeddings", false}, {"hidden_act", "silu"},   {"max_position_embeddings", 4096}};
+}
+
+TEST(HfConfig, ALlamaConfigIsReadAndWhatHdpCannotTrainIsRefusedByName) {
+  hdp::test::TempDir dir;
+  const auto m = read_hf_config(write_config(dir.path(), llama_config()));
+  EXPECT_EQ(m.vocab_size, 300);
+  EXPECT_EQ(m.d_model, 64);
+  EXPECT_EQ(m.n_kv_heads, 2);
+  EXPECT_EQ(m.ffn_dim, 192);
+  EXPECT_EQ(m.rope_theta, 500000.0);
+  EXPECT_EQ(m.norm_eps, 1e-5);
+  // What hdp writes, it reads back.
+  std::ofstream(dir.path() / "back.json") << hf_config(m, TensorDtype::kBF16).dump();
+  const auto back = read_hf_config(dir.path() / "back.json");
+  EXPECT_EQ(back.d_model, m.d_model);
+  EXPECT_EQ(back.rope_theta, m.rope_theta);
+  const std::vector<std::pair<nlohmann::json, std::string>> refused = {
+      {{{"model_type", "mistral"}}, "'model_type'"},
+      {{{"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}}}, "'rope_scaling'"},
+      {{{"rope_parameters", {{"rope_type", "yarn"}}}}, "'rope_parameters.rope_type'"},
+      {{{"tie_word_embeddings", true}}, "'tie_word_embeddings'"},
+      {{{"attention_bias", true}}, "'attention_bias'"},
+      {{{"mlp_bias", true}}, "'mlp_bias'"},
+      {{{"hidden_act", "gelu"}}, "'hidden_act'"},
+      {{{"head_dim", 32}}, "'head_dim'"},
+      {{{"hidden_size", "64"}}, "'hidden_size'"},
+      {{{"num_attention_heads", 0}}, "'num_attention_heads'"},
+      {{{"rms_norm_eps", -1}}, "'rms_norm_eps'"},
+  };
+  for (const auto& [change, field] : refused) {
+    nlohmann::json c = llama_config();
+    c.update(change);
+    try {
+      read_hf_config(write_config(dir.path(), c));
+      ADD_FAILURE() << change.dump() << " was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("config.json"), std::string::npos) << e.what();
+    }
+  }
+  nlohmann::json missing = llama_config();
+  missing.erase("hidden_size");
+  EXPECT_THROW(read_hf_config(write_config(dir.path(), missing)), InvalidArgument);
+}
+
+// A real checkpoint of the tiny model (written by the Saver on 3 thread-ranks), exported by the
+// `hdp export` binary, loads back bitwise (f32) and within bf16's rounding (bf16), as one file and
+// as shards with an index; a directory missing a tensor, holding an extra one or one of another
+// shape is refused naming it.
+TEST(HfExport, ACheckpointExportedLoadsBackBitwise) {
+  hdp::test::TempDir dir;
+  TrainerConfig config;
+  config.model = model_preset("tiny");
+  const checkpoint::FlatLayout layout = checkpoint_layout(config.model);
+  checkpoint::CheckpointOptions options;
+  options.root = dir.path() / "ckpt";
+  options.model_config = config.model_json();
+  const auto state = checkpoint::test::make_state(layout, 7);
+  checkpoint::test::save_on(3, options, layout, state, 12);
+  const std::vector<float>& params = state.buffers[0];
+  const std::string hdp = std::string(std::getenv("HDP_BIN_DIR")) + "/hdp";
+
+  struct Case {
+    std::vector<std::string> args;
+    bool bf16;
+    bool sharded;
+  };
+  const std::vector<Case> cases = {
+      {{"--dtype", "f32"}, false, false},
+      {{"--dtype", "bf16"}, true, false},
+      {{"--dtype", "f32", "--max-shard-mb", "0.05"}, false, true},  // the tiny model's ~0.5 MB in shards
+  };
+  int i = 0;
+  for (const auto& c : cases) {
+    const fs::path out = dir.path() / ("out" + std::to_string(i++));
+    std::vector<std::string> argv = {hdp, "export", (options.root / checkpoint::step_dir_name(12)).string(), "--out", out.string()};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    const auto r = hdp::test::run_command(argv);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("exported step 12"), std::string::npos) << r.out;
+    EXPECT_EQ(fs::exists(out / "model.safetensors.index.json"), c.sharded) << r.out;
+    const auto model = read_hf_config(out / "config.json");
+    EXPECT_EQ(model.d_model, config.model.d_model);
+    std::vector<float> loaded(params.size());
+    load_hf_weights(out, model, loaded);
+    if (!c.bf16) {
+      EXPECT_EQ(0, std::memcmp(loaded.data(), params.data(), params.size() * 4)) << "not bitwise";
+    } else {
+      for (std::size_t k = 0; k < params.size(); ++k) {
+        ASSERT_LE(std::abs(loaded[k] - params[k]), std::abs(params[k]) * std::ldexp(1.0f, -8)) << k;
+      }
+    }
+  }
+  // Exporting over an existing model is refused; a root exports its newest checkpoint.
+  auto r = hdp::test::run_command({hdp, "export", options.root.string(), "--out", (dir.path() / "out0").string()});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("exists"), std::string::npos) << r.err;
+  r = hdp::test::run_command({hdp, "export", (dir.path() / "nosuch").string(), "--out", (dir.path() / "x").string()});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+
+  // Missing, extra and misshapen tensors.
+  const auto entries = ops::model::param_layout(config.model);
+  auto write_without = [&](const fs::path& out, const std::string& skip, const std::string& extra, bool reshape) {
+    fs::create_directories(out);
+    std::vector<checkpoint::TensorToWrite> tensors;
+    std::vector<float> spare(3, 0.5f);
+    for (const auto& p : entries) {
+      if (p.name == skip) continue;
+      std::int64_t n = 1;
+      for (auto d : p.shape) n *= d;
+      std::vector<std::int64_t> shape(p.shape.begin(), p.shape.end());
+      if (reshape && p.name == "model.norm.weight") shape = {1, shape[0]};
+      tensors.push_back({p.name, shape, std::span<const float>(params).subspan(static_cast<std::size_t>(p.offset), static_cast<std::size_t>(n))});
+    }
+    if (!extra.empty()) tensors.push_back({extra, {3}, spare});
+    checkpoint::write_safetensors(out / "model.safetensors", tensors, TensorDtype::kF32);
+  };
+  std::vector<float> loaded(params.size());
+  const std::vector<std::tuple<std::string, std::string, bool, std::string>> bad = {
+      {"lm_head.weight", "", false, "'lm_head.weight' is missing"},
+      {"", "model.layers.0.self_attn.q_proj.bias", false, "'model.layers.0.self_attn.q_proj.bias' is not part of the model"},
+      {"", "", true, "has shape [1, 64], the config says [64]"},
+  };
+  i = 0;
+  for (const auto& [skip, extra, reshape, reason] : bad) {
+    const fs::path out = dir.path() / ("bad" + std::to_string(i++));
+    write_without(out, skip, extra, reshape);
+    try {
+      load_hf_weights(out, config.model, loaded);
+      ADD_FAILURE() << reason << ": accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
+    }
+  }
+  // Old checkpoints' rotary buffers are ignored.
+  write_without(dir.path() / "rotary", "", "model.layers.0.self_attn.rotary_emb.inv_freq", false);
+  EXPECT_NO_THROW(load_hf_weights(dir.path() / "rotary", config.model, loaded));
+}
+
+}  // namespace
+}  // namespace hdp::trainer

@@ -1,0 +1,281 @@
+#include "trainer/hf_model.h"
+
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "checkpoint/checkpoint_root.h"
+#include "checkpoint/group.h"
+#include "checkpoint/manifest.h"
+#include "checkpoint/options.h"
+#include "checkpoint/posix_io.h"
+#include "checkpoint/restorer.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/text.h"
+#include "ops/model/llama_params.h"
+#include "trainer/training_setup.h"
+
+namespace hdp::trainer {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+using checkpoint::TensorDtype;
+
+constexpr const char* kWeightsFile = "model.safetensors";
+constexpr const char* kIndexFile = "model.safetensors.index.json";
+
+[[noreturn]] void refuse(const fs::path& file, const std::string& why) {
+  throw InvalidArgument("'" + file.string() + "': " + why);
+}
+
+json read_json_file(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) throw InvalidArgument("'" + path.string() + "' cannot be opened");
+  json value = json::parse(in, nullptr, false);
+  if (value.is_discarded() || !value.is_object()) refuse(path, "is not a JSON object");
+  return value;
+}
+
+// An integer field in [low, high]; `fallback` when absent (or null) and one is given.
+int int_field(const json& c, const fs::path& file, const char* name, int low, int high, std::optional<int> fallback = {}) {
+  const auto it = c.find(name);
+  if (it == c.end() || it->is_null()) {
+    if (fallback) return *fallback;
+    refuse(file, std::string("field '") + name + "' is missing");
+  }
+  if (!it->is_number_integer() || it->get<std::int64_t>() < low || it->get<std::int64_t>() > high) {
+    refuse(file, std::string("field '") + name + "' must be an integer in [" + std::to_string(low) + ", " +
+                     std::to_string(high) + "], got " + it->dump());
+  }
+  return it->get<int>();
+}
+
+double real_field(const json& c, const fs::path& file, const char* name, double low, double high, double fallback) {
+  const auto it = c.find(name);
+  if (it == c.end() || it->is_null()) return fallback;
+  if (!it->is_number() || !(it->get<double>() > low && it->get<double>() <= high)) {
+    refuse(file, std::string("field '") + name + "' must be a number in (" + std::to_string(low) + ", " +
+                     std::to_string(high) + "], got " + it->dump());
+  }
+  return it->get<double>();
+}
+
+// A field hdp cannot train with any value but `allowed` (absent or null counts as allowed).
+void must_be(const json& c, const fs::path& file, const char* name, const json& allowed, const std::string& why) {
+  const auto it = c.find(name);
+  if (it == c.end() || it->is_null() || *it == allowed) return;
+  refuse(file, std::string("field '") + name + "' is " + it->dump() + ": " + why);
+}
+
+}  // namespace
+
+ops::model::LlamaConfig read_hf_config(const fs::path& path) {
+  const json c = read_json_file(path);
+  const auto type = c.find("model_type");
+  if (type == c.end() || !type->is_string()) refuse(path, "field 'model_type' is missing (hdp reads LLaMA configs)");
+  if (*type != "llama") refuse(path, "field 'model_type' is " + type->dump() + ": hdp trains LLaMA models only");
+  must_be(c, path, "rope_scaling", nullptr, "hdp implements plain RoPE, no scaling");
+  if (const auto params = c.find("rope_parameters"); params != c.end() && params->is_object()) {
+    const auto rope_type = params->find("rope_type");
+    if (rope_type != params->end() && *rope_type != "default") {
+      refuse(path, "field 'rope_parameters.rope_type' is " + rope_type->dump() + ": hdp implements plain RoPE");
+    }
+  }
+  must_be(c, path, "attention_bias", false, "hdp's attention has no biases");
+  must_be(c, path, "mlp_bias", false, "hdp's MLP has no biases");
+  must_be(c, path, "hidden_act", "silu", "hdp's MLP is SwiGLU (silu)");
+  must_be(c, path, "tie_word_embeddings", false, "hdp trains lm_head apart from the embedding");
+  ops::model::LlamaConfig m;
+  m.vocab_size = int_field(c, path, "vocab_size", 1, 1 << 24);
+  m.d_model = int_field(c, path, "hidden_size", 1, 1 << 20);
+  m.n_layers = int_field(c, path, "num_hidden_layers", 1, 1 << 12);
+  m.n_heads = int_field(c, path, "num_attention_heads", 1, 1 << 12);
+  m.n_kv_heads = int_field(c, path, "num_key_value_heads", 1, 1 << 12, m.n_heads);
+  m.ffn_dim = int_field(c, path, "intermediate_size", 1, 1 << 22);
+  double theta = real_field(c, path, "rope_theta", 0, 1e12, 10000.0);
+  if (const auto params = c.find("rope_parameters"); params != c.end() && params->is_object()) {
+    theta = real_field(*params, path, "rope_theta", 0, 1e12, theta);
+  }
+  m.rope_theta = theta;
+  m.norm_eps = real_field(c, path, "rms_norm_eps", 0, 1, 1e-6);
+  if (m.d_model % m.n_heads != 0) refuse(path, "hidden_size must be a multiple of num_attention_heads");
+  const int head_dim = int_field(c, path, "head_dim", 1, 1 << 16, m.d_model / m.n_heads);
+  if (head_dim != m.d_model / m.n_heads) {
+    refuse(path, "field 'head_dim' is " + std::to_string(head_dim) + ": hdp needs hidden_size / num_attention_heads (" +
+                     std::to_string(m.d_model / m.n_heads) + ")");
+  }
+  try {
+    m.validate();
+  } catch (const InvalidArgument& e) {
+    refuse(path, e.what());
+  }
+  return m;
+}
+
+json hf_config(const ops::model::LlamaConfig& m, TensorDtype dtype) {
+  return {{"architectures", {"LlamaForCausalLM"}},
+          {"model_type", "llama"},
+          {"vocab_size", m.vocab_size},
+          {"hidden_size", m.d_model},
+          {"intermediate_size", m.ffn_dim},
+          {"num_hidden_layers", m.n_layers},
+          {"num_attention_heads", m.n_heads},
+          {"num_key_value_heads", m.n_kv_heads},
+          {"head_dim", m.head_dim()},
+          {"hidden_act", "silu"},
+          {"rms_norm_eps", m.norm_eps},
+          {"rope_theta", m.rope_theta},
+          {"rope_scaling", nullptr},
+          {"tie_word_embeddings", false},
+          {"attention_bias", false},
+          {"mlp_bias", false},
+          {"torch_dtype", dtype == TensorDtype::kBF16 ? "bfloat16" : "float32"}};
+}
+
+ops::model::LlamaConfig model_from_manifest(const json& j) {
+  try {
+    ops::model::LlamaConfig m;
+    m.vocab_size = j.at("vocab_size").get<int>();
+    m.d_model = j.at("d_model").get<int>();
+    m.n_layers = j.at("n_layers").get<int>();
+    m.n_heads = j.at("n_heads").get<int>();
+    m.n_kv_heads = j.at("n_kv_heads").get<int>();
+    m.ffn_dim = j.at("ffn_dim").get<int>();
+    m.rope_theta = j.at("rope_theta").get<double>();
+    m.norm_eps = j.at("norm_eps").get<double>();
+    m.validate();
+    return m;
+  } catch (const json::exception& e) {
+    throw InvalidArgument(std::string("the checkpoint's model config is not one hdp wrote: ") + e.what());
+  }
+}
+
+void load_hf_weights(const fs::path& dir, const ops::model::LlamaConfig& config, std::span<float> params) {
+  const auto layout = ops::model::param_layout(config);
+  if (static_cast<std::int64_t>(params.size()) != ops::model::param_count(config)) {
+    throw InvalidArgument("load_hf_weights: the buffer does not fit the model");
+  }
+  // Which file holds each tensor.
+  std::map<std::string, fs::path> where;
+  std::map<fs::path, std::unique_ptr<checkpoint::SafetensorsFile>> files;
+  if (fs::exists(dir / kIndexFile)) {
+    const json index = read_json_file(dir / kIndexFile);
+    const auto map = index.find("weight_map");
+    if (map == index.end() || !map->is_object()) refuse(dir / kIndexFile, "field 'weight_map' is not an object");
+    for (const auto& [name, file] : map->items()) {
+      if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos) {
+        refuse(dir / kIndexFile, "weight_map entry " + quote_value(name) + " is not a file name in the directory");
+      }
+      where[name] = dir / file.get<std::string>();
+    }
+  } else if (fs::exists(dir / kWeightsFile)) {
+    auto file = std::make_unique<checkpoint::SafetensorsFile>(dir / kWeightsFile);
+    for (const auto& [name, info] : file->tensors()) where[name] = dir / kWeightsFile;
+    files.emplace(dir / kWeightsFile, std::move(file));
+  } else {
+    throw InvalidArgument("'" + dir.string() + "' holds neither " + kWeightsFile + " nor " + kIndexFile);
+  }
+  auto file_of = [&](const fs::path& path) -> const checkpoint::SafetensorsFile& {
+    auto& slot = files[path];
+    if (!slot) slot = std::make_unique<checkpoint::SafetensorsFile>(path);
+    return *slot;
+  };
+  std::set<std::string> expected;
+  for (const auto& p : layout) {
+    expected.insert(p.name);
+    const auto it = where.find(p.name);
+    if (it == where.end()) throw InvalidArgument("'" + dir.string() + "': tensor " + quote_value(p.name) + " is missing");
+    const auto& file = file_of(it->second);
+    const auto t = file.tensors().find(p.name);
+    if (t == file.tensors().end()) refuse(it->second, "has no tensor " + quote_value(p.name) + " (the index names it)");
+    std::vector<std::int64_t> shape(p.shape.begin(), p.shape.end());
+    if (t->second.shape != shape) {
+      std::string want, got;
+      for (auto d : shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
+      for (auto d : t->second.shape) got += (got.empty() ? "" : ", ") + std::to_string(d);
+      refuse(it->second, "tensor " + quote_value(p.name) + " has shape [" + got + "], the config says [" + want + "]");
+    }
+    file.read(p.name, params.subspan(static_cast<std::size_t>(p.offset), static_cast<std::size_t>(t->second.elements())));
+  }
+  for (const auto& [name, path] : where) {
+    if (expected.contains(name) || name.ends_with("rotary_emb.inv_freq")) continue;
+    refuse(path, "tensor " + quote_value(name) + " is not part of the model the config describes");
+  }
+}
+
+ExportResult export_checkpoint(const ExportOptions& options) {
+  // A step directory or a root.
+  checkpoint::CheckpointOptions restore;
+  fs::path manifest_dir;
+  if (auto step = checkpoint::parse_step_dir(options.checkpoint.filename().string())) {
+    restore.root = options.checkpoint.parent_path();
+    restore.only_step = *step;
+    manifest_dir = options.checkpoint;
+  } else {
+    const auto committed = checkpoint::list_committed(options.checkpoint);
+    if (committed.empty()) {
+      throw InvalidArgument("'" + options.checkpoint.string() + "' is neither a checkpoint directory (step-<N>) nor a root holding one");
+    }
+    restore.root = options.checkpoint;
+    manifest_dir = committed.back().path;
+  }
+  const ops::model::LlamaConfig model = model_from_manifest(checkpoint::read_manifest(manifest_dir).model_config);
+  restore.model_config = checkpoint::read_manifest(manifest_dir).model_config;
+  const checkpoint::FlatLayout layout = checkpoint_layout(model);
+  std::vector<float> params(static_cast<std::size_t>(layout.total())), m(params.size()), v(params.size());
+  checkpoint::SoloGroup solo;
+  const checkpoint::ShardTarget target{{0, layout.total()}, {std::span(params), std::span(m), std::span(v)}};
+  const auto progress = checkpoint::restore_latest(restore, layout, solo, target);
+  if (!progress) throw InvalidArgument("no committed checkpoint under '" + restore.root.string() + "'");
+
+  fs::create_directories(options.out);
+  for (const char* name : {kWeightsFile, kIndexFile}) {
+    if (fs::exists(options.out / name)) {
+      throw InvalidArgument("'" + (options.out / name).string() + "' exists: export into an empty directory");
+    }
+  }
+  ExportResult result;
+  result.step = progress->step;
+  // Tensors in layout order, cut into shards of at most max_shard_bytes.
+  const auto entries = ops::model::param_layout(model);
+  const auto element = static_cast<std::int64_t>(checkpoint::dtype_bytes(options.dtype));
+  std::vector<std::vector<checkpoint::TensorToWrite>> shards(1);
+  std::int64_t in_shard = 0;
+  for (const auto& p : entries) {
+    std::int64_t n = 1;
+    for (auto d : p.shape) n *= d;
+    if (in_shard > 0 && in_shard + n * element > options.max_shard_bytes) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().push_back({p.name, std::vector<std::int64_t>(p.shape.begin(), p.shape.end()),
+                             std::span<const float>(params).subspan(static_cast<std::size_t>(p.offset), static_cast<std::size_t>(n))});
+    in_shard += n * element;
+    result.tensor_bytes += n * element;
+  }
+  const std::map<std::string, std::string> metadata{{"format", "pt"}, {"producer", "hdp"},
+                                                    {"step", std::to_string(progress->step)}};
+  if (shards.size() == 1) {
+    checkpoint::write_safetensors(options.out / kWeightsFile, shards[0], options.dtype, metadata);
+    result.files.push_back(options.out / kWeightsFile);
+  } else {
+    json weight_map = json::object();
+    for (std::size_t i = 0; i < shards.size(); ++i) {
+      char name[64];
+      std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+      checkpoint::write_safetensors(options.out / name, shards[i], options.dtype, metadata);
+      for (const auto& t : shards[i]) weight_map[t.name] = name;
+      result.files.push_back(options.out / name);
+    }
+    const json index = {{"metadata", {{"total_size", result.tensor_bytes}}}, {"weight_map", weight_map}};
+    checkpoint::replace_file_atomically(options.out / kIndexFile, index.dump(2) + "\n");
+    result.files.push_back(options.out / kIndexFile);
+  }
+  checkpoint::replace_file_atomically(options.out / "config.json", hf_config(model, options.dtype).dump(2) + "\n");
+  result.files.insert(result.files.begin(), options.out / "config.json");
+  return result;
+}
+
+}  // namespace hdp::trainer

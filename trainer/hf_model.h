@@ -1,0 +1,57 @@
+// File: trainer/hf_model.h
+//
+// The user's model in and out, in Hugging Face's LLaMA format (../shared references, formats.md §2,
+// §3): `config.json` <-> ops::model::LlamaConfig, weights from `model.safetensors` or a sharded
+// `model.safetensors.index.json`, and the export of an hdp checkpoint as both. hdp's parameter
+// names, shapes and layout ([out, in] linear weights, rotate-half RoPE) are already Hugging
+// Face's (ops/model/llama_params.h), so tensors go in and out unchanged.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/safetensors.h"
+#include "ops/model/llama_config.h"
+
+namespace hdp::trainer {
+
+// Reads a LlamaConfig from `config.json`. Refused (InvalidArgument naming the file and the field):
+// another model_type, rope_scaling, attention or MLP biases, an activation other than silu, tied
+// word embeddings (hdp trains lm_head apart), a head_dim other than hidden_size / heads, and any
+// field of the wrong type or out of range.
+ops::model::LlamaConfig read_hf_config(const std::filesystem::path& config_json);
+// The `config.json` of a LlamaForCausalLM with `config`'s shape, weights saved in `dtype`.
+nlohmann::json hf_config(const ops::model::LlamaConfig& config, checkpoint::TensorDtype dtype);
+
+// The model config a checkpoint's manifest records (TrainerConfig::model_json()).
+ops::model::LlamaConfig model_from_manifest(const nlohmann::json& model_config);
+
+// Fills `params` (the flat buffer, ops/model/llama_params.h's order) from `dir`'s
+// model.safetensors, or its model.safetensors.index.json and the shards it names. Every tensor of
+// the layout must be there with its shape, and no other (old `rotary_emb.inv_freq` buffers are
+// ignored); F32, BF16 and F16 convert to f32. InvalidArgument names the file and the tensor.
+void load_hf_weights(const std::filesystem::path& dir, const ops::model::LlamaConfig& config, std::span<float> params);
+
+struct ExportOptions {
+  std::filesystem::path checkpoint;  // a checkpoint root (its newest valid checkpoint) or one step-<N> directory
+  std::filesystem::path out;         // created if missing; must hold no model files yet
+  checkpoint::TensorDtype dtype = checkpoint::TensorDtype::kF32;
+  std::int64_t max_shard_bytes = std::int64_t{5} << 30;  // above this, shards and an index
+};
+
+struct ExportResult {
+  std::int64_t step = 0;
+  std::vector<std::filesystem::path> files;  // config.json, the weights, the index
+  std::int64_t tensor_bytes = 0;
+};
+
+// Restores the checkpoint's parameters whole (checksums verified) and writes config.json and
+// model.safetensors, or model-0000i-of-0000n.safetensors and model.safetensors.index.json when
+// the tensors exceed max_shard_bytes (a tensor larger than it gets a shard of its own).
+ExportResult export_checkpoint(const ExportOptions& options);
+
+}  // namespace hdp::trainer
