@@ -1,5 +1,7 @@
 #include "trainer/trainer_config.h"
 
+#include "trainer/data/indexed_dataset.h"
+
 #include <charconv>
 #include <cmath>
 
@@ -141,7 +143,7 @@ void TrainerConfig::validate() const {
                           "' holds neither model.safetensors nor model.safetensors.index.json");
   }
   model.validate();
-  if (model.vocab_size < 256 && data.rfind("synthetic:", 0) != 0) {
+  if (model.vocab_size < 256 && data.rfind("synthetic:", 0) != 0 && !data::IndexedDataset::exists(data)) {
     throw InvalidArgument("--vocab " + std::to_string(model.vocab_size) +
                           " cannot hold a text corpus's byte tokens (0-255): use 256 or more");
   }

@@ -6,6 +6,7 @@
 #include "mesh/plan/plan.h"
 #include "ops/model/llama_params.h"
 #include "trainer/data/corpus.h"
+#include "trainer/data/indexed_dataset.h"
 #include "trainer/data/synthetic.h"
 
 namespace hdp::trainer {
@@ -77,6 +78,13 @@ std::shared_ptr<const data::PieceSource> open_data(const TrainerConfig& config) 
     options.context = config.context;
     options.vocab = config.model.vocab_size;
     return std::make_shared<data::SyntheticDocuments>(options);
+  }
+  if (data::IndexedDataset::exists(config.data)) {
+    auto dataset = std::make_shared<data::IndexedDataset>(config.data, config.context, config.model.vocab_size);
+    log()->info("data: indexed dataset {}: {} documents, {} sequences, {} tokens, {} pieces of at most {} tokens",
+                config.data, dataset->document_count(), dataset->sequence_count(), dataset->token_count(),
+                dataset->piece_count(), config.context);
+    return dataset;
   }
   data::CorpusOptions options;
   options.context = config.context;

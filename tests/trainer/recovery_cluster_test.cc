@@ -409,7 +409,8 @@ TEST_F(RecoveryCluster, HdpStopStopsTheJobAtOneStepWithAFinalCheckpoint) {
 TEST_F(RecoveryCluster, HdpCheckpointSavesAtTheNextStepAndReportsWhere) {
   TempDir dir;
   AgentCluster cluster(options(dir.path(), "2:2", 1000));
-  ASSERT_TRUE(reach_fault_step(cluster));
+  // Early enough that the command's own request (when the first is already done) is taken too.
+  ASSERT_TRUE(reach_fault_step(cluster, command_step()));
   // The request written from here, to know the step it came at; then `hdp checkpoint --wait`
   // (the same request while it is pending, else a second one) follows it to its end.
   const std::int64_t asked_at = cluster.step();

@@ -14,9 +14,16 @@
 //    5 s (rank 0 writes both with every step; a step here takes well under a second);
 //  - the user's model path: a job's checkpoint exported (`hdp export`, f32), then a new job with
 //    `--model-config` and `--init-from` on the export starts from exactly those weights (the
-//    `restore` event's xxh3 equals the checkpoint's parameters') and completes.
+//    `restore` event's xxh3 equals the checkpoint's parameters') and completes;
+//  - a Megatron indexed dataset (written by an independent Python writer) as `--data`: the job
+//    trains on it and completes; one holding a token id outside the model's vocabulary stops the
+//    job (agent exit 3) with one line naming the file and the byte.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "checkpoint/checksum.h"
 #include "elastic/job_keys.h"
@@ -165,6 +172,46 @@ TEST(TrainerQuick, AnExportedCheckpointStartsANewJobFromExactlyItsWeights) {
   }
   EXPECT_TRUE(found) << cluster.all_logs();
   EXPECT_EQ(cluster.state()["status"], "completed");
+}
+
+// PREFIX.{idx,bin} of `documents` (token ids below `vocab`, plus one `bad` id when asked), written by
+// tests/trainer/data/write_indexed.py.
+std::filesystem::path indexed_dataset(const std::filesystem::path& dir, int documents, int vocab, int bad = -1) {
+  nlohmann::json docs = nlohmann::json::array();
+  for (int d = 0; d < documents; ++d) {
+    nlohmann::json tokens = nlohmann::json::array();
+    for (int t = 0; t < 20 + (d * 37) % 150; ++t) tokens.push_back((d * 131 + t * 17) % vocab);
+    if (d == documents / 2 && bad >= 0) tokens.push_back(bad);
+    docs.push_back(nlohmann::json::array({tokens}));
+  }
+  const auto prefix = dir / "tokens";
+  std::ofstream(dir / "docs.json") << docs.dump();
+  const CommandResult r = run_command({"/bin/sh", "-c", "/usr/bin/python3 '" + std::string(HDP_SOURCE_DIR) +
+                                                            "/tests/trainer/data/write_indexed.py' '" + prefix.string() +
+                                                            "' 8 < '" + (dir / "docs.json").string() + "'"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return prefix;
+}
+
+TEST(TrainerQuick, AMegatronIndexedDatasetIsTrainedOnAndABadTokenIdStopsTheJob) {
+  TempDir dir;
+  {
+    AgentCluster cluster(quick(dir.path(), {"--data", indexed_dataset(dir.path(), 400, 256).string()}));
+    cluster.start_agent("n1");
+    const auto status = cluster.agent("n1").wait_for(180s);
+    ASSERT_TRUE(status.has_value() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << cluster.all_logs();
+    EXPECT_NE(cluster.all_logs().find("data: indexed dataset"), std::string::npos) << cluster.all_logs();
+    EXPECT_EQ(cluster.state()["status"], "completed");
+  }
+  TempDir bad;
+  AgentCluster cluster(quick(bad.path(), {"--data", indexed_dataset(bad.path(), 40, 256, 300).string()}));
+  cluster.start_agent("n1");
+  const auto status = cluster.agent("n1").wait_for(180s);
+  ASSERT_TRUE(status.has_value()) << cluster.all_logs();
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 3) << *status << "\n" << cluster.all_logs();
+  const std::string logs = cluster.all_logs();
+  EXPECT_NE(logs.find("token id 300 at byte"), std::string::npos) << logs;
+  EXPECT_NE(logs.find("outside the model's vocabulary of 256"), std::string::npos) << logs;
 }
 
 }  // namespace
