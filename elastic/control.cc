@@ -308,35 +308,24 @@ LiveSettings JobControl::set(const std::vector<std::string>& assignments) {
   return result;
 }
 
-Request JobControl::stop() {
+// A job-wide request (stop, checkpoint) in the `slot` of ControlRequests: the pending one, or a new one.
+Request JobControl::ask(const char* op, std::optional<Request> ControlRequests::*slot) {
   Request result;
   update(*store_, keys::kControl, [&](const std::optional<std::string>& value, std::vector<Write>& writes) {
     ControlRequests requests = read_control(value);
-    if (requests.stop) {
-      result = *requests.stop;
+    if (requests.*slot) {
+      result = *(requests.*slot);
       return std::optional<std::string>();
     }
-    requests.stop = result = new_request(by_);
-    writes.push_back(event_write("request", request_event_fields("stop", result)));
+    requests.*slot = result = new_request(by_);
+    writes.push_back(event_write("request", request_event_fields(op, result)));
     return std::optional<std::string>(encode(requests));
   });
   return result;
 }
 
-Request JobControl::checkpoint() {
-  Request result;
-  update(*store_, keys::kControl, [&](const std::optional<std::string>& value, std::vector<Write>& writes) {
-    ControlRequests requests = read_control(value);
-    if (requests.checkpoint) {
-      result = *requests.checkpoint;
-      return std::optional<std::string>();
-    }
-    requests.checkpoint = result = new_request(by_);
-    writes.push_back(event_write("request", request_event_fields("checkpoint", result)));
-    return std::optional<std::string>(encode(requests));
-  });
-  return result;
-}
+Request JobControl::stop() { return ask("stop", &ControlRequests::stop); }
+Request JobControl::checkpoint() { return ask("checkpoint", &ControlRequests::checkpoint); }
 
 Request JobControl::drain(const std::string& node, const std::string& incarnation) {
   Request result;

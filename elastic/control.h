@@ -109,6 +109,8 @@ class JobControl {
   const std::string& by() const { return by_; }
 
  private:
+  Request ask(const char* op, std::optional<Request> ControlRequests::*slot);
+
   std::shared_ptr<Store> store_;
   std::string by_;
 };

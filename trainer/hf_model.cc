@@ -221,8 +221,8 @@ ExportResult export_checkpoint(const ExportOptions& options) {
     restore.root = options.checkpoint;
     manifest_dir = committed.back().path;
   }
-  const ops::model::LlamaConfig model = model_from_manifest(checkpoint::read_manifest(manifest_dir).model_config);
   restore.model_config = checkpoint::read_manifest(manifest_dir).model_config;
+  const ops::model::LlamaConfig model = model_from_manifest(restore.model_config);
   const checkpoint::FlatLayout layout = checkpoint_layout(model);
   std::vector<float> params(static_cast<std::size_t>(layout.total())), m(params.size()), v(params.size());
   checkpoint::SoloGroup solo;
