@@ -272,9 +272,10 @@ class Agent {
   }
 
   // The connection is the watch's until shortly before the next heartbeat (which needs it), while
-  // this agent follows; a leader reads `gen` every tick, and a draining agent needs no news.
+  // this agent follows (draining too: its workers may still have to stop in a next generation);
+  // a leader reads `gen` every tick.
   void grant_watch() {
-    if (control_.leading() || draining_) return;
+    if (control_.leading()) return;
     const auto margin = std::min(milliseconds(100), options_.timing.heartbeat / 10);
     watcher_.allow_until(next_heartbeat_ - margin);
   }
@@ -399,7 +400,6 @@ class Agent {
 
   void begin_stop(AgentOutcome outcome, int signo) {
     draining_ = true;
-    control_.drain();
     stop_outcome_ = outcome;
     supervisor_.signal_all(signo);
     if (supervisor_.all_exited()) finish(outcome);

@@ -225,7 +225,7 @@ void MembershipAgent::check_membership(const std::optional<std::string>& value) 
 // Takes part in leader election with the leader key just read. Followers try at the heartbeat's
 // pace (lease/3), so a dead leader's lease (lease/2) is taken over within 5/6 of a lease.
 void MembershipAgent::contend_for_leadership(const std::optional<std::string>& holder) {
-  if (draining_ || leader_.held()) return;
+  if (leader_.held()) return;
   leader_.try_acquire_or_renew(holder);
 }
 

@@ -87,9 +87,9 @@ class MembershipAgent {
   // One leader tick: renews the leader lease and runs the membership controller. A no-op unless
   // leading().
   void lead();
-  bool leading() const { return leader_.held() && !draining_; }
-  // Stops contending for and renewing the leader lease (the agent is draining).
-  void drain() { draining_ = true; }
+  // A draining agent leads as any other until its workers are out: they may be the last members,
+  // and the generation in which they stop the job must be published by someone.
+  bool leading() const { return leader_.held(); }
   // Gives up the leader lease and deregisters; errors are logged, not thrown.
   void leave();
 
@@ -132,7 +132,6 @@ class MembershipAgent {
   LeaderLease leader_;
   std::unique_ptr<MembershipController> controller_;  // while leader
   JobState job_state_;
-  bool draining_ = false;
   std::shared_ptr<GenerationRecords> records_ = std::make_shared<GenerationRecords>();
   std::int64_t last_generation_ = 0;
   void observe_requests(const std::optional<std::string>& value);

@@ -70,16 +70,39 @@ LoopResult run_elastic_loop(elastic::ElasticContext& ctx, const LoopOptions& opt
                             const GenerationBody& body) {
   const auto& who = ctx.identity();
   std::int64_t seen = 0;
-  while (!stop) {
+  bool holds_state = false;  // the generation `seen` ended with this worker staying (LoopOptions::stop_wait)
+  std::optional<std::chrono::steady_clock::time_point> stop_since;
+  for (;;) {
+    if (stop) {
+      if (!holds_state) break;
+      const auto now = std::chrono::steady_clock::now();
+      if (!stop_since) {
+        stop_since = now;
+        log()->info("worker {}/{}: asked to stop between generations; it holds the job's state, so it stops in the "
+                    "next generation, with the others (waiting up to {} ms for it)",
+                    who.node, who.local_rank, options.stop_wait.count());
+      } else if (now - *stop_since >= options.stop_wait) {
+        log()->warn("worker {}/{}: no generation to stop in came within {} ms; stopping without it", who.node,
+                    who.local_rank, options.stop_wait.count());
+        break;
+      }
+    }
     elastic::Membership membership;
     try {
-      membership = ctx.wait_for_next(seen, options.wait_slice);
+      membership = ctx.wait_for_next(seen, stop ? std::min(options.wait_slice, std::chrono::milliseconds(100))
+                                                : options.wait_slice);
     } catch (const TimeoutError&) {
       // Nothing new yet. A job that completed publishes no further generation: a worker started
       // (or restarted) after the others finished would otherwise wait for ever.
       if (elastic::job_completed(*ctx.store())) {
         log()->info("worker {}/{}: the job has completed; nothing to do", who.node, who.local_rank);
         return LoopResult::kFinished;
+      }
+      if (stop) {
+        // A generation without this worker (or one waiting for more nodes) was published: none
+        // will come to stop in.
+        const std::optional<std::int64_t> current = ctx.read_generation();
+        if (current && *current > seen) holds_state = false;
       }
       continue;  // look at `stop` and wait again
     }
@@ -95,6 +118,7 @@ LoopResult run_elastic_loop(elastic::ElasticContext& ctx, const LoopOptions& opt
     } catch (const RecoverableError& e) {
       abandon(ctx, options, membership, e);
     }
+    holds_state = true;
   }
   return LoopResult::kStopped;
 }

@@ -37,6 +37,12 @@ struct LoopOptions {
   // renumbered) does not abort it: the step in flight finishes and the body sees the change at
   // its boundary.
   std::chrono::milliseconds watch_every{200};
+  // A stop or a drain asked for while this worker waits between two generations, holding the
+  // job's state (its last generation ended with it staying: a node left, one joined, a peer was
+  // lost), is carried out in the next generation, with the others (a final checkpoint, a hand-over
+  // of its shards): the worker waits for it this long at most, and not at all once a generation
+  // without it is published. The agent's drain timeout bounds it too.
+  std::chrono::milliseconds stop_wait{10000};
   // The cool-down of this worker's peers should one of them hang (a generation abandoned on a
   // timeout: ElasticContext::report_broken).
   elastic::Cooldown cooldown;
@@ -49,7 +55,8 @@ enum class LoopResult { kFinished, kStopped };
 //
 // Returns kFinished when the body finished, or when the job's `outcome` says completed while this
 // worker waits for a generation (a worker restarted after the others finished); kStopped when
-// `stop` was set (drain). Throws what the
+// `stop` was set (drain) while this worker held no state a next generation needs
+// (LoopOptions::stop_wait). Throws what the
 // body throws other than RecoverableError (peer loss, timeouts, store outages), which is handled
 // here.
 LoopResult run_elastic_loop(elastic::ElasticContext& ctx, const LoopOptions& options, const std::atomic<bool>& stop,
