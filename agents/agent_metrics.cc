@@ -32,6 +32,9 @@ AgentMetrics::AgentMetrics(AgentMetricsOptions options) : options_(std::move(opt
   r.describe("hdp_agent_worker_restarts_total", Type::kCounter, "Workers the agent restarted after a failure");
   r.describe("hdp_agent_worker_metrics_errors_total", Type::kCounter,
              "Scrapes that found a worker's metrics file unreadable (the worker's metrics were left out)");
+  r.describe("hdp_http_connections_closed_total", Type::kCounter,
+             "Connections the metrics endpoint closed or refused for a limit (a deadline missed, idle, the cap or the "
+             "client's share of it reached, a request too large)");
   r.set_gauge("hdp_agent_lease_duration_seconds", labels(), static_cast<double>(options_.lease.count()) / 1000.0);
   r.add_counter("hdp_agent_worker_restarts_total", labels(), 0);
   r.add_counter("hdp_agent_worker_metrics_errors_total", labels(), 0);
@@ -49,6 +52,7 @@ AgentMetrics::AgentMetrics(AgentMetricsOptions options) : options_(std::move(opt
       if (request.path == "/") return metrics::HttpResponse{200, "text/plain; charset=utf-8", "hdp agent: see /metrics\n"};
       return metrics::HttpResponse{404, "text/plain; charset=utf-8", "not found\n"};
     });
+    http_ = server_.get();
   } catch (...) {
     std::error_code ignored;
     std::filesystem::remove_all(dir_, ignored);
@@ -135,6 +139,17 @@ std::string AgentMetrics::scrape() const {
     }
   }
   out.add_counter("hdp_agent_worker_metrics_errors_total", labels(), static_cast<double>(worker_errors_.load()));
+  metrics::HttpServerStats http;
+  if (const metrics::HttpServer* server = http_.load()) http = server->stats();
+  for (const auto& [reason, count] : {std::pair{"head_deadline", http.closed_head_deadline},
+                                      std::pair{"body_deadline", http.closed_body_deadline},
+                                      std::pair{"write_deadline", http.closed_write_deadline},
+                                      std::pair{"idle", http.closed_idle},
+                                      std::pair{"over_cap", http.refused_over_cap},
+                                      std::pair{"per_address", http.refused_per_address},
+                                      std::pair{"too_large", http.too_large_431 + http.too_large_413}}) {
+    out.add_counter("hdp_http_connections_closed_total", labels({{"reason", reason}}), static_cast<double>(count));
+  }
   return out.text();
 }
 

@@ -7,7 +7,10 @@
 //   Redis round trips included), hdp_agent_generation, hdp_agent_member, hdp_agent_leader,
 //   hdp_job_world_size, hdp_job_nodes (of the generation last read), hdp_agent_workers_running,
 //   hdp_agent_worker_restarts_total, hdp_agent_worker_metrics_errors_total, and Redis' round trips
-//   and errors (hdp_redis_request_seconds, hdp_redis_errors_total: metrics/timed_store.h);
+//   and errors (hdp_redis_request_seconds, hdp_redis_errors_total: metrics/timed_store.h), and
+//   hdp_http_connections_closed_total{reason}: connections this endpoint closed or refused for a
+//   limit of metrics/http_server.h (head_deadline, body_deadline, write_deadline, idle, over_cap,
+//   per_address, too_large), so that a flood of slow clients shows on the dashboards it targets;
 //   workers: each worker's registry (trainer/worker_metrics.h), read from the file the agent named
 //   in its HDP_AGENT_METRICS_FILE, with the label `slot`.
 // Every sample carries `hdp_job` and `node` (not `job`, which Prometheus sets to its scrape job).
@@ -75,6 +78,9 @@ class AgentMetrics {
   std::atomic<std::int64_t> renewed_ns_{-1};  // steady clock, ns; -1: never
   mutable std::atomic<std::int64_t> worker_errors_{0};
   int restarts_seen_ = 0;
+  // The server, for its counters: set once it is constructed, while it may already be serving (a
+  // scrape that comes first reports none closed).
+  std::atomic<const metrics::HttpServer*> http_{nullptr};
   std::unique_ptr<metrics::HttpServer> server_;  // last: stopped first
 };
 

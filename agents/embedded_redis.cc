@@ -5,11 +5,14 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 #include "agents/process.h"
@@ -35,6 +38,16 @@ bool accepts_connections(int port) {
 }
 
 }  // namespace
+
+std::filesystem::path write_private_file(const std::filesystem::path& path, std::string_view text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) throw Error("cannot write " + path.string() + ": " + std::strerror(errno));
+  const bool ok = fchmod(fd, 0600) == 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  const int error = errno;
+  ::close(fd);
+  if (!ok) throw Error("cannot write " + path.string() + ": " + std::strerror(error));
+  return path;
+}
 
 int free_loopback_port() {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -71,6 +84,11 @@ EmbeddedRedis::~EmbeddedRedis() {
 
 std::string EmbeddedRedis::url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
 
+std::string EmbeddedRedis::password_file() const {
+  if (options_.password.empty()) return {};
+  return write_private_file(dir_ / "redis.password", options_.password + "\n").string();
+}
+
 std::string EmbeddedRedis::socket_path() const { return (dir_ / "redis.sock").string(); }
 
 bool EmbeddedRedis::try_start() {
@@ -78,7 +96,8 @@ bool EmbeddedRedis::try_start() {
                                    "--save", "", "--appendonly", "no", "--dir", dir_.string(), "--daemonize", "no",
                                    "--logfile", (dir_ / "redis.log").string(), "--loglevel", "warning"};
   if (options_.unix_socket) argv.insert(argv.end(), {"--unixsocket", socket_path(), "--unixsocketperm", "700"});
-  if (!options_.password.empty()) argv.insert(argv.end(), {"--requirepass", options_.password});
+  // The password goes in a file only this user can read, never on redis-server's command line.
+  if (!options_.password.empty()) argv.insert(argv.begin() + 1, write_private_file(dir_ / "redis.conf", "requirepass \"" + options_.password + "\"\n").string());
   argv.insert(argv.end(), options_.extra_args.begin(), options_.extra_args.end());
   pid_ = spawn({argv, {}});
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);

@@ -11,6 +11,7 @@
 
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace hdp::agents {
@@ -32,6 +33,9 @@ class EmbeddedRedis {
   int port() const { return port_; }
   pid_t pid() const { return pid_; }
   std::string url() const;  // redis://127.0.0.1:<port>, without credentials
+  // A file (mode 0600, in the server's private directory) holding the password, for
+  // --redis-password-file; empty without a password. The server reads it from a file too.
+  std::string password_file() const;
   std::string socket_path() const;
 
   void kill();   // SIGKILL and reap
@@ -48,6 +52,9 @@ class EmbeddedRedis {
   int port_ = 0;
   pid_t pid_ = -1;
 };
+
+// Writes `text` to `path`, readable and writable by this user only (0600); throws hdp::Error.
+std::filesystem::path write_private_file(const std::filesystem::path& path, std::string_view text);
 
 // A free TCP port on 127.0.0.1 (bound, then released: callers must cope with losing a race).
 int free_loopback_port();

@@ -2,10 +2,12 @@
 // over HTTP (metrics/http_server.h) from the job state in Redis. Two routes: `/` is the page (one
 // self-contained file, cli/dashboard/index.html, built into the binary: it loads nothing from
 // anywhere else) and `/api/job` the job as JSON (cli/job_json.h, plus `exists`, `redis`, `now_ms`,
-// `error`), which the page polls. A job that does not exist is a page that says so; Redis errors
+// `error`, and `http_connections_closed`: the connections this server closed or refused for a limit
+// of metrics/http_server.h, by reason), which the page polls. A job that does not exist is a page that says so; Redis errors
 // are shown on the page, which keeps polling. Runs until SIGINT or SIGTERM. A port in use exits 2.
 #include <signal.h>
 
+#include <atomic>
 #include <iostream>
 #include <memory>
 
@@ -35,6 +37,9 @@ class Dashboard {
   Dashboard(std::string job, std::string redis_display, std::shared_ptr<elastic::Store> store, int events)
       : job_(std::move(job)), redis_(std::move(redis_display)), state_(std::move(store)), events_(events) {}
 
+  // The server, for its counters: set once it is constructed, while it may already be serving.
+  void set_server(const metrics::HttpServer* server) { server_ = server; }
+
   metrics::HttpResponse handle(const metrics::HttpRequest& request) {
     if (request.path == "/" || request.path == "/index.html") {
       return {200, "text/html; charset=utf-8", kDashboardPage};
@@ -62,12 +67,23 @@ class Dashboard {
     out["job"] = job_;
     out["redis"] = redis_;
     out["now_ms"] = elastic::now_ms();
+    metrics::HttpServerStats http;
+    if (const metrics::HttpServer* server = server_.load()) http = server->stats();
+    out["http_connections_closed"] = {{"head_deadline", http.closed_head_deadline},
+                                      {"body_deadline", http.closed_body_deadline},
+                                      {"write_deadline", http.closed_write_deadline},
+                                      {"idle", http.closed_idle},
+                                      {"over_cap", http.refused_over_cap},
+                                      {"per_address", http.refused_per_address},
+                                      {"too_large_431", http.too_large_431},
+                                      {"too_large_413", http.too_large_413}};
     return out;
   }
 
   const std::string job_, redis_;
   elastic::JobState state_;
   const int events_;
+  std::atomic<const metrics::HttpServer*> server_{nullptr};
 };
 
 }  // namespace
@@ -97,6 +113,7 @@ void add_dashboard_command(CLI::App& app) {
                         flags->events);
     metrics::HttpServer server(flags->address, flags->port,
                                [&dashboard](const metrics::HttpRequest& request) { return dashboard.handle(request); });
+    dashboard.set_server(&server);
     const std::string host = flags->address == "0.0.0.0" ? "127.0.0.1" : flags->address;
     std::cout << "hdp dashboard: job " << job << " at http://" << host << ":" << server.port() << "/" << std::endl;
     int signo = 0;

@@ -1,5 +1,7 @@
 // The `hdp` command: subcommand dispatch and the mapping from exceptions to exit codes.
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -7,6 +9,7 @@
 #include "cli/exit_codes.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "elastic/redis_url.h"
 #include "hdp/config.h"
 
 namespace {
@@ -80,8 +83,17 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A Redis password typed into a URL on the command line: hdp parses a copy of its arguments and
+  // overwrites the password in the originals, which are what `ps` and /proc/PID/cmdline show (an
+  // agent runs for weeks; only its first milliseconds show it). --redis-password-file keeps it out
+  // of the command line altogether.
+  std::vector<std::string> copies(argv, argv + argc);
+  std::vector<char*> args;
+  for (std::string& copy : copies) args.push_back(copy.data());
+  args.push_back(nullptr);
+  for (int i = 1; i < argc; ++i) hdp::elastic::scrub_password(argv[i]);
   try {
-    return run(argc, argv);
+    return run(argc, args.data());
   } catch (const std::exception& e) {
     std::cerr << "hdp: internal error: " << e.what() << "\n";
     return hdp::cli::kExitFailure;

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <climits>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <filesystem>
@@ -30,6 +31,7 @@
 #include "elastic/node_registration.h"
 #include "elastic/prefix_store.h"
 #include "elastic/redis_store.h"
+#include "elastic/redis_url.h"
 
 namespace hdp::cli {
 namespace {
@@ -72,6 +74,7 @@ struct RunFlags {
   int nodes = 2;
   int nproc = 1;
   std::string redis;
+  std::string redis_password_file;
   std::string job;
   std::string nnodes;
   int lease_ms = static_cast<int>(elastic::kDefaultLease.count());
@@ -80,6 +83,23 @@ struct RunFlags {
   int metrics_port = -1;
   int dashboard_port = -1;
   std::vector<std::string> worker;
+};
+
+// A directory only this user can enter (mkdtemp: 0700) under $TMPDIR, removed with what it holds.
+struct PrivateDir {
+  std::filesystem::path path;
+  PrivateDir() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/hdp-run-XXXXXX";
+    if (!mkdtemp(pattern.data())) throw Error("cannot create a private directory under " + pattern);
+    path = pattern;
+  }
+  ~PrivateDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+  PrivateDir(const PrivateDir&) = delete;
+  PrivateDir& operator=(const PrivateDir&) = delete;
 };
 
 // The job `hdp run` trains when no worker command is given: the demo model on this machine's C/C++
@@ -183,15 +203,29 @@ int run_job(const RunFlags& flags) {
   const std::string nnodes = flags.nnodes.empty() ? std::to_string(flags.nodes) + ":" + std::to_string(flags.nodes)
                                                   : flags.nnodes;
   elastic::parse_nnodes(nnodes);
+  // No process this starts carries the Redis password in its command line: the agents and the
+  // dashboard get the URL without it and a password file (mode 0600). The private Redis gets a
+  // random password, so that other users of this machine cannot reach the job through it.
   std::unique_ptr<agents::EmbeddedRedis> redis;
-  std::string url = flags.redis;
+  std::optional<PrivateDir> secrets;
+  std::string url = flags.redis, password_file = flags.redis_password_file;
   if (url.empty()) {
-    redis = std::make_unique<agents::EmbeddedRedis>();
+    agents::EmbeddedRedisOptions options;
+    options.password = elastic::new_incarnation() + elastic::new_incarnation();
+    redis = std::make_unique<agents::EmbeddedRedis>(std::move(options));
     url = redis->url();
+    password_file = redis->password_file();
+  } else if (const elastic::RedisEndpoint given = elastic::parse_redis_url(url); given.password) {
+    secrets.emplace();
+    password_file = agents::write_private_file(secrets->path / "redis.password", *given.password + "\n").string();
+    url = elastic::split_password(url).first;
   }
+  std::vector<std::string> redis_args = {"--redis", url};
+  if (!password_file.empty()) redis_args.insert(redis_args.end(), {"--redis-password-file", password_file});
+  std::string watch = "hdp status --job " + job;
+  for (const std::string& arg : redis_args) watch += " " + arg;
   std::cout << "hdp run: job " << job << " on " << url << " with " << flags.nodes << " agent(s) x " << flags.nproc
-            << " worker(s)\nhdp run: watch it with: hdp status --job " << job << " --redis " << url << " --watch"
-            << std::endl;
+            << " worker(s)\nhdp run: watch it with: " << watch << " --watch" << std::endl;
 
   // The workers of every agent share this machine's cores: one OpenMP team each, sized so that
   // they do not oversubscribe it (hdp train's --threads; a value already set wins).
@@ -210,9 +244,10 @@ int run_job(const RunFlags& flags) {
   std::map<pid_t, std::string> agents_running;              // pid -> node id
   for (int i = 0; i < flags.nodes; ++i) {
     const std::string node = "node" + std::to_string(i);
-    std::vector<std::string> argv = {self,      "agent", "--job",           job,    "--redis",         url,
+    std::vector<std::string> argv = {self,      "agent", "--job",           job,
                                      "--node-id", node,  "--nproc-per-node", std::to_string(flags.nproc),
                                      "--nnodes", nnodes, "--lease-ms",      std::to_string(flags.lease_ms)};
+    argv.insert(argv.begin() + 4, redis_args.begin(), redis_args.end());
     if (flags.metrics_port >= 0) {
       const int port = flags.metrics_port == 0 ? 0 : flags.metrics_port + i;
       argv.insert(argv.end(), {"--metrics-port", std::to_string(port), "--metrics-address", "127.0.0.1"});
@@ -230,7 +265,9 @@ int run_job(const RunFlags& flags) {
 
   pid_t dashboard = -1;
   if (flags.dashboard_port >= 0) {
-    dashboard = agents::spawn({{self, "dashboard", "--job", job, "--redis", url, "--port", std::to_string(flags.dashboard_port)}, {}});
+    std::vector<std::string> argv = {self, "dashboard", "--job", job, "--port", std::to_string(flags.dashboard_port)};
+    argv.insert(argv.end(), redis_args.begin(), redis_args.end());
+    dashboard = agents::spawn({argv, {}});
     std::cout << "hdp run: dashboard (pid " << dashboard << ") on http://127.0.0.1:" << flags.dashboard_port << "/" << std::endl;
   }
 
@@ -239,8 +276,10 @@ int run_job(const RunFlags& flags) {
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
 
-  auto job_store = std::make_shared<elastic::PrefixStore>(
-      std::make_shared<elastic::RedisStore>(elastic::parse_redis_url(url)), elastic::keys::job_namespace(job));
+  elastic::RedisEndpoint endpoint = elastic::parse_redis_url(url);
+  if (!password_file.empty()) endpoint.password = elastic::read_password_file(password_file);
+  auto job_store = std::make_shared<elastic::PrefixStore>(std::make_shared<elastic::RedisStore>(endpoint),
+                                                          elastic::keys::job_namespace(job));
   ProgressLine progress(job_store);
   std::set<pid_t> killed_on_purpose;
   int exit_code = kExitOk, forwarded = 0, agents_failed = 0;
@@ -332,6 +371,8 @@ void add_run_command(CLI::App& app) {
   command->add_option("--nodes", flags->nodes, "Agents to start")->check(CLI::Range(1, 256))->capture_default_str();
   command->add_option("--nproc-per-node", flags->nproc, "Workers per agent")->check(CLI::Range(1, 64))->capture_default_str();
   command->add_option("--redis", flags->redis, "Use this Redis instead of a private one")->envname("HDP_REDIS_URL");
+  command->add_option("--redis-password-file", flags->redis_password_file, "File holding that Redis's password")
+      ->envname("HDP_REDIS_PASSWORD_FILE");
   command->add_option("--job", flags->job, "Job id (default: run-<random>)");
   command->add_option("--nnodes", flags->nnodes, "MIN:MAX for the agents (default: --nodes:--nodes)");
   command->add_option("--lease-ms", flags->lease_ms, "Node lease of the agents, in [" + std::to_string(elastic::kMinLease.count()) + ", " +

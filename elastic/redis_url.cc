@@ -1,5 +1,6 @@
 #include "elastic/redis_url.h"
 
+#include <algorithm>
 #include <charconv>
 #include <fstream>
 #include <sstream>
@@ -35,14 +36,17 @@ UrlSplit split_credentials(std::string_view url) {
   return split;
 }
 
-// The URL as it may be shown: the password (see split_credentials) replaced by "***".
-std::string masked(std::string_view url) {
+// Where the password is in `url` (see split_credentials): {offset, length}, or nothing.
+std::optional<std::pair<std::size_t, std::size_t>> password_span(std::string_view url) {
   const UrlSplit split = split_credentials(url);
-  if (!split.credentials) return std::string(url);
+  if (!split.credentials) return std::nullopt;
   const auto colon = split.credentials->find(':');
-  if (colon == std::string_view::npos) return std::string(url);  // a user, no password
-  return std::string(split.head) + std::string(split.credentials->substr(0, colon)) + ":***@" + std::string(split.rest);
+  if (colon == std::string_view::npos) return std::nullopt;  // a user, no password
+  const std::size_t start = split.head.size() + colon + 1;
+  return std::make_pair(start, split.credentials->size() - colon - 1);
 }
+
+std::string masked(std::string_view url) { return mask_password(url); }
 
 [[noreturn]] void fail(std::string_view url, const std::string& reason) {
   throw InvalidArgument("invalid Redis URL '" + masked(url) + "': " + reason +
@@ -126,6 +130,33 @@ RedisEndpoint parse_tcp(std::string_view url) {
 }
 
 }  // namespace
+
+std::string mask_password(std::string_view url) {
+  const auto span = password_span(url);
+  if (!span) return std::string(url);
+  return std::string(url.substr(0, span->first)) + "***" + std::string(url.substr(span->first + span->second));
+}
+
+std::pair<std::string, std::optional<std::string>> split_password(std::string_view url) {
+  const auto span = password_span(url);
+  if (!span) return {std::string(url), std::nullopt};
+  // "user:pw@host" becomes "user@host"; ":pw@host" (no user) becomes "host".
+  const std::size_t colon = span->first - 1, end = span->first + span->second;  // url[end] is the '@'
+  const bool no_user = colon == split_credentials(url).head.size();
+  std::string without(url.substr(0, colon));
+  without += url.substr(no_user ? end + 1 : end);
+  return {without, std::string(url.substr(span->first, span->second))};
+}
+
+void scrub_password(char* text) {
+  std::string_view view(text);
+  auto scheme = view.find("redis://");
+  if (scheme == std::string_view::npos) scheme = view.find("rediss://");
+  if (scheme == std::string_view::npos) return;
+  const auto span = password_span(view.substr(scheme));
+  if (!span) return;
+  std::fill_n(text + scheme + span->first, span->second, '*');
+}
 
 std::string RedisEndpoint::display() const {
   std::string text = is_unix() ? "unix://" + socket_path : host + ":" + std::to_string(port);

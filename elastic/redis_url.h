@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace hdp::elastic {
 
@@ -30,6 +31,15 @@ struct RedisEndpoint {
 
 // Throws InvalidArgument with the reason and the URL, its password masked.
 RedisEndpoint parse_redis_url(std::string_view url);
+
+// The URL as it may be shown: its password (found by the rule above) replaced by "***".
+std::string mask_password(std::string_view url);
+// The URL without its password (a user stays), and the password, percent-encoding untouched.
+std::pair<std::string, std::optional<std::string>> split_password(std::string_view url);
+// Overwrites, in place, the password of a redis:// or rediss:// URL found in `text` (the whole
+// argument, or the part of "--redis=URL" from "redis" on) with '*': what a process does to its
+// own argv so that `ps` and /proc/PID/cmdline do not show it (cli/main.cc).
+void scrub_password(char* text);
 
 // Reads a password from a file (trailing newline removed), so that it never appears in `ps`.
 // Throws InvalidArgument naming the file when it cannot be read or is empty.

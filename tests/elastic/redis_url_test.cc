@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <utility>
+#include <vector>
 
 #include "common/error.h"
 #include "tests/support/temp_dir.h"
@@ -144,6 +146,35 @@ TEST(RedisUrl, PasswordFileIsReadWithoutItsTrailingNewline) {
   std::ofstream(path, std::ios::trunc) << "\n";
   EXPECT_THROW(read_password_file(path), InvalidArgument);
   EXPECT_THROW(read_password_file((dir.path() / "missing").string()), InvalidArgument);
+}
+
+// The password taken out of a URL (for a password file) leaves a URL that names the same server
+// and user, and parses without a password; the masked form and the in-place scrub of an argv
+// entry find the same password, '@' and ':' in it included.
+TEST(RedisUrl, APasswordIsSplitMaskedAndScrubbedByTheSameRule) {
+  const auto [without, password] = split_password("redis://bob:Hu:sh@1@db.example:6380/2");
+  EXPECT_EQ(without, "redis://bob@db.example:6380/2");
+  EXPECT_EQ(password, "Hu:sh@1");
+  const RedisEndpoint e = parse_redis_url(without);
+  EXPECT_EQ(e.user, "bob");
+  EXPECT_FALSE(e.password.has_value());
+  EXPECT_EQ(e.port, 6380);
+  EXPECT_EQ(e.db, 2);
+  EXPECT_EQ(split_password("redis://:pw@h:1").first, "redis://h:1");
+  EXPECT_FALSE(split_password("redis://bob@h:1").second.has_value());
+  EXPECT_FALSE(split_password("unix:///run/a@b.sock").second.has_value());
+  EXPECT_EQ(mask_password("redis://:pw@h:1"), "redis://:***@h:1");
+
+  for (const auto& [arg, shown] : std::vector<std::pair<std::string, std::string>>{
+           {"redis://:Secret@h:1", "redis://:******@h:1"},
+           {"--redis=rediss://bob:S@c@h", "--redis=rediss://bob:***@h"},
+           {"redis://h:1", "redis://h:1"},
+           {"--job", "--job"},
+           {"unix:///tmp/x@y", "unix:///tmp/x@y"}}) {
+    std::string text = arg;
+    scrub_password(text.data());
+    EXPECT_EQ(text, shown) << arg;
+  }
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // HELP and TYPE once per family, escaped label values, cumulative histogram buckets ending in
 // +Inf, _sum and _count), its JSON hand-off between processes (round trip, garbage refused), the
 // merge an agent does of its workers' registries, the HTTP server (GET, 404, 405, HEAD, a port in
-// use, a stalled client that does not hold up others) and the Store that times Redis calls.
+// use, a stalled client that does not hold up others, the cap on connections; its other limits:
+// http_server_test.cc) and the Store that times Redis calls.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -194,9 +195,13 @@ TEST(HttpServer, AStalledClientDoesNotHoldUpOthers) {
 }
 
 // Idle connections cannot take the process's descriptors: past 64 at once, more are closed on
-// arrival; once the idle ones go, requests are served again.
+// arrival; once the idle ones go, requests are served again. The idle ones come from five
+// addresses (one may hold only 16 slots: tests/metrics/http_server_test.cc), and the head
+// deadline is long enough that none is reclaimed during the test.
 TEST(HttpServer, ConnectionsBeyondTheCapAreClosedAndServingResumes) {
-  HttpServer server("127.0.0.1", 0, [](const HttpRequest&) { return HttpResponse{200, "text/plain", "ok\n"}; });
+  HttpServerLimits limits;
+  limits.head_deadline = 60s;
+  HttpServer server("127.0.0.1", 0, [](const HttpRequest&) { return HttpResponse{200, "text/plain", "ok\n"}; }, limits);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<std::uint16_t>(server.port()));
@@ -204,6 +209,10 @@ TEST(HttpServer, ConnectionsBeyondTheCapAreClosedAndServingResumes) {
   std::vector<int> idle;
   for (int i = 0; i < 70; ++i) {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    from.sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1 + static_cast<std::uint32_t>(i / 14));  // 127.0.0.2 to .6
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from), 0);
     ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
     idle.push_back(fd);
   }
@@ -214,6 +223,9 @@ TEST(HttpServer, ConnectionsBeyondTheCapAreClosedAndServingResumes) {
   ASSERT_EQ(::recv(idle.back(), &byte, 1, 0), 0);
   EXPECT_FALSE(contains(http(server.port(), "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 2s), "ok"))
       << "served past the cap";
+  const HttpServerStats stats = server.stats();
+  EXPECT_EQ(stats.refused_over_cap, 70u - 64u + 1u);
+  EXPECT_EQ(stats.refused_per_address, 0u);
   for (int fd : idle) ::close(fd);
   std::string answer;
   for (int i = 0; i < 50 && !contains(answer, "ok"); ++i) {
