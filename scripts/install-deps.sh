@@ -11,7 +11,7 @@ packages=(
   libsystemd-dev systemd redis-server redis-tools procps
   iproute2 util-linux
   libprotobuf-dev protobuf-compiler python3 python3-protobuf python3-crc32c
-  prometheus chromium python3-websocket
+  prometheus chromium python3-websocket python3-numpy
 )
 # The local Slurm cluster of the system tests; optional (those tests skip without it).
 optional_packages=(slurm-wlm munge)

@@ -9,8 +9,11 @@
 #include <cmath>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "checkpoint/checkpoint_root.h"
 #include "checkpoint/safetensors.h"
+#include "ops/model/llama_model.h"
 #include "ops/model/llama_params.h"
 #include "tests/checkpoint/checkpoint_fixture.h"
 #include "tests/support/child_process.h"
@@ -174,6 +177,78 @@ TEST(HfConfig, ALlamaConfigIsReadAndWhatHdpCannotTrainIsRefusedByName) {
 // `hdp export` binary, loads back bitwise (f32) and within bf16's rounding (bf16), as one file and
 // as shards with an index; a directory missing a tensor, holding an extra one or one of another
 // shape is refused naming it.
+// An independent reader and forward pass of `hdp export`'s output (tests/trainer/numpy_llama.py:
+// numpy in float64, the safetensors layout from its specification, no hdp code) gives hdp's logits
+// on two packed documents within 1e-4 of the largest logit: hdp runs in f32 (its sums of 64 to 192
+// products carry ~1e-6 relative error per layer), so 1e-4 leaves room and still catches a wrong
+// tensor, transpose, RoPE layout or GQA grouping, each of which moves logits by O(1). The model is
+// the tiny preset (GQA: 4 heads over 2 key/value heads) with a non-default rope_theta and epsilon,
+// so that both must travel through config.json.
+TEST(HfExport, AnIndependentNumpyForwardOfTheExportGivesHdpsLogits) {
+  hdp::test::TempDir dir;
+  TrainerConfig config;
+  config.model = model_preset("tiny");
+  config.model.rope_theta = 500000.0;
+  config.model.norm_eps = 1e-6;
+  const checkpoint::FlatLayout layout = checkpoint_layout(config.model);
+  ops::model::LlamaModel model(config.model);
+  model.init(1234);
+  checkpoint::test::FullState state = checkpoint::test::make_state(layout, 3);
+  const float* params = model.params().data<float>();
+  state.buffers[0].assign(params, params + model.params().numel());
+  checkpoint::CheckpointOptions options;
+  options.root = dir.path() / "ckpt";
+  options.model_config = config.model_json();
+  checkpoint::test::save_on(2, options, layout, state, 5);
+  const std::string hdp = std::string(std::getenv("HDP_BIN_DIR")) + "/hdp";
+  const fs::path out = dir.path() / "export";
+  const auto exported = hdp::test::run_command({hdp, "export", options.root.string(), "--out", out.string()});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+
+  const std::vector<std::vector<std::int32_t>> docs = {{72, 100, 112, 32, 101, 120, 112, 111, 114, 116, 33},
+                                                       {3, 250, 17, 17, 64, 0}};
+  model.forward(ops::model::pack_documents(docs));
+  const ops::Tensor& logits = model.logits();
+  std::ofstream(dir.path() / "docs.json") << nlohmann::json(docs).dump();
+  const fs::path theirs = dir.path() / "numpy_logits.f64";
+  const auto r = hdp::test::run_command({"/usr/bin/python3", std::string(HDP_SOURCE_DIR) + "/tests/trainer/numpy_llama.py",
+                                         out.string(), (dir.path() / "docs.json").string(), theirs.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto count = static_cast<std::size_t>(logits.numel());
+  ASSERT_EQ(fs::file_size(theirs), count * sizeof(double));
+  std::vector<double> expected(count);
+  std::ifstream(theirs, std::ios::binary).read(reinterpret_cast<char*>(expected.data()),
+                                               static_cast<std::streamsize>(count * sizeof(double)));
+  const float* ours = logits.data<float>();
+  double largest = 0, worst = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    largest = std::max(largest, std::abs(expected[i]));
+    worst = std::max(worst, std::abs(double(ours[i]) - expected[i]));
+  }
+  std::cout << "logits: " << count << ", largest |logit| " << largest << ", largest difference " << worst << " ("
+            << worst / largest << " of it)\n";
+  EXPECT_GT(largest, 0.1) << "logits that are all ~0 would compare equal for any weights";
+  EXPECT_LE(worst, 1e-4 * largest);
+
+  // The comparison can fail: the same export read with the default rope_theta (10000) instead of
+  // the one config.json says gives other logits, by far more than the bound.
+  nlohmann::json hf;
+  std::ifstream(out / "config.json") >> hf;
+  EXPECT_EQ(hf["rope_theta"], 500000.0);
+  hf["rope_theta"] = 10000.0;
+  std::ofstream(out / "config.json", std::ios::trunc) << hf.dump();
+  ASSERT_EQ(hdp::test::run_command({"/usr/bin/python3", std::string(HDP_SOURCE_DIR) + "/tests/trainer/numpy_llama.py",
+                                    out.string(), (dir.path() / "docs.json").string(), theirs.string()})
+                .exit_code,
+            0);
+  std::ifstream(theirs, std::ios::binary).read(reinterpret_cast<char*>(expected.data()),
+                                               static_cast<std::streamsize>(count * sizeof(double)));
+  double off = 0;
+  for (std::size_t i = 0; i < count; ++i) off = std::max(off, std::abs(double(ours[i]) - expected[i]));
+  std::cout << "with rope_theta 10000: largest difference " << off << "\n";
+  EXPECT_GT(off, 10 * 1e-4 * largest);
+}
+
 TEST(HfExport, ACheckpointExportedLoadsBackBitwise) {
   hdp::test::TempDir dir;
   TrainerConfig config;
