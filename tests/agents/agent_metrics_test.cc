@@ -7,7 +7,11 @@
 //   - a worker SIGKILLed is restarted and counted (hdp_agent_worker_restarts_total);
 //   - the agent SIGSTOPped answers no scrape (Prometheus marks the target down); after SIGCONT it
 //     answers again within 2 s;
-//   - a port in use: `hdp agent` exits 2 naming the port, before it registers.
+//   - a port in use: `hdp agent` exits 2 naming the port, before it registers;
+//   - slow clients do not take its port (tests/support/http_flood.h): 200 half-open requests and
+//     200 idle keep-alives from 127.0.0.2, while a scrape from 127.0.0.1 is answered within 1 s
+//     throughout; each closed within its deadline and counted in
+//     hdp_http_connections_closed_total{reason}.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -16,6 +20,7 @@
 #include <thread>
 
 #include "tests/support/child_process.h"
+#include "tests/support/http_flood.h"
 #include "tests/support/http_get.h"
 #include "tests/support/redis_server.h"
 #include "tests/support/temp_dir.h"
@@ -164,6 +169,47 @@ TEST_F(AgentMetrics, APortInUseExitsTwoBeforeRegistering) {
   EXPECT_NE(log().find("port " + std::to_string(squatter_redis.port()) + " on 127.0.0.1 is in use"), std::string::npos)
       << log();
   EXPECT_EQ(log().find("registered"), std::string::npos) << "registered before checking its port";
+}
+
+TEST_F(AgentMetrics, SlowClientsDoNotTakeItsPortAndAreCounted) {
+  const int port = free_loopback_port();
+  auto a = agent(port, kGoodWorker);
+  const std::string before =
+      scrape_until(port, [](const std::string& t) { return sample(t, "hdp_agent_member") == 1; }, 20s);
+  ASSERT_FALSE(before.empty()) << log();
+  // hdp_http_connections_closed_total{reason=...} in a scrape (-1 when absent).
+  const auto closed = [](const std::string& text, const std::string& reason) {
+    return sample(text, "hdp_http_connections_closed_total", "reason=\"" + reason + "\"");
+  };
+  for (const char* reason : {"head_deadline", "idle", "per_address"}) ASSERT_GE(closed(before, reason), 0) << reason;
+
+  // The flood, a normal scrape answered with the agent's metrics throughout.
+  const FloodOptions options{.port = port, .path = "/metrics", .normal_ok = [](const std::string& answer) {
+    return answer.starts_with("HTTP/1.1 200 OK\r\n") && answer.find("\nhdp_agent_member{") != std::string::npos;
+  }};
+  const FloodResult r = slow_client_flood(options);
+  std::cout << "[ timing ] the agent's /metrics: " << r.summary() << std::endl;
+  expect_port_withstood(r, options);
+
+  // Each attacking connection counted once, under its reason: exact, since a half-open connection
+  // the server admitted is closed at its head deadline (after the client's connect began), one it
+  // refused on arrival as soon as accepted; a keep-alive one admitted is answered, then idle.
+  const auto grew = [&](const std::string& text, const std::string& reason) {
+    return closed(text, reason) - closed(before, reason);
+  };
+  const std::string after = scrape_until(port, [&](const std::string& t) {
+    return grew(t, "head_deadline") + grew(t, "idle") + grew(t, "per_address") >= r.attackers();
+  }, 5s);
+  ASSERT_FALSE(after.empty()) << "the scrape never counted the " << r.attackers() << " connections\n" << r.details()
+                              << "\n" << http_get(port, "/metrics", 2s).body;
+  EXPECT_EQ(grew(after, "head_deadline"), static_cast<double>(r.expected_head_deadline()))
+      << r.details() << "\n" << after;
+  EXPECT_EQ(grew(after, "idle"), static_cast<double>(r.expected_idle())) << after;
+  EXPECT_EQ(grew(after, "per_address"), static_cast<double>(r.expected_per_address())) << after;
+  for (const char* reason : {"body_deadline", "write_deadline", "over_cap", "too_large"}) {
+    EXPECT_EQ(grew(after, reason), 0) << reason << "\n" << after;
+  }
+  EXPECT_TRUE(a->running()) << log();
 }
 
 }  // namespace

@@ -6,7 +6,11 @@
 //     members and their ranks, the last checkpoint, every sample drawn);
 //   - after a node is SIGKILLed, the page marks the resize on the curves (a marker labelled with the
 //     new world size) and lists the one member left;
-//   - a job that does not exist is a page that says so; a port in use exits 2.
+//   - a job that does not exist is a page that says so; a port in use exits 2;
+//   - slow clients do not take its port (tests/support/http_flood.h): 200 half-open requests and
+//     200 idle keep-alives from 127.0.0.2, while a GET of /api/job from 127.0.0.1 is answered
+//     within 1 s throughout; each closed within its deadline and counted in /api/job's
+//     `http_connections_closed`; 10 MB of headers is 431, a 1 MB body 413, and it serves on.
 // Screenshots go to the test's directory, and to $HDP_DASHBOARD_SCREENSHOTS when set (docs/images).
 #include <gtest/gtest.h>
 
@@ -21,6 +25,7 @@
 #include "elastic/job_state.h"
 #include "tests/agents/agent_cluster.h"
 #include "tests/support/child_process.h"
+#include "tests/support/http_flood.h"
 #include "tests/support/http_get.h"
 #include "tests/support/redis_server.h"
 #include "tests/support/temp_dir.h"
@@ -205,6 +210,113 @@ TEST_F(DashboardInABrowser, AJobThatDoesNotExistIsSaidSoAndAPortInUseExitsTwo) {
   const auto second = run_command({hdp(), "dashboard", "--job", "nope", "--redis", redis.url(), "--port", std::to_string(port)}, {}, 20s);
   EXPECT_EQ(second.exit_code, 2);
   EXPECT_NE(second.err.find("port " + std::to_string(port) + " on 127.0.0.1 is in use"), std::string::npos) << second.err;
+}
+
+// The dashboard's HTTP limits, against the real process (no browser): `hdp dashboard` on a running
+// job (one agent, smoke workers), so that each GET of /api/job reads the job from Redis.
+class DashboardHttpLimits : public ::testing::Test {
+ protected:
+  std::string hdp() const { return std::string(std::getenv("HDP_BIN_DIR")) + "/hdp"; }
+  std::string dashboard_log() const {
+    std::ifstream in(dir_.path() / "dashboard.log");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  void TearDown() override {
+    if (HasFailure()) {
+      std::cerr << "dashboard log:\n" << dashboard_log().substr(0, 20000);
+      if (cluster_) std::cerr << cluster_->all_logs().substr(0, 20000);
+    }
+  }
+
+  TempDir dir_;
+  std::unique_ptr<AgentCluster> cluster_;
+};
+
+// The body of an HTTP answer (all its bytes) as JSON; discarded when it is not.
+json body_json(const std::string& answer) {
+  const auto end = answer.find("\r\n\r\n");
+  return end == std::string::npos ? json() : json::parse(answer.substr(end + 4), nullptr, false);
+}
+
+TEST_F(DashboardHttpLimits, SlowClientsDoNotTakeItsPortAndOversizedRequestsAreRefused) {
+  cluster_ = std::make_unique<AgentCluster>(ClusterOptions{.nproc = 1});
+  cluster_->start_agent("n1");
+  ASSERT_GE(cluster_->wait_for_members({"n1"}, 30s), 0);
+  const int port = free_loopback_port();
+  ChildProcess dashboard({hdp(), "dashboard", "--job", cluster_->job(), "--redis", cluster_->redis().url(), "--port",
+                          std::to_string(port)},
+                         (dir_.path() / "dashboard.log").string());
+  ASSERT_GE(cluster_->wait_until([&] { return http_get(port, "/healthz", 1s).status == 200; }, 20s), 0);
+
+  // /api/job's `http_connections_closed` (null when /api/job did not answer).
+  const auto closed = [&] {
+    const HttpResult r = http_get(port, "/api/job", 5s);
+    const json api = r.status == 200 ? json::parse(r.body, nullptr, false) : json();
+    return api.is_object() && api.contains("http_connections_closed") ? api["http_connections_closed"] : json();
+  };
+  const auto grew = [](const json& before, const json& after, const char* reason) {
+    return after.at(reason).get<std::int64_t>() - before.at(reason).get<std::int64_t>();
+  };
+  const json before = closed();
+  ASSERT_TRUE(before.is_object()) << "no http_connections_closed in /api/job";
+
+  // The flood, a normal GET of /api/job answered with the job throughout.
+  const FloodOptions options{.port = port, .path = "/api/job", .normal_ok = [](const std::string& answer) {
+    const json api = body_json(answer);
+    return answer.starts_with("HTTP/1.1 200 OK\r\n") && api.is_object() && api["exists"] == true;
+  }};
+  const FloodResult r = slow_client_flood(options);
+  std::cout << "[ timing ] the dashboard: " << r.summary() << std::endl;
+  expect_port_withstood(r, options);
+
+  // Each attacking connection counted once, under its reason: exact, since a half-open connection
+  // the server admitted is closed at its head deadline (after the client's connect began), one it
+  // refused on arrival as soon as accepted; a keep-alive one admitted is answered, then idle.
+  const auto counted = [&](const json& now) {
+    return grew(before, now, "head_deadline") + grew(before, now, "idle") + grew(before, now, "per_address");
+  };
+  json after = closed();
+  for (int i = 0; i < 100 && after.is_object() && counted(after) < r.attackers(); ++i) {
+    std::this_thread::sleep_for(20ms);
+    after = closed();
+  }
+  ASSERT_TRUE(after.is_object()) << "/api/job did not answer after the flood";
+  EXPECT_EQ(grew(before, after, "head_deadline"), static_cast<std::int64_t>(r.expected_head_deadline()))
+      << after.dump() << "\n" << r.details();
+  EXPECT_EQ(grew(before, after, "idle"), static_cast<std::int64_t>(r.expected_idle())) << after.dump();
+  EXPECT_EQ(grew(before, after, "per_address"), static_cast<std::int64_t>(r.expected_per_address())) << after.dump();
+  for (const char* reason : {"body_deadline", "write_deadline", "over_cap", "too_large_431", "too_large_413"}) {
+    EXPECT_EQ(grew(before, after, reason), 0) << reason << ": " << after.dump();
+  }
+
+  // 10 MB of headers: 431; a 1 MB body: 413; each closed, the dashboard serving on.
+  {
+    Fd fd = connect_from("127.0.0.1", port);
+    ASSERT_TRUE(fd.ok());
+    const Pushed p = push(fd.get(), request_with_head_of(10u << 20, "/api/job"));
+    EXPECT_TRUE(p.answer.starts_with("HTTP/1.1 431 Request Header Fields Too Large\r\n")) << p.answer.substr(0, 200);
+    EXPECT_TRUE(p.closed);
+  }
+  {
+    Fd fd = connect_from("127.0.0.1", port);
+    ASSERT_TRUE(fd.ok());
+    const Pushed p = push(fd.get(), request_with_body_of(1u << 20, "/api/job"));
+    EXPECT_TRUE(p.answer.starts_with("HTTP/1.1 413 Payload Too Large\r\n")) << p.answer.substr(0, 200);
+    EXPECT_TRUE(p.closed);
+  }
+  const HttpResult job = http_get(port, "/api/job", 5s);
+  ASSERT_EQ(job.status, 200) << "the dashboard does not answer after the 431 and the 413";
+  const json api = json::parse(job.body, nullptr, false);
+  ASSERT_TRUE(api.is_object());
+  EXPECT_EQ(api["exists"], true);
+  EXPECT_EQ(api["job"], cluster_->job());
+  const json last = api["http_connections_closed"];
+  EXPECT_EQ(grew(after, last, "too_large_431"), 1) << last.dump();
+  EXPECT_EQ(grew(after, last, "too_large_413"), 1) << last.dump();
+  for (const char* reason : {"head_deadline", "body_deadline", "write_deadline", "idle", "over_cap", "per_address"}) {
+    EXPECT_EQ(grew(after, last, reason), 0) << reason << ": " << last.dump();
+  }
+  EXPECT_TRUE(dashboard.running());
 }
 
 }  // namespace
