@@ -99,7 +99,7 @@ json to_json(const Manifest& m) {
     }
     tensors.push_back({{"name", t.name}, {"shape", t.shape}, {"pieces", pieces}});
   }
-  return {{"format", kFormatName},
+  json out = {{"format", kFormatName},
           {"format_version", m.format_version},
           {"step", m.step},
           {"world_size", m.world_size},
@@ -110,6 +110,8 @@ json to_json(const Manifest& m) {
           {"buffers", kBufferNames},
           {"files", files},
           {"tensors", tensors}};
+  if (!m.data_fingerprint.empty()) out["data_fingerprint"] = m.data_fingerprint;
+  return out;
 }
 
 Manifest manifest_from_json(const json& j) {
@@ -126,6 +128,7 @@ Manifest manifest_from_json(const json& j) {
     m.world_size = j.at("world_size").get<int>();
     m.model_config = j.at("model_config");
     m.data = {j.at("data_position").at("epoch").get<std::uint64_t>(), j.at("data_position").at("sample").get<std::uint64_t>()};
+    if (j.contains("data_fingerprint")) m.data_fingerprint = j.at("data_fingerprint").get<std::string>();
     m.checksum_block_bytes = j.at("checksum").at("block_bytes").get<std::int64_t>();
     if (m.checksum_block_bytes < 4 || m.checksum_block_bytes % 4 != 0) {
       throw InvalidArgument("manifest: checksum block_bytes must be a positive multiple of 4");

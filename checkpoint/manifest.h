@@ -58,6 +58,7 @@ struct Manifest {
   int world_size = 0;
   nlohmann::json model_config;
   DataPosition data;
+  std::string data_fingerprint;  // of the data `data` is a position in; empty: not recorded (older checkpoints)
   std::int64_t checksum_block_bytes = 0;
   std::vector<FileRecord> files;      // by rank
   std::vector<TensorRecord> tensors;  // in flat-buffer order

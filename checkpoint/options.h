@@ -16,6 +16,9 @@ namespace hdp::checkpoint {
 struct CheckpointOptions {
   std::filesystem::path root;   // holds step-<N>/ directories (checkpoint/checkpoint_root.h)
   nlohmann::json model_config;  // recorded in the manifest; a restore under another config is refused
+  // The data's fingerprint (trainer/data/piece_source.h), recorded in the manifest for the trainer
+  // to compare on a restore; empty: none recorded.
+  std::string data_fingerprint;
   int keep = 3;                 // committed checkpoints kept (--keep), >= 1
   // Restore: this committed step only, no fallback to older ones (hdp export of one checkpoint);
   // nullopt: the newest valid one.

@@ -66,7 +66,7 @@ RestoredProgress read_checkpoint(const Manifest& manifest, const fs::path& dir, 
       }
     }
   }
-  RestoredProgress progress{dir, manifest.step, manifest.data, {}};
+  RestoredProgress progress{dir, manifest.step, manifest.data, manifest.data_fingerprint, {}};
   for (std::size_t f = 0; f < manifest.files.size(); ++f) progress.rng_states.push_back(read_rng_verified(file(f), manifest.files[f]));
   return progress;
 }

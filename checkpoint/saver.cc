@@ -99,7 +99,8 @@ void Saver::commit(const fs::path& tmp, const fs::path& final_dir, double starte
   for (int r = 0; r < group_.world_size(); ++r) {
     records.push_back(rank_record_from_json(nlohmann::json::parse(read_small_file(tmp / rank_record_name(r)))));
   }
-  const Manifest manifest = assemble_manifest(layout_, options_.model_config, options_.checksum_block_bytes, records);
+  Manifest manifest = assemble_manifest(layout_, options_.model_config, options_.checksum_block_bytes, records);
+  manifest.data_fingerprint = options_.data_fingerprint;
   const std::string text = to_json(manifest).dump(1);
   write_file_durably(tmp / kManifestFile, text);
   for (int r = 0; r < group_.world_size(); ++r) fs::remove(tmp / rank_record_name(r));

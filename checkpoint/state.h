@@ -48,6 +48,7 @@ struct RestoredProgress {
   std::filesystem::path path;  // the committed checkpoint directory it read
   std::int64_t step = 0;
   DataPosition data;
+  std::string data_fingerprint;  // as the manifest recorded it; empty: none
   // The RNG state of every rank of the saving job, by its old rank: a job on a different number
   // of ranks decides itself how to map them (e.g. rank r takes rng_states[r % old world size]).
   std::vector<std::vector<std::uint8_t>> rng_states;

@@ -133,12 +133,19 @@ void add_train_command(CLI::App& app) {
                     "Apply weight decay to RMSNorm weights too (default: exempt, as most LLaMA recipes)")
       ->envname("HDP_DECAY_NORMS");
   opt("--clip", c.max_grad_norm, "Clip the global gradient norm to this (<= 0: no clipping)", "HDP_CLIP");
-  opt("--data", c.data, "A directory of text files (one file a document), or synthetic:github|byted|file:PATH",
+  opt("--data", c.data,
+      "A directory of text files (one file a document), a Megatron indexed dataset PREFIX (PREFIX.idx + PREFIX.bin), "
+      "synthetic:github|byted|file:PATH, or a weighted blend of those, \"W1 PATH1 W2 PATH2 ...\" (e.g. \"0.7 A 0.3 "
+      "B\": weights count sequences; an epoch reads every piece of every dataset at least once, repeating those of a "
+      "dataset small for its weight)",
       "HDP_DATA");
   opt("--seed", c.seed, "Seed of the initial weights and the data order", "HDP_SEED");
   opt("--checkpoint-dir", f.checkpoint_dir, "Where checkpoints go (empty: none)", "HDP_CHECKPOINT_DIR");
   opt("--checkpoint-every", c.checkpoint_every, "Steps between checkpoints", "HDP_CHECKPOINT_EVERY");
   opt("--keep", c.keep, "Committed checkpoints kept", "HDP_KEEP");
+  command->add_flag("--allow-data-change", c.allow_data_change,
+                    "Resume from a checkpoint written over other --data (its fingerprint differs) instead of refusing")
+      ->envname("HDP_ALLOW_DATA_CHANGE");
   command->add_flag("--resume,!--no-resume", c.resume,
                     "Restore the newest valid checkpoint when the job starts (default on); --no-resume needs an "
                     "empty checkpoint directory")

@@ -12,6 +12,7 @@
 #include "checkpoint/restorer.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "trainer/checkpoint_group.h"
 #include "trainer/checkpoint_reporting.h"
 
@@ -179,6 +180,7 @@ void Recovery::restore(const Membership& m, Communicator& comm, std::int64_t fur
   if (restored) {
     step_ = restored->step;
     position_ = restored->data;
+    check_data(m, *restored);
     zero_->set_steps_taken(step_);
     if (!restored->rng_states.empty() && restored->rng_states[0] != rng_bytes(config_.seed)) {
       log()->warn("the checkpoint {} was written under another --seed: the initial weights came from it, but the "
@@ -235,6 +237,29 @@ void Recovery::restore(const Membership& m, Communicator& comm, std::int64_t fur
 
 // --resume: always, except for a job that starts without it and has never reported a step, whose
 // checkpoint directory must then hold none (a later rollback would otherwise load another run's).
+void Recovery::check_data(const Membership& m, const checkpoint::RestoredProgress& restored) {
+  const std::string now = setup_.data->fingerprint();
+  if (restored.data_fingerprint.empty() || restored.data_fingerprint == now) return;
+  const std::string what = "the checkpoint " + restored.path.string() + " was written over other data than --data " +
+                           quote_value(config_.data) + " (data fingerprint " + restored.data_fingerprint +
+                           ", now " + now + ")";
+  if (!config_.allow_data_change) {
+    throw InvalidArgument(what + ": its data position would not mean the same here; train on the data it was "
+                          "written over, or resume anyway with --allow-data-change");
+  }
+  const checkpoint::DataPosition saved = position_;
+  if (position_.sample > setup_.data->piece_count()) position_ = {position_.epoch + 1, 0};
+  if (m.rank != 0) return;
+  log()->warn("{}; resuming anyway (--allow-data-change) at epoch {}, sample {}", what, position_.epoch,
+              position_.sample);
+  events_.record(m, "data_changed", {{"step", std::to_string(step_)},
+                                     {"checkpoint", restored.path.filename().string()},
+                                     {"was", restored.data_fingerprint},
+                                     {"now", now},
+                                     {"saved_position", std::to_string(saved.epoch) + ":" + std::to_string(saved.sample)},
+                                     {"position", std::to_string(position_.epoch) + ":" + std::to_string(position_.sample)}});
+}
+
 bool Recovery::may_restore(const Membership& m, Communicator& comm) {
   if (config_.resume) return true;
   std::int64_t fresh = 0;

@@ -71,6 +71,10 @@ class Recovery {
   void report_rolled_forward(const elastic::Membership& m);
   void restore(const elastic::Membership& m, mesh::Communicator& comm, std::int64_t furthest, const std::string& why);
   bool may_restore(const elastic::Membership& m, mesh::Communicator& comm);
+  // A checkpoint written over other data (its data fingerprint differs from this job's): refused
+  // (InvalidArgument, exit 2 on every rank alike), or with --allow-data-change logged and kept,
+  // its position moved to the next epoch when it lies past this data's.
+  void check_data(const elastic::Membership& m, const checkpoint::RestoredProgress& restored);
   bool checkpoints() const { return !checkpoints_.root.empty(); }
   // This rank's ZeRO-1 shard as a checkpoint holds it: its range of the parameters and both AdamW
   // moments, in place (what save() hands over and restore() fills).

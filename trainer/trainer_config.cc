@@ -1,5 +1,6 @@
 #include "trainer/trainer_config.h"
 
+#include "trainer/data/blend.h"
 #include "trainer/data/indexed_dataset.h"
 
 #include <charconv>
@@ -143,9 +144,25 @@ void TrainerConfig::validate() const {
                           "' holds neither model.safetensors nor model.safetensors.index.json");
   }
   model.validate();
-  if (model.vocab_size < 256 && data.rfind("synthetic:", 0) != 0 && !data::IndexedDataset::exists(data)) {
-    throw InvalidArgument("--vocab " + std::to_string(model.vocab_size) +
-                          " cannot hold a text corpus's byte tokens (0-255): use 256 or more");
+  // A blend's form is checked here, before the environment (its paths when they are opened).
+  std::vector<std::string> paths{data};
+  if (data::is_blend_spec(data)) {
+    paths.clear();
+    for (auto& [weight, path] : data::parse_blend_spec(data)) paths.push_back(std::move(path));
+  }
+  if (model.vocab_size < 256) {
+    // Synthetic documents and indexed datasets hold ids below --vocab (an indexed dataset's are
+    // checked as they are read); a text corpus's are bytes. In a blend, each dataset alike.
+    const auto text_corpus = [](const std::string& path) {
+      return path.rfind("synthetic:", 0) != 0 && !data::IndexedDataset::exists(path);
+    };
+    for (const std::string& path : paths) {
+      if (!text_corpus(path)) continue;
+      throw InvalidArgument("--vocab " + std::to_string(model.vocab_size) +
+                            " cannot hold a text corpus's byte tokens (0-255)" +
+                            (path == data ? std::string() : " of '" + path + "' in the --data blend") +
+                            ": use 256 or more");
+    }
   }
   if (context < 1) throw InvalidArgument("--context " + std::to_string(context) + " must be >= 1 token");
   if (capacity < 1) throw InvalidArgument("--capacity " + std::to_string(capacity) + " must be >= 1 token");

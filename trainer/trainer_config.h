@@ -82,6 +82,9 @@ struct TrainerConfig {
   std::string data = "/usr/include";
   std::uint64_t seed = 1234;          // initial weights and data order
   std::filesystem::path init_from;    // --init-from: initial weights from a Hugging Face directory (hf_model.h)
+  // A restore from a checkpoint written over other data (its fingerprint differs) goes on, logged,
+  // instead of being refused; a saved position past the new data's epoch moves to the next epoch.
+  bool allow_data_change = false;
   std::filesystem::path checkpoint_dir;  // empty: no checkpoints
   std::int64_t checkpoint_every = 50;
   int keep = 3;

@@ -5,6 +5,7 @@
 #include "mesh/plan/cost_model_json.h"
 #include "mesh/plan/plan.h"
 #include "ops/model/llama_params.h"
+#include "trainer/data/blend.h"
 #include "trainer/data/corpus.h"
 #include "trainer/data/indexed_dataset.h"
 #include "trainer/data/synthetic.h"
@@ -69,30 +70,60 @@ mesh::CostModel trainer_cost_model(const TrainerConfig& config) {
   return cost;
 }
 
-std::shared_ptr<const data::PieceSource> open_data(const TrainerConfig& config) {
+namespace {
+
+// One dataset of --data (the whole value, or one path of a blend): synthetic documents, an indexed
+// dataset prefix, or a directory of text files.
+std::shared_ptr<const data::PieceSource> open_dataset(const TrainerConfig& config, const std::string& spec) {
   constexpr std::string_view kSynthetic = "synthetic:";
-  if (config.data.rfind(kSynthetic, 0) == 0) {
+  if (spec.rfind(kSynthetic, 0) == 0) {
     data::SyntheticOptions options;
-    options.distribution = config.data.substr(kSynthetic.size());
+    options.distribution = spec.substr(kSynthetic.size());
     options.seed = config.seed;
     options.context = config.context;
     options.vocab = config.model.vocab_size;
     return std::make_shared<data::SyntheticDocuments>(options);
   }
-  if (data::IndexedDataset::exists(config.data)) {
-    auto dataset = std::make_shared<data::IndexedDataset>(config.data, config.context, config.model.vocab_size);
+  if (data::IndexedDataset::exists(spec)) {
+    auto dataset = std::make_shared<data::IndexedDataset>(spec, config.context, config.model.vocab_size);
     log()->info("data: indexed dataset {}: {} documents, {} sequences, {} tokens, {} pieces of at most {} tokens",
-                config.data, dataset->document_count(), dataset->sequence_count(), dataset->token_count(),
+                spec, dataset->document_count(), dataset->sequence_count(), dataset->token_count(),
                 dataset->piece_count(), config.context);
     return dataset;
   }
   data::CorpusOptions options;
   options.context = config.context;
-  auto corpus = std::make_shared<data::Corpus>(config.data, options);
+  auto corpus = std::make_shared<data::Corpus>(spec, options);
   const auto& s = corpus->stats();
   log()->info("data: {} documents, {} pieces of at most {} tokens, {} bytes under {}", s.documents, s.pieces,
               config.context, s.bytes, corpus->root().string());
   return corpus;
+}
+
+}  // namespace
+
+std::shared_ptr<const data::PieceSource> open_data(const TrainerConfig& config) {
+  if (!data::is_blend_spec(config.data)) return open_dataset(config, config.data);
+  const auto items = data::parse_blend_spec(config.data);
+  std::vector<data::BlendMember> members;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const auto& [weight, path] = items[i];
+    try {
+      members.push_back({.weight = weight, .source = open_dataset(config, path), .label = path});
+    } catch (const InvalidArgument& e) {
+      // The member's own message names the path; say which item of the blend it is.
+      throw InvalidArgument("--data: path '" + path + "' (item " + std::to_string(2 * i + 2) + "): " + e.what());
+    }
+  }
+  auto blend = std::make_shared<data::BlendedPieces>(std::move(members), config.seed);
+  for (std::size_t d = 0; d < blend->member_count(); ++d) {
+    const auto pieces = blend->member(d).source->piece_count();
+    log()->info("data: blend {}/{}: weight {} ({:.4f}), {}: {} pieces, {} virtual pieces an epoch (x{:.3g})", d + 1,
+                blend->member_count(), blend->member(d).weight, blend->weight(d), blend->member(d).label, pieces,
+                blend->member_pieces(d), static_cast<double>(blend->member_pieces(d)) / static_cast<double>(pieces));
+  }
+  log()->info("data: blend of {} datasets: {} virtual pieces an epoch", blend->member_count(), blend->piece_count());
+  return blend;
 }
 
 }  // namespace hdp::trainer

@@ -39,8 +39,10 @@ std::vector<mesh::ZeroOptimizer::Range> no_decay_ranges(const TrainerConfig& con
 // FLOPs (only the ratios of α, β and γ matter for balancing ranks of equal speed).
 mesh::CostModel trainer_cost_model(const TrainerConfig& config);
 
-// The corpus or synthetic documents of config.data, cut at config.context. InvalidArgument for a
-// directory with no usable document, an unknown distribution, or a vocabulary too small.
+// The data of config.data, cut at config.context: a corpus directory, an indexed dataset prefix,
+// synthetic documents, or a weighted blend of those (trainer/data/blend.h). InvalidArgument for a
+// directory with no usable document, an unknown distribution, a malformed blend, or a vocabulary
+// too small.
 std::shared_ptr<const data::PieceSource> open_data(const TrainerConfig& config);
 
 // Throws InvalidArgument when a job of `world_size` ranks cannot run this configuration: a

@@ -67,6 +67,11 @@ TEST(CheckpointManifest, JsonRoundTripIsExact) {
   EXPECT_EQ(j["tensors"][0]["pieces"]["params"][1]["file"], "rank-00001.h5");
   EXPECT_EQ(j["tensors"][0]["pieces"]["params"][0]["xxh3"][0].get<std::string>().size(), 16u);
   EXPECT_EQ(manifest_from_json(nlohmann::json::parse(j.dump())), m);
+  EXPECT_FALSE(j.contains("data_fingerprint")) << "none recorded: none written (the manifests before it read the same)";
+  Manifest with = m;
+  with.data_fingerprint = "0123456789abcdef";
+  EXPECT_EQ(to_json(with)["data_fingerprint"], "0123456789abcdef");
+  EXPECT_EQ(manifest_from_json(nlohmann::json::parse(to_json(with).dump())), with);
 }
 
 TEST(CheckpointManifest, RankRecordJsonRoundTrip) {

@@ -16,7 +16,8 @@
 //    `--model-config` and `--init-from` on the export starts from exactly those weights (the
 //    `restore` event's xxh3 equals the checkpoint's parameters') and completes;
 //  - a Megatron indexed dataset (written by an independent Python writer) as `--data`: the job
-//    trains on it and completes; one holding a token id outside the model's vocabulary stops the
+//    trains on it and completes; resumed over a rewritten dataset it is refused (the checkpoint's
+//    data fingerprint differs), and goes on with --allow-data-change; one holding a token id outside the model's vocabulary stops the
 //    job (agent exit 3) with one line naming the file and the byte.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -193,7 +194,7 @@ std::filesystem::path indexed_dataset(const std::filesystem::path& dir, int docu
   return prefix;
 }
 
-TEST(TrainerQuick, AMegatronIndexedDatasetIsTrainedOnAndABadTokenIdStopsTheJob) {
+TEST(TrainerQuick, AMegatronIndexedDatasetIsTrainedOnResumedOnlyOverItselfAndABadTokenIdStopsTheJob) {
   TempDir dir;
   {
     AgentCluster cluster(quick(dir.path(), {"--data", indexed_dataset(dir.path(), 400, 256).string()}));
@@ -202,6 +203,32 @@ TEST(TrainerQuick, AMegatronIndexedDatasetIsTrainedOnAndABadTokenIdStopsTheJob) 
     ASSERT_TRUE(status.has_value() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << cluster.all_logs();
     EXPECT_NE(cluster.all_logs().find("data: indexed dataset"), std::string::npos) << cluster.all_logs();
     EXPECT_EQ(cluster.state()["status"], "completed");
+  }
+  // The checkpoints record the data's fingerprint; 4 more steps over a rewritten dataset (300
+  // documents where there were 400) are refused at the restore, then allowed.
+  std::ifstream manifest(dir.path() / "ckpt" / "step-00000024" / "manifest.json");
+  const nlohmann::json recorded = nlohmann::json::parse(manifest, nullptr, false);
+  ASSERT_TRUE(recorded.contains("data_fingerprint")) << recorded.dump();
+  EXPECT_EQ(recorded["data_fingerprint"].get<std::string>().size(), 16u);
+  const std::string changed = indexed_dataset(dir.path(), 300, 256).string();
+  {
+    AgentCluster cluster(quick(dir.path(), {"--data", changed, "--steps", "28"}));
+    cluster.start_agent("n1");
+    const auto status = cluster.agent("n1").wait_for(180s);
+    ASSERT_TRUE(status.has_value()) << cluster.all_logs();
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 3) << *status << "\n" << cluster.all_logs();
+    const std::string logs = cluster.all_logs();
+    EXPECT_NE(logs.find("hdp: error: the checkpoint "), std::string::npos) << logs;
+    EXPECT_NE(logs.find("was written over other data than --data"), std::string::npos) << logs;
+    EXPECT_NE(logs.find("--allow-data-change"), std::string::npos) << logs;
+  }
+  {
+    AgentCluster cluster(quick(dir.path(), {"--data", changed, "--steps", "28", "--allow-data-change"}));
+    cluster.start_agent("n1");
+    const auto status = cluster.agent("n1").wait_for(180s);
+    ASSERT_TRUE(status.has_value() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << cluster.all_logs();
+    EXPECT_NE(cluster.all_logs().find("resuming anyway (--allow-data-change)"), std::string::npos) << cluster.all_logs();
+    EXPECT_EQ(cluster.state()["step"], "28");
   }
   TempDir bad;
   AgentCluster cluster(quick(bad.path(), {"--data", indexed_dataset(bad.path(), 40, 256, 300).string()}));

@@ -6,11 +6,17 @@
 #include <string>
 #include <utility>
 
+#include "checkpoint/checksum.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "trainer/data/mix.h"
 
 namespace hdp::trainer::data {
+
+std::string fingerprint_of(std::string_view bytes) {
+  return checkpoint::to_hex(
+      checkpoint::xxh3({reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()}));
+}
 namespace {
 
 // Refusals logged one by one; after these, a count at every power of ten.

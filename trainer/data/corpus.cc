@@ -272,4 +272,10 @@ bool Corpus::read(std::uint64_t piece, std::int64_t length, std::vector<std::int
   return true;
 }
 
+std::string Corpus::fingerprint() const {
+  std::string listing = "corpus " + std::to_string(context_) + "\n";
+  for (std::size_t d = 0; d < paths_.size(); ++d) listing += paths_[d] + '\0' + std::to_string(sizes_[d]) + '\n';
+  return fingerprint_of(listing);
+}
+
 }  // namespace hdp::trainer::data

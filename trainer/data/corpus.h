@@ -92,6 +92,9 @@ class Corpus final : public PieceSource {
   std::int64_t piece_length(std::uint64_t piece) const override { return locate(piece).length; }
   bool read(std::uint64_t piece, std::int64_t length, std::vector<std::int32_t>& tokens,
             std::string& why) const override;
+  // Of every document's relative path and size, and the context: an edit that keeps a file's size
+  // is not seen (reading every byte at each start would cost more than the walk).
+  std::string fingerprint() const override;
 
  private:
   std::filesystem::path root_;

@@ -156,6 +156,13 @@ IndexedDataset::IndexedDataset(fs::path prefix, std::int64_t context, std::int64
   }
   documents_ = entries - 1;
   if (piece_count() == 0) bad(idx_path_, "holds no token");
+  constexpr std::size_t kEdge = std::size_t{1} << 20;
+  const std::size_t head = std::min(kEdge, bin_.size), tail = std::min(kEdge, bin_.size - head);
+  std::string summary = "indexed " + std::to_string(context) + " " + std::to_string(bin_.size) + "\n";
+  summary += fingerprint_of({reinterpret_cast<const char*>(idx.data), idx.size});
+  summary += fingerprint_of({reinterpret_cast<const char*>(bin_.data), head});
+  summary += fingerprint_of({reinterpret_cast<const char*>(bin_.data) + bin_.size - tail, tail});
+  fingerprint_ = fingerprint_of(summary);
 }
 
 IndexedDataset::~IndexedDataset() {

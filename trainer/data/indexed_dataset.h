@@ -40,6 +40,9 @@ class IndexedDataset final : public PieceSource {
   std::int64_t piece_length(std::uint64_t piece) const override;
   bool read(std::uint64_t piece, std::int64_t length, std::vector<std::int32_t>& tokens,
             std::string& why) const override;
+  // Of the whole .idx (every length and pointer), the .bin's size and its first and last MiB, and
+  // the context: tokens rewritten in the middle of the .bin with the same lengths are not seen.
+  std::string fingerprint() const override { return fingerprint_; }
 
   std::uint64_t sequence_count() const { return lengths_.size(); }
   std::uint64_t document_count() const { return documents_; }
@@ -62,6 +65,7 @@ class IndexedDataset final : public PieceSource {
   std::vector<std::uint64_t> piece_start_;  // by sequence: the first piece of it; last: piece count
   std::uint64_t documents_ = 0;
   std::int64_t tokens_ = 0;
+  std::string fingerprint_;
 };
 
 }  // namespace hdp::trainer::data

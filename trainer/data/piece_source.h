@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace hdp::trainer::data {
@@ -32,6 +33,15 @@ class PieceSource {
   // several threads at once.
   virtual bool read(std::uint64_t piece, std::int64_t length, std::vector<std::int32_t>& tokens,
                     std::string& why) const = 0;
+  // 16 hex digits (xxh3-64) of what the pieces are built from, the context included: equal for the
+  // same data, different when it changed in a way the pieces can show (a file added, removed,
+  // resized or renamed; an index rewritten). Saved beside the data position in checkpoints, so that
+  // a resume onto other data is noticed (trainer/recovery.cc). Each implementation says what it
+  // does not see.
+  virtual std::string fingerprint() const = 0;
 };
+
+// The fingerprint of `bytes` (xxh3-64, as 16 hex digits): what the implementations return.
+std::string fingerprint_of(std::string_view bytes);
 
 }  // namespace hdp::trainer::data

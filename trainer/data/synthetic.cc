@@ -41,4 +41,10 @@ bool SyntheticDocuments::read(std::uint64_t piece, std::int64_t length, std::vec
   return true;
 }
 
+std::string SyntheticDocuments::fingerprint() const {
+  return fingerprint_of("synthetic\n" + options_.distribution + "\n" + std::to_string(options_.seed) + " " +
+                        std::to_string(options_.documents) + " " + std::to_string(options_.context) + " " +
+                        std::to_string(options_.vocab));
+}
+
 }  // namespace hdp::trainer::data

@@ -42,6 +42,8 @@ class SyntheticDocuments final : public PieceSource {
   // Never refuses a piece.
   bool read(std::uint64_t piece, std::int64_t length, std::vector<std::int32_t>& tokens,
             std::string& why) const override;
+  // Of the options: the documents are a function of them.
+  std::string fingerprint() const override;
 
  private:
   SyntheticOptions options_;

@@ -67,6 +67,22 @@ TEST(Corpus, OrdersDocumentsBytewiseByRelativePath) {
   EXPECT_FALSE(corpus.stats().truncated);
 }
 
+// The fingerprint saved in checkpoints (piece_source.h): of the paths and sizes, and the context.
+TEST(Corpus, TheFingerprintFollowsPathsSizesAndTheContext) {
+  TempDir dir("hdp-data");
+  write_file(dir.path() / "a.txt", "hello");
+  write_file(dir.path() / "b" / "c.txt", "world!");
+  const std::string first = Corpus(dir.path(), {.context = 8}).fingerprint();
+  EXPECT_EQ(first.size(), 16u);
+  EXPECT_EQ(Corpus(dir.path(), {.context = 8}).fingerprint(), first);
+  EXPECT_NE(Corpus(dir.path(), {.context = 4}).fingerprint(), first);
+  write_file(dir.path() / "a.txt", "hello, longer");
+  const std::string grown = Corpus(dir.path(), {.context = 8}).fingerprint();
+  EXPECT_NE(grown, first);
+  write_file(dir.path() / "d.txt", "x");
+  EXPECT_NE(Corpus(dir.path(), {.context = 8}).fingerprint(), grown);
+}
+
 TEST(Corpus, CutsDocumentsIntoContextSizedPieces) {
   TempDir dir("hdp-data");
   const std::string ten = text_bytes(10, 1), four = text_bytes(4, 2), three = text_bytes(3, 3);

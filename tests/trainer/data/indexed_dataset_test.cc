@@ -82,6 +82,24 @@ TEST(IndexedDataset, AnIndependentWritersDocumentsReadBackAsTheSamePiecesForEver
   }
 }
 
+// The fingerprint saved in checkpoints (piece_source.h): the same files opened twice give the same
+// one; another context, a token changed near the start of the .bin, or other documents change it.
+TEST(IndexedDataset, TheFingerprintFollowsTheFilesAndTheContext) {
+  hdp::test::TempDir dir;
+  const Documents docs = {{{1, 2, 3, 4, 5}}, {{6, 7}, {8, 9, 10}}};
+  const fs::path a = write(dir.path(), "a", docs, 4);
+  const std::string first = IndexedDataset(a, 8, 1000).fingerprint();
+  EXPECT_EQ(first.size(), 16u);
+  EXPECT_EQ(IndexedDataset(a, 8, 1000).fingerprint(), first);
+  EXPECT_NE(IndexedDataset(a, 4, 1000).fingerprint(), first) << "other pieces";
+  const fs::path b = write(dir.path(), "b", docs, 4);
+  EXPECT_EQ(IndexedDataset(b, 8, 1000).fingerprint(), first) << "the same bytes under another name";
+  patch(fs::path(b.string() + ".bin"), 0, std::string("\x09", 1));
+  EXPECT_NE(IndexedDataset(b, 8, 1000).fingerprint(), first);
+  const fs::path c = write(dir.path(), "c", {{{1, 2, 3, 4, 5}}}, 4);
+  EXPECT_NE(IndexedDataset(c, 8, 1000).fingerprint(), first);
+}
+
 TEST(IndexedDataset, EveryMalformedPairOfFilesIsRefusedNamingTheFileAndTheOffset) {
   hdp::test::TempDir dir;
   const Documents docs = {{{1, 2, 3}}, {{4, 5}}};
