@@ -46,10 +46,8 @@ std::optional<std::pair<std::size_t, std::size_t>> password_span(std::string_vie
   return std::make_pair(start, split.credentials->size() - colon - 1);
 }
 
-std::string masked(std::string_view url) { return mask_password(url); }
-
 [[noreturn]] void fail(std::string_view url, const std::string& reason) {
-  throw InvalidArgument("invalid Redis URL '" + masked(url) + "': " + reason +
+  throw InvalidArgument("invalid Redis URL '" + mask_password(url) + "': " + reason +
                         " (expected redis://[user[:password]@]host[:port][/db] or unix:///path/to/socket)");
 }
 

@@ -207,6 +207,22 @@ TEST(ControlPlaneCli, RunStartsAPrivateRedisAndAgentsAndCleansUp) {
   EXPECT_EQ(std::stoi(survivors.out), 0) << "processes of " << job << " outlived hdp run";
 }
 
+// The whole of a file ("" when it cannot be read).
+std::string file_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Whether `text` appears in the file within `timeout` (looked at every 100 ms).
+bool wait_for_text(const std::string& path, const std::string& text, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (file_text(path).find(text) == std::string::npos) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(100ms);
+  }
+  return true;
+}
+
 // Every process of this user whose command line or environment holds `secret`: "PID: cmdline".
 std::vector<std::string> processes_showing(const std::string& secret) {
   std::vector<std::string> found;
@@ -243,15 +259,8 @@ TEST(ControlPlaneCli, NoProcessOfARunShowsTheRedisPassword) {
                     std::to_string(dashboard), "--", AgentCluster().hdp(), "train", "--smoke", "--steps", "100000",
                     "--step-ms", "20"},
                    log_path);
-  auto log = [&] {
-    std::ifstream in(log_path);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
-  const auto deadline = std::chrono::steady_clock::now() + 30s;
-  while (log().find("world size 2, status running") == std::string::npos) {
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << log();
-    std::this_thread::sleep_for(100ms);
-  }
+  auto log = [&] { return file_text(log_path); };
+  ASSERT_TRUE(wait_for_text(log_path, "world size 2, status running", 30s)) << log();
   EXPECT_EQ(processes_showing(secret), std::vector<std::string>{});
   const auto status = run_command({AgentCluster().hdp(), "status", "--job", job, "--redis", url, "--json"}, {}, 30s);
   EXPECT_EQ(status.exit_code, 0) << status.err;
@@ -281,15 +290,8 @@ TEST(ControlPlaneCli, RunExitsZeroWhenTheJobCompletesDespiteALostAgent) {
                     job, "--lease-ms", "1000", "--", AgentCluster().hdp(), "train", "--smoke", "--steps", "300",
                     "--step-ms", "20"},
                    log_path);
-  auto log = [&] {
-    std::ifstream in(log_path);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
-  const auto deadline = std::chrono::steady_clock::now() + 30s;
-  while (log().find("world size 3, status running") == std::string::npos) {
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << log();
-    std::this_thread::sleep_for(100ms);
-  }
+  auto log = [&] { return file_text(log_path); };
+  ASSERT_TRUE(wait_for_text(log_path, "world size 3, status running", 30s)) << log();
   auto victim = run_command({"pgrep", "-f", "--", "--job " + job + " .*--node-id node1 "});
   ASSERT_EQ(victim.exit_code, 0) << "no agent of node1";
   ASSERT_EQ(kill(std::stoi(victim.out), SIGKILL), 0);
