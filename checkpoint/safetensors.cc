@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/posix_io.h"
+#include "kernels/cpu/bf16.h"
 #include "common/error.h"
 #include "common/text.h"
 
@@ -66,17 +67,6 @@ const char* dtype_name(TensorDtype dtype) {
 }
 
 std::size_t dtype_bytes(TensorDtype dtype) { return dtype == TensorDtype::kF32 ? 4 : 2; }
-
-std::uint16_t to_bf16(float value) {
-  const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
-  if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu) != 0) {
-    return static_cast<std::uint16_t>((bits >> 16) | 0x0040u);  // a NaN stays a (quiet) NaN
-  }
-  const std::uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);  // to nearest, ties to even
-  return static_cast<std::uint16_t>((bits + rounding) >> 16);
-}
-
-float from_bf16(std::uint16_t bits) { return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16); }
 
 float from_f16(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
@@ -157,7 +147,7 @@ void write_safetensors(const fs::path& path, const std::vector<TensorToWrite>& t
           std::memcpy(buffer.data(), t->values.data() + at, n * 4);
         } else if (dtype == TensorDtype::kBF16) {
           for (std::size_t i = 0; i < n; ++i) {
-            const std::uint16_t b = to_bf16(t->values[at + i]);
+            const std::uint16_t b = kernels::cpu::f32_to_bf16(t->values[at + i]);
             std::memcpy(buffer.data() + 2 * i, &b, 2);
           }
         } else {
@@ -287,7 +277,7 @@ void SafetensorsFile::read(const std::string& name, std::span<float> out) const 
       } else {
         std::uint16_t bits;
         std::memcpy(&bits, buffer.data() + 2 * i, 2);
-        out[at + i] = t.dtype == TensorDtype::kBF16 ? from_bf16(bits) : from_f16(bits);
+        out[at + i] = t.dtype == TensorDtype::kBF16 ? kernels::cpu::bf16_to_f32(bits) : from_f16(bits);
       }
     }
   }

@@ -66,9 +66,6 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
-// bf16 <-> f32 (round to nearest even; NaN stays NaN).
-std::uint16_t to_bf16(float value);
-float from_bf16(std::uint16_t bits);
 float from_f16(std::uint16_t bits);
 
 }  // namespace hdp::checkpoint

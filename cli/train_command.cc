@@ -43,6 +43,7 @@ struct TrainFlags {
   // The trainer's; model shape overrides apply on top of the preset.
   std::string model = "demo";
   std::string model_config;  // --model-config: a Hugging Face config.json instead of the preset
+  std::string dtype = "f32";
   int d_model = 0, layers = 0, heads = 0, kv_heads = 0, ffn_dim = 0;
   long warmup = -1, decay_steps = 0;
   long max_rank_memory_mb = -1;
@@ -74,6 +75,7 @@ trainer::TrainerConfig make_config(TrainFlags& f, int nproc_per_node) {
   if (f.heads > 0) c.model.n_heads = f.heads;
   if (f.kv_heads > 0) c.model.n_kv_heads = f.kv_heads;
   if (f.ffn_dim > 0) c.model.ffn_dim = f.ffn_dim;
+  c.precision = ops::model::parse_precision(f.dtype);
   c.steps = f.steps;
   c.lr.total = f.decay_steps > 0 ? f.decay_steps : f.steps;
   c.lr.warmup = f.warmup >= 0 ? f.warmup : std::min<long>(100, f.steps / 10);
@@ -118,6 +120,11 @@ void add_train_command(CLI::App& app) {
   opt("--heads", f.heads, "Override the preset's attention heads", "HDP_HEADS");
   opt("--kv-heads", f.kv_heads, "Override the preset's key/value heads", "HDP_KV_HEADS");
   opt("--ffn-dim", f.ffn_dim, "Override the preset's MLP width", "HDP_FFN_DIM");
+  opt("--dtype", f.dtype,
+      "f32, or bf16 mixed precision: bf16 GEMM and attention operands and bf16 gradients and parameters on the wire, "
+      "f32 master weights, optimizer state and loss (checkpoints hold f32 either way)",
+      "HDP_DTYPE")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   opt("--context", c.context, "Longest training sequence in tokens (documents are cut to it)", "HDP_CONTEXT");
   opt("--capacity", c.capacity, "C: tokens one rank holds in one micro-batch", "HDP_CAPACITY");
   opt("--batch-tokens", c.batch_tokens, "Global batch per step in tokens, whatever the world size", "HDP_BATCH_TOKENS");

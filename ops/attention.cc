@@ -4,7 +4,9 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/flash_attention.h"
 #include "ops/check.h"
+#include "ops/convert.h"
 #include "ops/dispatch.h"
 
 namespace hdp::ops {
@@ -16,6 +18,8 @@ AttentionSpec AttentionSpec::packed(const std::vector<int32_t>& cu_seqlens) {
 AttentionSpec AttentionSpec::block(int32_t q_len, int64_t q_pos, int32_t k_len, int64_t k_pos, bool causal) {
   return AttentionSpec{{0, q_len}, {0, k_len}, {q_pos}, {k_pos}, causal, 0};
 }
+
+DType attention_result_dtype(DType operand) { return operand == DType::kBF16 ? DType::kF32 : operand; }
 
 namespace {
 
@@ -40,7 +44,7 @@ void check_offsets(const char* op, const std::vector<int32_t>& cu, int64_t rows,
 // `r` is filled in place: the layout points into r.spec, so a Resolved is never copied or moved.
 void resolve(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
              Resolved& r) {
-  detail::expect_compute(op, "q", q);
+  if (q.dtype() != DType::kBF16) detail::expect_compute(op, "q", q);
   detail::expect_rank(op, "q", q, 3);
   detail::expect_rank(op, "k", k, 3);
   detail::expect_like(op, "k", k, q);
@@ -72,13 +76,49 @@ void resolve(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, 
   l.k_pos = r.spec.k_pos;
 }
 
+bool is_bf16(const Tensor& t) { return t.dtype() == DType::kBF16; }
+
+DType out_dtype(const Tensor& q) { return attention_result_dtype(q.dtype()); }
+
+// Whether the bf16 operands are 16-byte aligned (CUDA's tensor-core kernel needs it).
+bool aligned16(std::initializer_list<const Tensor*> operands) {
+  for (const Tensor* t : operands)
+    if (reinterpret_cast<uintptr_t>(t->raw()) % 16 != 0) return false;
+  return true;
+}
+
+// Runs `launch(stream)` when q is on CUDA and the tensor-core kernel takes the operands; false when
+// it did not run. (A generic lambda: a build without CUDA never instantiates the launch.)
+template <typename Launch>
+bool run_flash(const Resolved& r, const Tensor& q, std::initializer_list<const Tensor*> operands, Launch&& launch) {
+  if (q.device() != Device::kCuda || !aligned16(operands)) return false;
+  return detail::dispatch_device(
+      q, [] { return false; },
+      [&](auto stream) {
+        if (!kernels::cuda::flash_attention_supports(r.layout.head_dim)) return false;
+        launch(stream);
+        return true;
+      });
+}
+
+// The f32 operand a bf16 one stands for where no bf16 kernel runs (the CPU; CUDA's other head_dims).
+Tensor widened(const Tensor& t) { return is_bf16(t) ? to_dtype(t, DType::kF32) : t; }
+
 }  // namespace
 
 AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec) {
   Resolved r;
   resolve("attention_forward", q, k, v, spec, r);
-  AttentionOutput o{Tensor::empty(q.shape(), q.dtype(), q.device()),
-                    Tensor::empty({q.dim(0), q.dim(1)}, q.dtype(), q.device())};
+  AttentionOutput o{Tensor::empty(q.shape(), out_dtype(q), q.device()),
+                    Tensor::empty({q.dim(0), q.dim(1)}, out_dtype(q), q.device())};
+  if (is_bf16(q)) {
+    const bool ran = run_flash(r, q, {&q, &k, &v}, [&](auto stream) {
+      kernels::cuda::flash_attention_forward(r.layout, q.data<uint16_t>(), k.data<uint16_t>(), v.data<uint16_t>(),
+                                             o.out.data<float>(), o.lse.data<float>(), stream);
+    });
+    if (ran) return o;
+    return attention_forward(widened(q), widened(k), widened(v), spec);
+  }
   detail::dispatch(
       q,
       [&](auto tag) {
@@ -100,6 +140,25 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   Resolved r;
   resolve(kOp, q, k, v, spec, r);
   const Shape lse_shape{q.dim(0), q.dim(1)};
+  if (is_bf16(q)) {
+    // bf16 operands (q, k, v, dout); out, lse and every gradient f32.
+    detail::expect_args(kOp, q, {{"dout", dout, q.shape()}});
+    const Tensor& f = dq;
+    detail::expect(dq.defined() && dq.dtype() == DType::kF32, kOp, "dq is " + dq.describe() + ", expected f32");
+    detail::expect_args(kOp, f,
+                        {{"out", fwd.out, q.shape()}, {"lse", fwd.lse, lse_shape}, {"dq", dq, q.shape()},
+                         {"dk", dk, k.shape()}, {"dv", dv, k.shape()}});
+    if (dlse.defined()) detail::expect_args(kOp, f, {{"dlse", dlse, lse_shape}});
+    const bool ran = run_flash(r, q, {&q, &k, &v, &dout}, [&](auto stream) {
+      kernels::cuda::flash_attention_backward(r.layout, q.data<uint16_t>(), k.data<uint16_t>(), v.data<uint16_t>(),
+                                              fwd.out.data<float>(), fwd.lse.data<float>(), dout.data<uint16_t>(),
+                                              dlse.defined() ? dlse.data<float>() : nullptr, dq.data<float>(),
+                                              dk.data<float>(), dv.data<float>(), stream);
+    });
+    if (ran) return;
+    attention_backward(widened(q), widened(k), widened(v), spec, fwd, widened(dout), dlse, dq, dk, dv);
+    return;
+  }
   detail::expect_args(kOp, q,
                       {{"out", fwd.out, q.shape()}, {"lse", fwd.lse, lse_shape}, {"dout", dout, q.shape()},
                        {"dq", dq, q.shape()}, {"dk", dk, k.shape()}, {"dv", dv, k.shape()}});

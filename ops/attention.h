@@ -6,6 +6,9 @@
 //
 //   q [tq, n_heads, head_dim], k and v [tk, n_kv_heads, head_dim], n_heads % n_kv_heads == 0;
 //   out [tq, n_heads, head_dim], lse [tq, n_heads].
+// Mixed precision: q, k, v (and dout) may be bf16; out, lse and the gradients are then f32 and every
+// sum accumulates in f32 (CUDA's tensor-core kernel, kernels/cuda/flash_attention.h, for head_dim
+// 64 and 128; elsewhere the operands are widened to f32, exactly, and the f32 kernels run).
 //
 // Example (one sequence split into two key blocks, merged):
 //   auto a = attention_forward(q, k0, v0, AttentionSpec::block(n, 0, n0, 0, true));
@@ -38,6 +41,9 @@ struct AttentionOutput {
   Tensor out;
   Tensor lse;
 };
+
+// The dtype of out, lse and the gradients for operands of `operand`: f32 for bf16, else the same.
+DType attention_result_dtype(DType operand);
 
 AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec);
 

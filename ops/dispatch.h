@@ -38,4 +38,18 @@ decltype(auto) dispatch(const Tensor& x, Cpu&& cpu, Cuda&& cuda) {
   return dispatch_cpu(x, std::forward<Cpu>(cpu));
 }
 
+// The device alone (ops whose CPU branch handles its dtypes itself, such as ops/convert.h's):
+// cpu() or cuda(stream), the CUDA branch a generic lambda as above.
+template <typename Cpu, typename Cuda>
+decltype(auto) dispatch_device(const Tensor& x, Cpu&& cpu, Cuda&& cuda) {
+  if (x.device() == Device::kCuda) {
+    if constexpr (HDP_HAVE_CUDA == 1) {
+      return std::forward<Cuda>(cuda)(current_stream());
+    } else {
+      throw InvariantViolation("dispatch_device: " + x.describe() + " in a build without CUDA");
+    }
+  }
+  return std::forward<Cpu>(cpu)();
+}
+
 }  // namespace hdp::ops::detail

@@ -3,13 +3,19 @@
 #include "kernels/cpu/blas.h"
 #include "kernels/cuda/blas.h"
 #include "ops/check.h"
+#include "ops/convert.h"
 #include "ops/dispatch.h"
 
 namespace hdp::ops {
 namespace {
 
+bool is_bf16(const Tensor& x) { return x.defined() && x.dtype() == DType::kBF16; }
+
+// The dtype of y, dx and dW: f32 for bf16 operands, else the operands'.
+DType out_dtype(const Tensor& x) { return is_bf16(x) ? DType::kF32 : x.dtype(); }
+
 void check_input(const char* op, const Tensor& x, const Tensor& weight) {
-  detail::expect_compute(op, "x", x);
+  if (!is_bf16(x)) detail::expect_compute(op, "x", x);
   detail::expect_rank(op, "x", x, 2);
   detail::expect_like(op, "weight", weight, x);
   detail::expect_rank(op, "weight", weight, 2);
@@ -38,12 +44,40 @@ void with_gemm(const Tensor& x, Body&& body) {
       });
 }
 
+// C (f32) = op(A) op(B) + beta C over whole bf16 tensors A and B (their row lengths lda, ldb).
+void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const Tensor& a, int64_t lda, const Tensor& b,
+               int64_t ldb, float beta, const Tensor& c, int64_t ldc) {
+  detail::dispatch_device(
+      a,
+      [&] {
+        const Tensor af = to_dtype(a, DType::kF32), bf = to_dtype(b, DType::kF32);
+        kernels::cpu::gemm<float>(ta, tb, m, n, k, 1.0f, af.data<float>(), lda, bf.data<float>(), ldb, beta,
+                                  c.data<float>(), ldc);
+      },
+      [&](auto stream) {
+        kernels::cuda::gemm_bf16(ta, tb, m, n, k, 1.0f, a.data<uint16_t>(), lda, b.data<uint16_t>(), ldb, beta,
+                                 c.data<float>(), ldc, stream);
+      });
+}
+
+// Shapes checked for a tensor of another dtype than x (an f32 output of bf16 operands).
+void expect_out(const char* op, const char* name, const Tensor& t, const Tensor& x, const Shape& shape) {
+  detail::expect(t.defined() && t.dtype() == out_dtype(x) && t.device() == x.device(), op,
+                 std::string(name) + " is " + t.describe() + ", expected " + dtype_name(out_dtype(x)) + " on " +
+                     device_name(x.device()));
+  detail::expect_shape(op, name, t, shape);
+}
+
 }  // namespace
 
 Tensor linear_forward(const Tensor& x, const Tensor& weight) {
   check_input("linear_forward", x, weight);
   const int64_t n = x.dim(0), in = x.dim(1), out = weight.dim(0);
-  Tensor y = Tensor::empty({n, out}, x.dtype(), x.device());
+  Tensor y = Tensor::empty({n, out}, out_dtype(x), x.device());
+  if (is_bf16(x)) {
+    gemm_bf16(false, true, n, out, in, x, in, weight, in, 0.0f, y, out);
+    return y;
+  }
   with_gemm(x, [&](auto tag, auto gemm) {
     using T = decltype(tag);
     gemm(false, true, n, out, in, x.data<T>(), in, weight.data<T>(), in, T(0), y.data<T>(), out);
@@ -56,8 +90,14 @@ void linear_backward(const Tensor& x, const Tensor& weight, const Tensor& dy, co
   constexpr const char* kOp = "linear_backward";
   check_input(kOp, x, weight);
   const int64_t n = x.dim(0), in = x.dim(1), out = weight.dim(0);
-  detail::expect_args(kOp, x, {{"dy", dy, {n, out}}, {"dweight", dweight, weight.shape()}});
-  if (dx.defined()) detail::expect_args(kOp, x, {{"dx", dx, x.shape()}});
+  detail::expect_args(kOp, x, {{"dy", dy, {n, out}}});
+  expect_out(kOp, "dweight", dweight, x, weight.shape());
+  if (dx.defined()) expect_out(kOp, "dx", dx, x, x.shape());
+  if (is_bf16(x)) {
+    if (dx.defined()) gemm_bf16(false, false, n, in, out, dy, out, weight, in, 1.0f, dx, in);
+    gemm_bf16(true, false, out, in, n, dy, out, x, in, 1.0f, dweight, in);
+    return;
+  }
   with_gemm(x, [&](auto tag, auto gemm) {
     using T = decltype(tag);
     if (dx.defined()) gemm(false, false, n, in, out, dy.data<T>(), out, weight.data<T>(), in, T(1), dx.data<T>(), in);

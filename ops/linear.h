@@ -3,6 +3,11 @@
 // A bias-free linear layer in Hugging Face's weight layout: y [n, out] = x [n, in] W^T, W [out, in].
 // GEMMs go to OpenBLAS on the CPU and cuBLAS on CUDA. The backward adds dx += dy W and
 // dW += dy^T x; dx may be an undefined Tensor when the input needs no gradient.
+//
+// Mixed precision: with x and W in bf16 (and dy in bf16 for the backward), y, dx and dW are f32 and
+// every product accumulates in f32: cuBLAS's bf16 tensor-core GEMM on CUDA; on the CPU the bf16
+// operands are widened to f32 (exactly) and multiplied by OpenBLAS's sgemm, the same sums in
+// another order.
 #pragma once
 
 #include "ops/tensor.h"

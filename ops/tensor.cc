@@ -18,6 +18,8 @@ size_t dtype_size(DType dtype) {
     case DType::kF64:
     case DType::kI64:
       return 8;
+    case DType::kBF16:
+      return 2;
   }
   throw InvariantViolation("dtype_size: unknown dtype");
 }
@@ -28,6 +30,7 @@ std::string dtype_name(DType dtype) {
     case DType::kF64: return "f64";
     case DType::kI32: return "i32";
     case DType::kI64: return "i64";
+    case DType::kBF16: return "bf16";
   }
   throw InvariantViolation("dtype_name: unknown dtype");
 }
@@ -210,6 +213,7 @@ HDP_TENSOR_INSTANTIATE(float)
 HDP_TENSOR_INSTANTIATE(double)
 HDP_TENSOR_INSTANTIATE(int32_t)
 HDP_TENSOR_INSTANTIATE(int64_t)
+HDP_TENSOR_INSTANTIATE(uint16_t)
 #undef HDP_TENSOR_INSTANTIATE
 
 }  // namespace hdp::ops

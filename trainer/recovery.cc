@@ -36,6 +36,12 @@ std::vector<std::uint8_t> rng_bytes(std::uint64_t seed) {
 
 }  // namespace
 
+std::unique_ptr<mesh::ZeroOptimizer> Recovery::make_optimizer(const Membership& m) const {
+  const ops::DType wire = model_.precision() == ops::model::Precision::kBF16 ? ops::DType::kBF16 : ops::DType::kF32;
+  return std::make_unique<mesh::ZeroOptimizer>(setup_.layout.total(), m.rank, m.world_size, ops::DType::kF32,
+                                               model_.params().device(), wire);
+}
+
 Recovery::Recovery(elastic::ElasticContext& ctx, const TrainerConfig& config, const TrainingSetup& setup,
                    const checkpoint::CheckpointOptions& checkpoints, ops::model::LlamaModel& model,
                    StepReporter& reporter, EventLog& events, const StragglerMonitor& speeds)
@@ -91,7 +97,7 @@ mesh::HeldState Recovery::held_state() const {
 // buffer is not whole at the plan's step, from the ranks that hold them. No file is read.
 void Recovery::from_memory(const Membership& m, Communicator& comm, const mesh::ReshardPlan& plan,
                            SteadyClock::time_point began) {
-  auto next = std::make_unique<mesh::ZeroOptimizer>(setup_.layout.total(), m.rank, m.world_size);
+  auto next = make_optimizer(m);
   next->set_no_decay(setup_.no_decay);
   const std::vector<mesh::ZeroOptimizer::Version> mine =
       zero_ ? zero_->versions(model_.params()) : std::vector<mesh::ZeroOptimizer::Version>{};
@@ -166,7 +172,7 @@ void Recovery::restore(const Membership& m, Communicator& comm, std::int64_t fur
   layout_generation_ = -1;  // until the restore completed
   prev_position_.reset();
   pending_position_.reset();
-  zero_ = std::make_unique<mesh::ZeroOptimizer>(setup_.layout.total(), m.rank, m.world_size);
+  zero_ = make_optimizer(m);
   zero_->set_no_decay(setup_.no_decay);
   std::optional<checkpoint::RestoredProgress> restored;
   if (checkpoints() && may_restore(m, comm)) {
@@ -216,9 +222,9 @@ void Recovery::restore(const Membership& m, Communicator& comm, std::int64_t fur
   if (restored) reporter_.metrics().checkpoint_restored(seconds, static_cast<std::uint64_t>(read));
   const std::int64_t total_read = comm.allreduce_sum(read, config_.timeout);
   if (m.rank != 0) return;
-  log()->info("generation {}: {} at step {} on {} rank(s) in {:.2f} s{}", m.generation,
+  log()->info("generation {}: {} at step {} on {} rank(s), {} training, in {:.2f} s{}", m.generation,
               restored ? "restored " + restored->path.string() : std::string("initialised from the seed"), step_,
-              m.world_size, seconds,
+              m.world_size, ops::model::precision_name(model_.precision()), seconds,
               furthest > step_ ? " (" + std::to_string(furthest - step_) + " step(s) to redo)" : std::string());
   elastic::Fields fields = {{"step", std::to_string(step_)},
                             {"checkpoint", restored ? restored->path.filename().string() : std::string("none")},

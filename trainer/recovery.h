@@ -79,6 +79,9 @@ class Recovery {
   // This rank's ZeRO-1 shard as a checkpoint holds it: its range of the parameters and both AdamW
   // moments, in place (what save() hands over and restore() fills).
   checkpoint::ShardTarget shard() const;
+  // This rank's optimizer in generation `m` (its wire dtype the model's precision: bf16 under mixed
+  // precision).
+  std::unique_ptr<mesh::ZeroOptimizer> make_optimizer(const elastic::Membership& m) const;
 
   elastic::ElasticContext& ctx_;
   const TrainerConfig& config_;

@@ -216,7 +216,7 @@ class Trainer {
         config_(config),
         stop_(stop),
         setup_(build_setup(config)),
-        model_(config.model),
+        model_(config.model, ops::DType::kF32, ops::Device::kCpu, config.precision),
         source_(setup_.data, config.seed),
         checkpoints_{.root = config.checkpoint_dir,
                      .model_config = config.model_json(),

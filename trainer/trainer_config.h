@@ -68,6 +68,11 @@ ops::model::LlamaConfig model_preset(std::string_view name);
 
 struct TrainerConfig {
   ops::model::LlamaConfig model;
+  // --dtype: f32, or bf16 mixed precision (ops/model/llama_model.h): bf16 GEMM and attention
+  // operands, bf16 gradients and parameters on the wire (mesh/step/zero.h), f32 master weights,
+  // moments and loss. Checkpoints hold the f32 master state either way, so a job may resume with
+  // the other dtype.
+  ops::model::Precision precision = ops::model::Precision::kFull;
   std::int64_t context = 1024;       // the longest training sequence: documents are cut to it
   std::int64_t capacity = 1024;      // C: tokens one rank holds in one micro-batch
   std::int64_t batch_tokens = 8192;  // the global batch of every step, in tokens, whatever the world size

@@ -36,6 +36,16 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
                            static_cast<int>(ldb), a, static_cast<int>(lda), &beta, c, static_cast<int>(ldc)));
 }
 
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+               int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc, Stream stream) {
+  if (m == 0 || n == 0) return;
+  CUBLAS_CHECK(cublasSetStream(thread_handle(), native(stream)));
+  CUBLAS_CHECK(cublasGemmEx(thread_handle(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                            static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b, CUDA_R_16BF,
+                            static_cast<int>(ldb), a, CUDA_R_16BF, static_cast<int>(lda), &beta, c, CUDA_R_32F,
+                            static_cast<int>(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 void axpy(int64_t n, float alpha, const float* x, float* y, Stream stream) {
   if (n == 0) return;
   CUBLAS_CHECK(cublasSetStream(thread_handle(), native(stream)));

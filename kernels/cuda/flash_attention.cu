@@ -343,11 +343,6 @@ __global__ void __launch_bounds__(kThreads)
   add_rows<D>(dv, staged, k0, krows, p.n_kv_heads, g);
 }
 
-__global__ void f32_to_bf16_kernel(const float* src, bf16* dst, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    dst[i] = __float2bfloat16_rn(src[i]);
-}
-
 template <int D>
 size_t forward_smem() {
   using L = Ld<D>;
@@ -453,13 +448,6 @@ void flash_attention_backward(const AttentionLayout& layout, const uint16_t* q, 
     launch_backward<64>(layout, as_bf16(q), as_bf16(k), as_bf16(v), lse, as_bf16(dout), delta.get(), dq, dk, dv, stream);
   else
     launch_backward<128>(layout, as_bf16(q), as_bf16(k), as_bf16(v), lse, as_bf16(dout), delta.get(), dq, dk, dv, stream);
-}
-
-void f32_to_bf16(const float* src, uint16_t* dst, int64_t n, Stream stream) {
-  if (n <= 0) return;
-  const int64_t blocks = std::min<int64_t>((n + 255) / 256, 65535);
-  f32_to_bf16_kernel<<<static_cast<unsigned>(blocks), 256, 0, native(stream)>>>(src, reinterpret_cast<bf16*>(dst), n);
-  CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace hdp::kernels::cuda

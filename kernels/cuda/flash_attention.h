@@ -16,6 +16,7 @@
 #include "common/stream.h"
 
 #include "kernels/attention_layout.h"
+#include "kernels/cuda/convert.h"  // f32_to_bf16, which callers use to make the inputs
 
 namespace hdp::kernels::cuda {
 
@@ -29,8 +30,5 @@ void flash_attention_forward(const AttentionLayout& layout, const uint16_t* q, c
 void flash_attention_backward(const AttentionLayout& layout, const uint16_t* q, const uint16_t* k, const uint16_t* v,
                               const float* out, const float* lse, const uint16_t* dout, const float* dlse, float* dq,
                               float* dk, float* dv, Stream stream);
-
-// dst[i] = src[i] rounded to the nearest bf16 (ties to even), on the device.
-void f32_to_bf16(const float* src, uint16_t* dst, int64_t n, Stream stream);
 
 }  // namespace hdp::kernels::cuda

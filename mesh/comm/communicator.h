@@ -91,7 +91,7 @@ class Communicator {
   virtual std::unique_ptr<Work> irecv(const ops::Tensor& buffer, int src, Tag tag, Stream stream = {}) = 0;
 
   // --- collectives (every rank, same order) ---------------------------------------------------
-  // In place over `buffer` (f32, f64, i32 or i64).
+  // In place over `buffer` (f32, f64, i32, i64 or bf16: bf16 pairs are combined in f32 and rounded back).
   virtual std::unique_ptr<Work> iallreduce(const ops::Tensor& buffer, ReduceOp op, Stream stream = {}) = 0;
   // `input` holds sum(counts) elements, rank r's block at offset counts[0] + ... + counts[r-1];
   // `output` receives the reduction of this rank's block (counts[rank()] elements). Counts may be

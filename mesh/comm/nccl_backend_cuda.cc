@@ -41,6 +41,7 @@ ncclDataType_t nccl_type(ops::DType dtype) {
     case ops::DType::kF64: return ncclFloat64;
     case ops::DType::kI32: return ncclInt32;
     case ops::DType::kI64: return ncclInt64;
+    case ops::DType::kBF16: return ncclBfloat16;
   }
   throw InvalidArgument("NCCL: no NCCL type for " + ops::dtype_name(dtype));
 }

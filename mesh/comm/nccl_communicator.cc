@@ -51,7 +51,7 @@ std::string describe(const Group& group) {
 
 bool is_reducible(ops::DType dtype) {
   return dtype == ops::DType::kF32 || dtype == ops::DType::kF64 || dtype == ops::DType::kI32 ||
-         dtype == ops::DType::kI64;
+         dtype == ops::DType::kI64 || dtype == ops::DType::kBF16;
 }
 
 }  // namespace

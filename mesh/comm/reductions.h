@@ -1,7 +1,7 @@
 // File: mesh/comm/reductions.h
 //
 // The reduction tables of hdp's collectives (collectives.h): one combine function per dtype and
-// op (f32, f64, i32, i64 with sum, max, min), and the ops' names for messages.
+// op (f32, f64, i32, i64, bf16 with sum, max, min), and the ops' names for messages.
 #pragma once
 
 #include <cstddef>

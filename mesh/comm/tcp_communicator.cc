@@ -366,6 +366,7 @@ bool TcpCommunicator::dead() const { return impl_->dead(); }
 
 std::int64_t TcpCommunicator::refused_connections() const { return impl_->network->refused(); }
 std::int64_t TcpCommunicator::connections() const { return impl_->network->connections(); }
+std::int64_t TcpCommunicator::bytes_sent() const { return impl_->network->bytes_sent(); }
 
 void TcpCommunicator::abort(const std::string& reason) { impl_->fail("aborted: " + reason); }
 

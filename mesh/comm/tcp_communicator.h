@@ -140,6 +140,8 @@ class TcpCommunicator final : public Communicator {
   // rank, a duplicate, garbage), and connections made, since connect().
   std::int64_t refused_connections() const;
   std::int64_t connections() const;
+  // Payload bytes this rank has written to its peers' sockets (collectives and messages alike).
+  std::int64_t bytes_sent() const;
 
   struct Impl;  // tcp_communicator.cc
 

@@ -120,6 +120,7 @@ struct TcpNetwork::Impl {
   std::string reason;
   std::set<Socket> handshaking;  // connections not up yet (either side): closed by fail()
   std::atomic<std::int64_t> refused{0}, connections{0};
+  std::atomic<std::int64_t> bytes_sent{0};  // message payloads written to sockets (frame headers not counted)
 
   std::string name() const {
     return "rank " + std::to_string(rank) + " of " + std::to_string(options.identity.size);
@@ -452,6 +453,7 @@ struct TcpNetwork::Impl {
                                                     asio::buffer(op->data, op->bytes)};
     asio::async_write(*socket, buffers, [this, peer, op](const boost::system::error_code& ec, std::size_t) {
       if (ec) return lose(peer, closed_why(peer, ec));
+      bytes_sent += static_cast<std::int64_t>(op->bytes);
       {
         std::lock_guard lock(mutex);
         Link& link = link_to(peer);
@@ -797,5 +799,6 @@ void TcpNetwork::shutdown() { impl_->shutdown(); }
 
 std::int64_t TcpNetwork::refused() const { return impl_->refused.load(); }
 std::int64_t TcpNetwork::connections() const { return impl_->connections.load(); }
+std::int64_t TcpNetwork::bytes_sent() const { return impl_->bytes_sent.load(); }
 
 }  // namespace hdp::mesh

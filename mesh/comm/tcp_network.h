@@ -125,6 +125,8 @@ class TcpNetwork {
   std::int64_t refused() const;
   // Connections to peers made or accepted so far.
   std::int64_t connections() const;
+  // Payload bytes of the messages written to peers so far (frame headers not counted).
+  std::int64_t bytes_sent() const;
 
   struct Impl;  // tcp_network.cc
 

@@ -12,23 +12,27 @@ BuddyPlan place_replicas(ZeroOptimizer& zero, const ops::Tensor& params, const s
                          std::int64_t step, Communicator& comm, Communicator::Duration timeout) {
   const BuddyPlan plan = plan_buddies(node_of_rank);
   zero.set_replicas(plan);
+  // Each owner sends its moments and its own range of the parameters: under bf16 mixed precision
+  // only the owner's range of its full buffer is the exact master copy (the rest came over the
+  // wire in bf16), so no other rank's buffer can stand for it.
+  const std::vector<std::int64_t>& counts = zero.counts();
   std::vector<std::unique_ptr<Work>> work;
+  std::vector<std::pair<int, ops::Tensor>> received;
   for (int owner : zero.replica_owners()) {
     work.push_back(comm.irecv(zero.replica_exp_avg(owner), owner, kReplicaExpAvgTag));
     work.push_back(comm.irecv(zero.replica_exp_avg_sq(owner), owner, kReplicaExpAvgSqTag));
+    received.emplace_back(owner, ops::Tensor::empty({counts[static_cast<std::size_t>(owner)]}, params.dtype(),
+                                                    params.device()));
+    work.push_back(comm.irecv(received.back().second, owner, kReplicaParamsTag));
   }
   if (const int holder = plan.holder[static_cast<std::size_t>(comm.rank())]; holder >= 0) {
     work.push_back(comm.isend(zero.exp_avg(), holder, kReplicaExpAvgTag));
     work.push_back(comm.isend(zero.exp_avg_sq(), holder, kReplicaExpAvgSqTag));
+    work.push_back(comm.isend(params.reshape({params.numel()}).view(zero.offset(), {zero.count()}), holder,
+                              kReplicaParamsTag));
   }
   for (auto& w : work) w->wait(timeout);
-  // The copies' parameters: every rank's buffer holds `step` whole at the generation's start.
-  const std::vector<std::int64_t>& counts = zero.counts();
-  for (int owner : zero.replica_owners()) {
-    std::int64_t offset = 0;
-    for (int r = 0; r < owner; ++r) offset += counts[static_cast<std::size_t>(r)];
-    zero.set_replica_state(owner, params.view(offset, {counts[static_cast<std::size_t>(owner)]}), step);
-  }
+  for (const auto& [owner, owner_params] : received) zero.set_replica_state(owner, owner_params, step);
   // The kept triples serve a rollback from the copies; with none (one node) a lost shard is lost.
   zero.set_keep_previous(plan.complete());
   return plan;

@@ -24,15 +24,16 @@
 
 namespace hdp::mesh {
 
-// The tags of the placement's two messages per copy (exp_avg, exp_avg_sq): the two after
-// kReplicaGradTag, in the range zero.h reserves for the replicas, below kReshardTag.
+// The tags of the placement's three messages per copy (exp_avg, exp_avg_sq, the owner's parameters):
+// the three after kReplicaGradTag, in the range zero.h reserves for the replicas, below kReshardTag.
 inline constexpr Tag kReplicaExpAvgTag = kReplicaGradTag + 1;
 inline constexpr Tag kReplicaExpAvgSqTag = kReplicaGradTag + 2;
+inline constexpr Tag kReplicaParamsTag = kReplicaGradTag + 3;
 
 // Plans the copies from the generation's membership (`node_of_rank`, by rank), installs the plan
 // in `zero` (set_replicas), sends every rank's moments whole to its holder and receives the copies
-// this rank holds, then sets each copy's parameters from `params` (the full buffer, whole at `step`
-// on every rank) and keeps the previous triples only when every shard has a copy (on one node a
+// this rank holds with each owner's range of its `params` (the full buffer at `step`; only the owner's
+// own range is its exact master copy under bf16 mixed precision), and keeps the previous triples only when every shard has a copy (on one node a
 // lost shard is lost anyway). Returns the plan. Throws what the communicator throws (PeerLost,
 // TimeoutError) after `timeout`.
 BuddyPlan place_replicas(ZeroOptimizer& zero, const ops::Tensor& params, const std::vector<std::string>& node_of_rank,

@@ -83,9 +83,10 @@ Tag ring_tag(std::uint32_t micro_batch, int layer, int kind, int step) {
 
 // A K/V (kind kK) or dK/dV (kind kDk) block: two messages, kinds `kind` and `kind` + 1.
 RingAttention::Block RingAttention::post_recv(int layer, int kind, int step, int from, std::int64_t rows,
-                                              const Tensor& like, std::vector<std::unique_ptr<Work>>& pending) {
-  Block block{Tensor::empty({rows, like.dim(1), like.dim(2)}, like.dtype(), like.device()),
-              Tensor::empty({rows, like.dim(1), like.dim(2)}, like.dtype(), like.device())};
+                                              const Tensor& like, ops::DType dtype,
+                                              std::vector<std::unique_ptr<Work>>& pending) {
+  Block block{Tensor::empty({rows, like.dim(1), like.dim(2)}, dtype, like.device()),
+              Tensor::empty({rows, like.dim(1), like.dim(2)}, dtype, like.device())};
   pending.push_back(comm_.irecv(block.k, from, ring_tag(micro_batch_, layer, kind, step)));
   pending.push_back(comm_.irecv(block.v, from, ring_tag(micro_batch_, layer, kind + 1, step)));
   return block;
@@ -141,8 +142,8 @@ AttentionOutput RingAttention::forward(int layer, const Tensor& q, const Tensor&
   const int d = layout_.size(), p = layout_.position;
   const std::int64_t shard = layout_.shard_rows(p), na = layout_.a_rows(p);
   const std::int64_t local = local_cu_.back();
-  AttentionOutput out{Tensor::zeros(q.shape(), q.dtype(), q.device()),
-                      Tensor::zeros({q.dim(0), q.dim(1)}, q.dtype(), q.device())};
+  const ops::DType result = ops::attention_result_dtype(q.dtype());
+  AttentionOutput out{Tensor::zeros(q.shape(), result, q.device()), Tensor::zeros({q.dim(0), q.dim(1)}, result, q.device())};
   const int left = static_cast<int>(layout_.ring[static_cast<std::size_t>((p + d - 1) % d)]);
   const int right = static_cast<int>(layout_.ring[static_cast<std::size_t>((p + 1) % d)]);
   const std::vector<TokenRange> a_p = layout_.a_chunks(p), b_p = layout_.b_chunks(p);
@@ -155,7 +156,7 @@ AttentionOutput RingAttention::forward(int layer, const Tensor& q, const Tensor&
     std::vector<std::unique_ptr<Work>> pending;
     Block next;
     if (t + 1 < d) {
-      next = post_recv(layer, kK, t, left, layout_.shard_rows((j + d - 1) % d), k, pending);
+      next = post_recv(layer, kK, t, left, layout_.shard_rows((j + d - 1) % d), k, k.dtype(), pending);
       post_send(layer, kK, t, right, cur, pending);
     }
     if (t == 0) {
@@ -220,18 +221,19 @@ void RingAttention::backward(int layer, const Tensor& q, const Tensor& k, const 
   };
 
   Block cur{rows(k, 0, shard), rows(v, 0, shard)};
-  Block acc{Tensor::zeros(cur.k.shape(), k.dtype(), k.device()), Tensor::zeros(cur.v.shape(), v.dtype(), v.device())};
+  // dK/dV accumulate (and travel) in the gradients' dtype: f32 also for bf16 operands.
+  Block acc{Tensor::zeros(cur.k.shape(), dk.dtype(), k.device()), Tensor::zeros(cur.v.shape(), dv.dtype(), v.device())};
   for (int t = 0; t < d; ++t) {
     const int j = (p - t + d) % d, jn = (j + d - 1) % d;
     std::vector<std::unique_ptr<Work>> pending;
     Block next, next_acc;
     if (t + 1 < d) {
-      next = post_recv(layer, kK, t, left, layout_.shard_rows(jn), k, pending);
+      next = post_recv(layer, kK, t, left, layout_.shard_rows(jn), k, k.dtype(), pending);
       post_send(layer, kK, t, right, cur, pending);
     }
     // The left neighbour's accumulator for block jn: the next step's, or (at the last step, jn = p)
     // this member's own, complete.
-    if (d > 1) next_acc = post_recv(layer, kDk, t, left, layout_.shard_rows(jn), k, pending);
+    if (d > 1) next_acc = post_recv(layer, kDk, t, left, layout_.shard_rows(jn), k, dk.dtype(), pending);
     if (t == 0) {
       if (local > 0) {
         ops::attention_backward(rows(q, shard, local), rows(k, shard, local), rows(v, shard, local),

@@ -71,7 +71,7 @@ class RingAttention final : public ops::AttentionExecutor {
   void check(const char* op, const ops::Tensor& q, const ops::Tensor& k) const;
   // Posts the receive of a `rows`-row block from `from` (shaped like `like` otherwise), resp. the
   // send of `block` to `to`, as two messages tagged `kind` and `kind` + 1 (K and V, or dK and dV).
-  Block post_recv(int layer, int kind, int step, int from, std::int64_t rows, const ops::Tensor& like,
+  Block post_recv(int layer, int kind, int step, int from, std::int64_t rows, const ops::Tensor& like, ops::DType dtype,
                   std::vector<std::unique_ptr<Work>>& pending);
   void post_send(int layer, int kind, int step, int to, const Block& block, std::vector<std::unique_ptr<Work>>& pending);
 

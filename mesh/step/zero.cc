@@ -7,6 +7,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "ops/convert.h"
 
 namespace hdp::mesh {
 namespace {
@@ -74,10 +75,16 @@ std::vector<std::int64_t> shard_counts(std::int64_t n, int world_size) {
   return counts;
 }
 
-ZeroOptimizer::ZeroOptimizer(std::int64_t n, int rank, int world_size, ops::DType dtype, ops::Device device)
-    : n_(n), rank_(rank), counts_(shard_counts(n, world_size)), dtype_(dtype), device_(device) {
+ZeroOptimizer::ZeroOptimizer(std::int64_t n, int rank, int world_size, ops::DType dtype, ops::Device device,
+                             ops::DType wire)
+    : n_(n), rank_(rank), counts_(shard_counts(n, world_size)), dtype_(dtype), device_(device),
+      wire_(wire == ops::DType::kF32 ? dtype : wire) {
   if (rank < 0 || rank >= world_size) {
     throw InvalidArgument("ZeroOptimizer: rank " + std::to_string(rank) + " of " + std::to_string(world_size));
+  }
+  if (wire_ != dtype_ && !(wire_ == ops::DType::kBF16 && dtype_ == ops::DType::kF32)) {
+    throw InvalidArgument("ZeroOptimizer: a " + ops::dtype_name(wire) + " wire for " + ops::dtype_name(dtype) +
+                          " parameters (bf16 takes f32 parameters)");
   }
   for (int r = 0; r < rank; ++r) offset_ += counts_[static_cast<std::size_t>(r)];
   m_ = ops::Tensor::zeros({count()}, dtype, device);
@@ -226,7 +233,16 @@ ZeroOptimizer::Result ZeroOptimizer::step(const ops::Tensor& params, const ops::
   Result result;
   phase(StepPhase::kReduceScatter);
   auto start = Clock::now();
-  comm.reduce_scatter(grads.reshape({n_}), grad_, counts_, ReduceOp::kSum, timeout);
+  const bool bf16_wire = wire_ != dtype_;
+  if (bf16_wire) {
+    if (!wire_buffer_.defined()) wire_buffer_ = ops::Tensor::empty({n_}, wire_, device_);
+    ops::convert_into(grads.reshape({n_}), wire_buffer_);
+    const ops::Tensor mine = wire_buffer_.view(offset_, {count()});
+    comm.reduce_scatter(wire_buffer_, mine, counts_, ReduceOp::kSum, timeout);
+    ops::convert_into(mine, grad_);
+  } else {
+    comm.reduce_scatter(grads.reshape({n_}), grad_, counts_, ReduceOp::kSum, timeout);
+  }
   result.reduce_ms = ms_since(start);
 
   start = Clock::now();
@@ -257,10 +273,16 @@ ZeroOptimizer::Result ZeroOptimizer::step(const ops::Tensor& params, const ops::
   start = Clock::now();
   for (auto& work : exchange) work->wait(timeout);
   for (Replica& r : replicas_) {
-    // The owner's range of `params` still holds the step's input: this rank updated only its own.
-    const ops::Tensor input = flat.view(r.offset, {r.grad.numel()});
-    if (keep_previous_) keep(r.prev, input, r.m, r.v, r.step);
-    r.params.copy_from(input);
+    // The copy's parameters are the step's input, kept from its last update or its placement. A
+    // fresh copy (set_replicas without set_replica_state) starts from the owner's range of
+    // `params`: the owner's values on every rank with an f32 wire, and before the first bf16 step.
+    if (r.step < 0) r.params.copy_from(flat.view(r.offset, {r.grad.numel()}));
+    else if (r.step != steps_) {
+      throw InvariantViolation("ZeroOptimizer::step: the copy of rank " + std::to_string(r.owner) +
+                               "'s shard is at step " + std::to_string(r.step) + ", its owner at " +
+                               std::to_string(steps_));
+    }
+    if (keep_previous_) keep(r.prev, r.params, r.m, r.v, r.step);
     r.step = steps_ + 1;
     adamw_segments(r.params, r.grad, r.m, r.v, r.offset, clip(all_no_decay_, r.offset, r.offset + r.grad.numel()),
                    adamw, result.grad_norm, max_grad_norm);
@@ -270,7 +292,17 @@ ZeroOptimizer::Result ZeroOptimizer::step(const ops::Tensor& params, const ops::
 
   phase(StepPhase::kAllGather);
   start = Clock::now();
-  comm.allgather(shard, params.reshape({n_}), counts_, timeout);
+  if (bf16_wire) {
+    const ops::Tensor mine = wire_buffer_.view(offset_, {count()});
+    ops::convert_into(shard, mine);
+    comm.allgather(mine, wire_buffer_, counts_, timeout);
+    // Every range but this rank's own, whose exact f32 values stay.
+    const std::int64_t end = offset_ + count();
+    ops::convert_into(wire_buffer_.view(0, {offset_}), flat.view(0, {offset_}));
+    ops::convert_into(wire_buffer_.view(end, {n_ - end}), flat.view(end, {n_ - end}));
+  } else {
+    comm.allgather(shard, flat, counts_, timeout);
+  }
   result.gather_ms = ms_since(start);
   return result;
 }

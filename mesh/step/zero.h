@@ -29,6 +29,13 @@
 // triple it is about to change (a memcpy per shard and step), so that every shard stays available
 // at S until the next update: survivors can then agree on one step for all shards and roll back
 // or forward to it (versions()).
+// Wire dtype bf16 (mixed precision, ops/model/llama_model.h's Precision::kBF16): the reduce-scatter
+// carries the gradients rounded to bf16 (summed in f32 and rounded at each hop, as NCCL does) and the
+// all-gather the updated parameters rounded to bf16, half of f32's bytes each; parameters, moments
+// and the shard's gradient stay f32. A rank's full parameter buffer then holds its own range exactly
+// (the master copy: what checkpoints, copies and reshards take) and every other range rounded to
+// bf16, which is all the model's bf16 compute copy needs. The copies keep their own parameters step
+// to step (they never read the full buffer).
 // The gradients must already be normalised: the model's backward(1 / global token count) makes the
 // summed buffer the gradient of the global batch's mean token loss, however many micro-batches and
 // tokens each rank ran.
@@ -51,7 +58,7 @@ std::vector<std::int64_t> shard_counts(std::int64_t n, int world_size);
 
 // The point-to-point tag of a replica's gradient: above every ring-attention tag (< 2^54,
 // mesh/step/ring_attention.cc), below the communicator's own (kMaxTag). The placement of the copies
-// (mesh/step/replicas.h) uses the two tags after it; resharding (mesh/step/reshard.h) uses tags from
+// (mesh/step/replicas.h) uses the three tags after it; resharding (mesh/step/reshard.h) uses tags from
 // kReshardTag on.
 inline constexpr Tag kReplicaGradTag = Tag{1} << 55;
 inline constexpr Tag kReshardTag = kReplicaGradTag + (Tag{1} << 40);
@@ -66,8 +73,10 @@ using PhaseHook = std::function<void(StepPhase)>;
 class ZeroOptimizer {
  public:
   // The shard of `rank` in a buffer of `n` elements over `world_size` ranks; state zeroed.
+  // `wire`: f32 (or dtype), or bf16 with dtype f32 (InvalidArgument otherwise).
   ZeroOptimizer(std::int64_t n, int rank, int world_size, ops::DType dtype = ops::DType::kF32,
-                ops::Device device = ops::Device::kCpu);
+                ops::Device device = ops::Device::kCpu, ops::DType wire = ops::DType::kF32);
+  ops::DType wire_dtype() const { return wire_; }
 
   std::int64_t offset() const { return offset_; }
   std::int64_t count() const { return counts_[static_cast<std::size_t>(rank_)]; }
@@ -171,6 +180,8 @@ class ZeroOptimizer {
   std::vector<Replica> replicas_;
   ops::DType dtype_;
   ops::Device device_;
+  ops::DType wire_;
+  ops::Tensor wire_buffer_;  // bf16 wire: the n-element buffer both collectives run on
   bool keep_previous_ = false;
   std::int64_t own_step_ = 0;
   double grad_norm_ = 0;

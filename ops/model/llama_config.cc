@@ -33,4 +33,12 @@ double causal_attention_flops(int64_t tokens, int heads, int head_dim) {
   return 4.0 * double(tokens) * double(tokens + 1) / 2.0 * heads * head_dim;
 }
 
+Precision parse_precision(const std::string& name) {
+  if (name == "f32") return Precision::kFull;
+  if (name == "bf16") return Precision::kBF16;
+  throw InvalidArgument("precision '" + name + "': expected f32 or bf16");
+}
+
+std::string precision_name(Precision precision) { return precision == Precision::kBF16 ? "bf16" : "f32"; }
+
 }  // namespace hdp::ops::model

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace hdp::ops::model {
 
@@ -33,5 +34,11 @@ struct LlamaConfig {
 // tokens(tokens+1)/2 visible pairs, 2 FLOPs per multiply-add. Its backward counts 2.5 times that
 // (five products against two), as FlashAttention's figures do.
 double causal_attention_flops(int64_t tokens, int heads, int head_dim);
+
+// How LlamaModel computes (ops/model/llama_model.h): kFull in its parameters' dtype, kBF16 mixed
+// precision (bf16 operands, f32 master weights and accumulation).
+enum class Precision { kFull, kBF16 };
+Precision parse_precision(const std::string& name);  // "f32" | "bf16"; InvalidArgument otherwise
+std::string precision_name(Precision precision);      // "f32" | "bf16"
 
 }  // namespace hdp::ops::model

@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "ops/add.h"
+#include "ops/convert.h"
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
 #include "ops/linear.h"
@@ -30,12 +31,25 @@ Batch pack_documents(const std::vector<std::vector<int32_t>>& documents, Device 
   return b;
 }
 
-LlamaModel::LlamaModel(const LlamaConfig& config, DType dtype, Device device) : config_(config) {
+LlamaModel::LlamaModel(const LlamaConfig& config, DType dtype, Device device, Precision precision)
+    : config_(config), precision_(precision) {
+  if (precision_ == Precision::kBF16 && dtype != DType::kF32)
+    throw InvalidArgument("LlamaModel: bf16 mixed precision keeps f32 parameters, not " + dtype_name(dtype));
   const int64_t n = param_count(config_);  // validates the config
   params_ = Tensor::zeros({n}, dtype, device);
   grads_ = Tensor::zeros({n}, dtype, device);
   weights_ = bind_weights(config_, params_);
   grad_views_ = bind_weights(config_, grads_);
+  if (precision_ == Precision::kBF16) {
+    compute_ = Tensor::zeros({n}, DType::kBF16, device);
+    compute_weights_ = bind_weights(config_, compute_);
+  } else {
+    compute_weights_ = weights_;
+  }
+}
+
+Tensor LlamaModel::operand(const Tensor& t) const {
+  return precision_ == Precision::kBF16 ? to_dtype(t, DType::kBF16) : t;
 }
 
 void LlamaModel::init(uint64_t seed) { init_params(config_, params_, seed); }
@@ -56,28 +70,39 @@ double LlamaModel::forward(const Batch& batch, AttentionExecutor* attention) {
   attention_ = attention;
   acts_.assign(static_cast<size_t>(c.n_layers), LayerActs{});
 
+  // The compute copy: rounded from the master parameters, whoever changed them since (the
+  // optimizer, a restore, a test).
+  if (precision_ == Precision::kBF16) convert_into(params_, compute_);
+  const bool mixed = precision_ == Precision::kBF16;
   Tensor x = embedding_forward(batch.tokens, weights_.embed);
   for (int i = 0; i < c.n_layers; ++i) {
     const LayerWeights& w = weights_.layers[static_cast<size_t>(i)];
+    const LayerWeights& wc = compute_weights_.layers[static_cast<size_t>(i)];
     LayerActs& a = acts_[static_cast<size_t>(i)];
     a.x = x;
     a.n1 = rmsnorm_forward(x, w.input_norm, c.norm_eps);
-    a.q = rope_forward(linear_forward(a.n1.y, w.q).reshape({t, c.n_heads, hd}), batch.positions, c.rope_theta);
-    a.k = rope_forward(linear_forward(a.n1.y, w.k).reshape({t, c.n_kv_heads, hd}), batch.positions, c.rope_theta);
-    a.v = linear_forward(a.n1.y, w.v).reshape({t, c.n_kv_heads, hd});
+    a.in1 = operand(a.n1.y);
+    a.q = operand(rope_forward(linear_forward(a.in1, wc.q).reshape({t, c.n_heads, hd}), batch.positions, c.rope_theta));
+    a.k = operand(rope_forward(linear_forward(a.in1, wc.k).reshape({t, c.n_kv_heads, hd}), batch.positions, c.rope_theta));
+    a.v = operand(linear_forward(a.in1, wc.v).reshape({t, c.n_kv_heads, hd}));
+    if (mixed) a.n1.y = Tensor();  // in1 holds it (the backward needs rstd only)
     a.att = attention->forward(i, a.q, a.k, a.v);
+    a.att_in = operand(a.att.out.reshape({t, c.n_heads * hd}));
     a.x_mid = x.clone();
-    add_(a.x_mid, linear_forward(a.att.out.reshape({t, c.n_heads * hd}), w.o));
+    add_(a.x_mid, linear_forward(a.att_in, wc.o));
     a.n2 = rmsnorm_forward(a.x_mid, w.post_norm, c.norm_eps);
-    a.gate = linear_forward(a.n2.y, w.gate);
-    a.up = linear_forward(a.n2.y, w.up);
-    a.h = swiglu_forward(a.gate, a.up);
+    a.in2 = operand(a.n2.y);
+    if (mixed) a.n2.y = Tensor();
+    a.gate = linear_forward(a.in2, wc.gate);
+    a.up = linear_forward(a.in2, wc.up);
+    a.h_in = operand(swiglu_forward(a.gate, a.up));
     x = a.x_mid.clone();
-    add_(x, linear_forward(a.h, w.down));
+    add_(x, linear_forward(a.h_in, wc.down));
   }
   x_final_ = x;
   n_final_ = rmsnorm_forward(x, weights_.norm, c.norm_eps);
-  logits_ = linear_forward(n_final_.y, weights_.lm_head);
+  in_final_ = operand(n_final_.y);
+  logits_ = linear_forward(in_final_, compute_weights_.lm_head);
   CrossEntropyOutput ce = cross_entropy_forward(logits_, batch.targets);
   ce_lse_ = ce.lse;
   return ce.loss_sum;
@@ -88,40 +113,42 @@ void LlamaModel::backward(double dloss) {
   if (!logits_.defined()) throw InvalidArgument("LlamaModel::backward: called without a forward()");
   const int64_t t = batch_.tokens.dim(0), hd = c.head_dim();
 
-  Tensor dlogits = zeros_like(logits_);
+  Tensor dlogits = grad_zeros(logits_.shape());
   cross_entropy_backward(logits_, batch_.targets, ce_lse_, dloss, dlogits);
-  Tensor dn = zeros_like(n_final_.y);
-  linear_backward(n_final_.y, weights_.lm_head, dlogits, dn, grad_views_.lm_head);
-  Tensor dx = zeros_like(x_final_);  // gradient of the residual stream, walked down the layers
+  Tensor dn = grad_zeros(x_final_.shape());
+  linear_backward(in_final_, compute_weights_.lm_head, operand(dlogits), dn, grad_views_.lm_head);
+  dlogits = Tensor();
+  Tensor dx = grad_zeros(x_final_.shape());  // gradient of the residual stream, walked down the layers
   rmsnorm_backward(x_final_, weights_.norm, n_final_.rstd, dn, dx, grad_views_.norm);
 
   for (int i = c.n_layers - 1; i >= 0; --i) {
     const LayerWeights& w = weights_.layers[static_cast<size_t>(i)];
+    const LayerWeights& wc = compute_weights_.layers[static_cast<size_t>(i)];
     const LayerWeights& g = grad_views_.layers[static_cast<size_t>(i)];
     const LayerActs& a = acts_[static_cast<size_t>(i)];
     // x_next = x_mid + down(h): dx reaches x_mid unchanged and h through down_proj.
-    Tensor dh = zeros_like(a.h);
-    linear_backward(a.h, w.down, dx, dh, g.down);
-    Tensor dgate = zeros_like(a.gate), dup = zeros_like(a.up);
+    Tensor dh = grad_zeros(a.gate.shape());
+    linear_backward(a.h_in, wc.down, operand(dx), dh, g.down);
+    Tensor dgate = grad_zeros(a.gate.shape()), dup = grad_zeros(a.up.shape());
     swiglu_backward(a.gate, a.up, dh, dgate, dup);
-    Tensor dn2 = zeros_like(a.n2.y);
-    linear_backward(a.n2.y, w.gate, dgate, dn2, g.gate);
-    linear_backward(a.n2.y, w.up, dup, dn2, g.up);
+    Tensor dn2 = grad_zeros(a.x_mid.shape());
+    linear_backward(a.in2, wc.gate, operand(dgate), dn2, g.gate);
+    linear_backward(a.in2, wc.up, operand(dup), dn2, g.up);
     rmsnorm_backward(a.x_mid, w.post_norm, a.n2.rstd, dn2, dx, g.post_norm);  // dx is now d x_mid
     // x_mid = x + o(attention(...)): same split.
-    Tensor datt = Tensor::zeros({t, c.n_heads * hd}, dx.dtype(), dx.device());
-    linear_backward(a.att.out.reshape({t, c.n_heads * hd}), w.o, dx, datt, g.o);
-    Tensor dq = zeros_like(a.q), dk = zeros_like(a.k), dv = zeros_like(a.v);
-    attention_->backward(i, a.q, a.k, a.v, a.att, datt.reshape(a.q.shape()), dq, dk, dv);
+    Tensor datt = grad_zeros({t, c.n_heads * hd});
+    linear_backward(a.att_in, wc.o, operand(dx), datt, g.o);
+    Tensor dq = grad_zeros(a.q.shape()), dk = grad_zeros(a.k.shape()), dv = grad_zeros(a.v.shape());
+    attention_->backward(i, a.q, a.k, a.v, a.att, operand(datt).reshape(a.q.shape()), dq, dk, dv);
     // The query path first: an executor may still be completing dk and dv meanwhile.
-    Tensor dq_lin = zeros_like(dq), dk_lin = zeros_like(dk);
+    Tensor dq_lin = grad_zeros(dq.shape()), dk_lin = grad_zeros(dk.shape());
     rope_backward(dq, batch_.positions, c.rope_theta, dq_lin);
-    Tensor dn1 = zeros_like(a.n1.y);
-    linear_backward(a.n1.y, w.q, dq_lin.reshape({t, c.n_heads * hd}), dn1, g.q);
+    Tensor dn1 = grad_zeros(a.x.shape());
+    linear_backward(a.in1, wc.q, operand(dq_lin.reshape({t, c.n_heads * hd})), dn1, g.q);
     attention_->finish_backward(i);
     rope_backward(dk, batch_.positions, c.rope_theta, dk_lin);
-    linear_backward(a.n1.y, w.k, dk_lin.reshape({t, c.n_kv_heads * hd}), dn1, g.k);
-    linear_backward(a.n1.y, w.v, dv.reshape({t, c.n_kv_heads * hd}), dn1, g.v);
+    linear_backward(a.in1, wc.k, operand(dk_lin.reshape({t, c.n_kv_heads * hd})), dn1, g.k);
+    linear_backward(a.in1, wc.v, operand(dv.reshape({t, c.n_kv_heads * hd})), dn1, g.v);
     rmsnorm_backward(a.x, w.input_norm, a.n1.rstd, dn1, dx, g.input_norm);  // dx is now d x
   }
   embedding_backward(batch_.tokens, dx, grad_views_.embed);

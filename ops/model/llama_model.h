@@ -5,6 +5,14 @@
 // and backward over one packed micro-batch. Parameters and gradients are two flat buffers in the
 // layout of llama_params.h. Not thread-safe: one model object per training thread.
 //
+// Precision: kFull runs every op in the parameters' dtype (f32, or f64 for the gradient checks).
+// kBF16 is mixed precision (as PyTorch's bf16 autocast): the parameters and gradients stay f32 (the
+// master copy, what the optimizer and checkpoints see); each forward() rounds them to a bf16
+// compute copy; every GEMM and the attention take bf16 operands (that compute copy's weights and
+// bf16 activations, the ones kept for the backward) and accumulate and return f32; embedding,
+// RMSNorm, RoPE, SwiGLU, the residual stream, the loss and every gradient are f32. Attention's bf16
+// K/V is also what ring attention sends.
+//
 // Example:
 //   LlamaModel model(config);             // f32 on the CPU
 //   model.init(/*seed=*/1234);
@@ -15,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ops/attention.h"
@@ -43,7 +52,10 @@ Batch pack_documents(const std::vector<std::vector<int32_t>>& documents, Device 
 
 class LlamaModel {
  public:
-  explicit LlamaModel(const LlamaConfig& config, DType dtype = DType::kF32, Device device = Device::kCpu);
+  // kBF16 needs dtype f32 (InvalidArgument otherwise).
+  explicit LlamaModel(const LlamaConfig& config, DType dtype = DType::kF32, Device device = Device::kCpu,
+                      Precision precision = Precision::kFull);
+  Precision precision() const { return precision_; }
 
   const LlamaConfig& config() const { return config_; }
   const Tensor& params() const { return params_; }
@@ -63,20 +75,31 @@ class LlamaModel {
   void backward(double dloss);
 
  private:
+  // What the backward needs; "operand" tensors are bf16 under kBF16 (GEMM and attention inputs).
   struct LayerActs {
     Tensor x;            // block input (residual stream)
-    RmsNormOutput n1;
-    Tensor q, k, v;      // after RoPE (q, k), [T, heads, head_dim]
+    RmsNormOutput n1;    // its y only under kFull (it is in1 then)
+    Tensor in1;          // operand: the normed input of q, k, v
+    Tensor q, k, v;      // operands: after RoPE (q, k), [T, heads, head_dim]
     AttentionOutput att;
+    Tensor att_in;       // operand: the attention output, input of o
     Tensor x_mid;        // after the attention residual
     RmsNormOutput n2;
-    Tensor gate, up, h;  // MLP: h = silu(gate) * up
+    Tensor in2;          // operand: the normed input of gate and up
+    Tensor gate, up;     // MLP: h = silu(gate) * up
+    Tensor h_in;         // operand: h, input of down
   };
 
-  Tensor zeros_like(const Tensor& t) const { return Tensor::zeros(t.shape(), t.dtype(), t.device()); }
+  // Zeros in the gradients' dtype (f32 under kBF16 too) on the model's device.
+  Tensor grad_zeros(const Shape& shape) const { return Tensor::zeros(shape, grads_.dtype(), grads_.device()); }
+  // t as an operand: rounded to bf16 under kBF16, else t itself.
+  Tensor operand(const Tensor& t) const;
 
   LlamaConfig config_;
+  Precision precision_;
   Tensor params_;
+  Tensor compute_;                // kBF16: the bf16 copy of params_ each forward() makes
+  LlamaWeights compute_weights_;  // views of compute_ (kBF16) or params_ (kFull)
   Tensor grads_;
   LlamaWeights weights_;
   LlamaWeights grad_views_;
@@ -88,6 +111,7 @@ class LlamaModel {
   std::vector<LayerActs> acts_;
   Tensor x_final_;
   RmsNormOutput n_final_;
+  Tensor in_final_;  // operand: the final norm's output, input of lm_head
   Tensor logits_;
   Tensor ce_lse_;
 };

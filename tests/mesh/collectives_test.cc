@@ -19,6 +19,7 @@
 #include <tuple>
 
 #include "common/error.h"
+#include "kernels/cpu/bf16.h"
 #include "mesh/comm/collectives.h"
 #include "tests/support/ranks.h"
 
@@ -183,6 +184,7 @@ void set(const Tensor& t, std::int64_t i, double v) {
     case DType::kF64: t.data<double>()[i] = v; break;
     case DType::kI32: t.data<std::int32_t>()[i] = static_cast<std::int32_t>(v); break;
     case DType::kI64: t.data<std::int64_t>()[i] = static_cast<std::int64_t>(v); break;
+    case DType::kBF16: t.data<std::uint16_t>()[i] = kernels::cpu::f32_to_bf16(static_cast<float>(v)); break;
   }
 }
 
@@ -192,6 +194,7 @@ double at(const Tensor& t, std::int64_t i) {
     case DType::kF64: return t.data<double>()[i];
     case DType::kI32: return static_cast<double>(t.data<std::int32_t>()[i]);
     case DType::kI64: return static_cast<double>(t.data<std::int64_t>()[i]);
+    case DType::kBF16: return kernels::cpu::bf16_to_f32(t.data<std::uint16_t>()[i]);
   }
   return 0;
 }

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "kernels/cpu/bf16.h"
 #include "mesh/comm/communicator_factory.h"
 #include "tests/support/ranks.h"
 
@@ -42,6 +43,7 @@ Tensor filled(DType dtype, std::int64_t n, const std::function<double(std::int64
       case DType::kF64: t.data<double>()[i] = f(i); break;
       case DType::kI32: t.data<std::int32_t>()[i] = static_cast<std::int32_t>(f(i)); break;
       case DType::kI64: t.data<std::int64_t>()[i] = static_cast<std::int64_t>(f(i)); break;
+      case DType::kBF16: t.data<std::uint16_t>()[i] = kernels::cpu::f32_to_bf16(static_cast<float>(f(i))); break;
     }
   }
   return t;
@@ -53,6 +55,7 @@ double at(const Tensor& t, std::int64_t i) {
     case DType::kF64: return t.data<double>()[i];
     case DType::kI32: return t.data<std::int32_t>()[i];
     case DType::kI64: return static_cast<double>(t.data<std::int64_t>()[i]);
+    case DType::kBF16: return kernels::cpu::bf16_to_f32(t.data<std::uint16_t>()[i]);
   }
   return NAN;
 }
@@ -154,7 +157,8 @@ TEST_P(CommunicatorTest, RingExchange) {
 TEST_P(CommunicatorTest, AllreduceEveryDtypeAndOp) {
   // 37 elements split unevenly; 3 elements leave some ranks with nothing once n > 3.
   for (std::int64_t elements : {std::int64_t{37}, std::int64_t{3}, std::int64_t{0}}) {
-    for (DType dtype : {DType::kF32, DType::kF64, DType::kI32, DType::kI64}) {
+    // bf16: the values and their sums over these ranks are integers below 256, exact in bf16.
+    for (DType dtype : {DType::kF32, DType::kF64, DType::kI32, DType::kI64, DType::kBF16}) {
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin}) {
         on_ranks_ok(n(), [&](int r) {
           const Tensor t = filled(dtype, elements, [&](std::int64_t i) { return value(r, i); });

@@ -18,7 +18,9 @@
 //  - a Megatron indexed dataset (written by an independent Python writer) as `--data`: the job
 //    trains on it and completes; resumed over a rewritten dataset it is refused (the checkpoint's
 //    data fingerprint differs), and goes on with --allow-data-change; one holding a token id outside the model's vocabulary stops the
-//    job (agent exit 3) with one line naming the file and the byte.
+//    job (agent exit 3) with one line naming the file and the byte;
+//  - mixed precision across a resume: an f32 job's checkpoint resumed by a `--dtype bf16` job, whose
+//    own checkpoint holds f32 master weights (most are not bf16 values) and is resumed by an f32 job.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -29,6 +31,7 @@
 #include "checkpoint/checksum.h"
 #include "elastic/job_keys.h"
 #include "elastic/job_state.h"
+#include "kernels/cpu/bf16.h"
 #include "tests/agents/agent_cluster.h"
 #include "tests/support/child_process.h"
 #include "tests/support/temp_dir.h"
@@ -239,6 +242,39 @@ TEST(TrainerQuick, AMegatronIndexedDatasetIsTrainedOnResumedOnlyOverItselfAndABa
   const std::string logs = cluster.all_logs();
   EXPECT_NE(logs.find("token id 300 at byte"), std::string::npos) << logs;
   EXPECT_NE(logs.find("outside the model's vocabulary of 256"), std::string::npos) << logs;
+}
+
+TEST(TrainerQuick, ABf16JobResumesAnF32CheckpointKeepsF32MasterWeightsAndAnF32JobResumesIt) {
+  TempDir dir;
+  // The restore event of a run: the step it restored.
+  auto restored_step = [](AgentCluster& cluster) {
+    for (const auto& e : elastic::JobState(cluster.store()).snapshot(elastic::kEventsKept).events) {
+      std::map<std::string, std::string> f(e.fields.begin(), e.fields.end());
+      if (f["type"] == "restore") return f["step"];
+    }
+    return std::string("none");
+  };
+  auto run = [&](const std::string& steps, const std::string& dtype, const std::string& resumed) {
+    AgentCluster cluster(quick(dir.path(), {"--steps", steps, "--dtype", dtype}));
+    cluster.start_agent("n1");
+    const auto status = cluster.agent("n1").wait_for(180s);
+    ASSERT_TRUE(status.has_value() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << cluster.all_logs();
+    EXPECT_EQ(cluster.state()["status"], "completed");
+    EXPECT_NE(cluster.all_logs().find(dtype + " training"), std::string::npos) << cluster.all_logs();
+    if (!resumed.empty()) {
+      EXPECT_EQ(restored_step(cluster), resumed) << cluster.all_logs();
+    }
+  };
+  run("12", "f32", "");
+  run("24", "bf16", "12");
+  // The bf16 job's checkpoint holds the f32 master weights: most of them are not bf16 values.
+  const Final mixed = read_final(dir.path() / "ckpt");
+  ASSERT_EQ(mixed.step, 24);
+  std::size_t not_bf16 = 0;
+  for (float p : mixed.params) not_bf16 += kernels::cpu::bf16_to_f32(kernels::cpu::f32_to_bf16(p)) != p;
+  EXPECT_GT(not_bf16, mixed.params.size() / 2) << "the checkpoint holds bf16-rounded weights, not the f32 master";
+  run("28", "f32", "24");
+  EXPECT_EQ(read_final(dir.path() / "ckpt").step, 28);
 }
 
 }  // namespace
