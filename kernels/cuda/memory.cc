@@ -2,6 +2,8 @@
 
 #include "kernels/cuda/check.h"
 
+#include <cstdint>
+
 namespace hdp::kernels::cuda {
 
 int device_count() {
@@ -13,14 +15,40 @@ int device_count() {
   return n;
 }
 
+namespace {
+
+// The device's default memory pool keeps what is freed (release threshold: unlimited), so the
+// many short-lived tensors of a step reuse memory instead of calling into the driver; set once.
+void keep_freed_memory() {
+  static const bool done = [] {
+    int device = 0;
+    cudaMemPool_t pool = nullptr;
+    if (cudaGetDevice(&device) == cudaSuccess && cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
+      std::uint64_t threshold = UINT64_MAX;
+      cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold);
+    }
+    cudaGetLastError();  // a device without pools still allocates; nothing to keep then
+    return true;
+  }();
+  (void)done;
+}
+
+}  // namespace
+
+// Stream-ordered on the legacy default stream, which orders itself with every blocking stream (the
+// ones stream_create makes): an allocation is ready for work queued after it on any of them, and a
+// free waits for the work queued before it. cudaMalloc/cudaFree instead synchronise the whole
+// device at every free, which serialised a step's kernels with its host.
 void* device_alloc(size_t bytes) {
   void* ptr = nullptr;
-  if (bytes > 0) CUDA_CHECK(cudaMalloc(&ptr, bytes));
+  if (bytes == 0) return ptr;
+  keep_freed_memory();
+  CUDA_CHECK(cudaMallocAsync(&ptr, bytes, cudaStreamLegacy));
   return ptr;
 }
 
 void device_free(void* ptr) noexcept {
-  if (ptr) cudaFree(ptr);  // a destructor path: nothing useful to do with an error here
+  if (ptr) cudaFreeAsync(ptr, cudaStreamLegacy);  // a destructor path: nothing useful to do with an error here
 }
 
 void copy_host_to_device(void* dst, const void* src, size_t bytes) {
