@@ -8,21 +8,25 @@
 #      OUT/gpu-check.json` turns it into docs/performance.md's rows.
 # A failing step is recorded in the JSON and the later steps still run.
 #
-# Usage: scripts/gpu-check.sh [--dry-run] [--no-bench] [--out DIR]
+# Usage: scripts/gpu-check.sh [--dry-run] [--no-bench] [--quick] [--out DIR]
 #   --dry-run  the rehearsal on a machine without a GPU: the same build against the carried
 #              packages, the gpu tests (they skip), bench_gpu --device cpu on small shapes, the JSON.
 #   --no-bench the build and the tests only (a check after a change that moves no figure).
+#   --quick    the benchmarks' attention sweep at 4,096 tokens only (the model step as always): a run
+#              after a change that moves the model step, not the attention kernels.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dry_run=0
 bench=1
+quick=()
 out=gpu-check-out
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) dry_run=1 ;;
     --no-bench) bench=0 ;;
+    --quick) quick=(--attention-tokens 4096) ;;
     --out) out="$2"; shift ;;
-    *) echo "usage: scripts/gpu-check.sh [--dry-run] [--no-bench] [--out DIR]" >&2; exit 2 ;;
+    *) echo "usage: scripts/gpu-check.sh [--dry-run] [--no-bench] [--quick] [--out DIR]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -112,8 +116,8 @@ elif [ $dry_run = 1 ]; then
     --model-tokens 256 --vocab 256 --d-model 128 --layers 2 --model-heads 4 --model-kv-heads 2 --ffn 256 --reps 1
 else
   nvidia-smi >"$out/nvidia-smi.txt" 2>&1
-  json_step bench "$build/bin/bench_gpu" --budget-s 60
-  json_step torch env PYTHONUNBUFFERED=1 python3 scripts/gpu_torch_baseline.py
+  json_step bench "$build/bin/bench_gpu" --budget-s 60 "${quick[@]}"
+  json_step torch env PYTHONUNBUFFERED=1 python3 scripts/gpu_torch_baseline.py "${quick[@]}"
 fi
 python3 scripts/gpu_results.py collect "$out" --dry-run "$dry_run" >"$out/gpu-check.json"
 echo "== wrote $out/gpu-check.json"

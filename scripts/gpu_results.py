@@ -137,18 +137,33 @@ def table(args):
                      f"{fmt(row['backward_tflops'])} | {fmt(c.get('forward_tflops'))} / {fmt(c.get('backward_tflops'))} | "
                      f"{fmt(a.get('forward_tflops'))} / {fmt(a.get('backward_tflops'))} | "
                      f"{fmt(b.get('forward_tflops'))} / {fmt(b.get('backward_tflops'))} | {ratio} |")
-    lines += ["", "| model step (params, tokens) | hdp f32 tokens/s (TFLOP/s) | PyTorch f32 tokens/s (TFLOP/s) | "
-                  "PyTorch bf16 autocast tokens/s (TFLOP/s) | hdp ÷ PyTorch bf16 |",
-              "|---|---|---|---|---|"]
+    # hdp's model rows carry "dtype" ("f32" or "bf16" mixed precision); a run from before bench_gpu
+    # had --model-dtypes has f32 rows without it.
+    lines += ["", "| model step (params, tokens) | hdp f32 tokens/s (TFLOP/s) | hdp bf16 tokens/s (TFLOP/s) | "
+                  "PyTorch f32 tokens/s (TFLOP/s) | PyTorch bf16 autocast tokens/s (TFLOP/s) | "
+                  "hdp f32 ÷ PyTorch f32 | hdp bf16 ÷ PyTorch bf16 |",
+              "|---|---|---|---|---|---|---|"]
+    h_rows = [row for row in hdp.get("model", []) if isinstance(row, dict) and "tokens" in row]
+    for row in h_rows:
+        row.setdefault("dtype", "f32")
+    h_f32, h_bf16 = by_tokens(h_rows, dtype="f32"), by_tokens(h_rows, dtype="bf16")
     m_f32 = by_tokens(torch.get("model"), dtype="f32")
     m_bf16 = by_tokens(torch.get("model"), dtype="bf16")
-    for row in hdp.get("model", []):
-        n = row["tokens"]
-        a, b = m_f32.get(n, {}), m_bf16.get(n, {})
-        ratio = f"{row['tokens_per_s'] / b['tokens_per_s']:.3f}" if "tokens_per_s" in b else "–"
-        lines.append(f"| {row['params'] / 1e6:.0f} M, {n} | {fmt(row['tokens_per_s'], 0)} ({fmt(row['model_tflops'])}) | "
-                     f"{fmt(a.get('tokens_per_s'), 0)} ({fmt(a.get('model_tflops'))}) | "
-                     f"{fmt(b.get('tokens_per_s'), 0)} ({fmt(b.get('model_tflops'))}) | {ratio} |")
+
+    def speed(row):
+        if "skipped" in row:
+            return f"skipped: {row['skipped']}"
+        return f"{fmt(row.get('tokens_per_s'), 0)} ({fmt(row.get('model_tflops'))})"
+
+    def ratio(a, b):
+        return f"{a['tokens_per_s'] / b['tokens_per_s']:.3f}" if "tokens_per_s" in a and "tokens_per_s" in b else "–"
+
+    for n in dict.fromkeys(row["tokens"] for row in h_rows):  # in the bench's order, once each
+        hf, hb, a, b = h_f32.get(n, {}), h_bf16.get(n, {}), m_f32.get(n, {}), m_bf16.get(n, {})
+        params = next((row["params"] for row in (hf, hb) if "params" in row), None)
+        size = "–" if params is None else f"{params / 1e6:.0f} M" if params >= 1e7 else f"{params / 1e6:.2f} M"
+        lines.append(f"| {size}, {n} | {speed(hf)} | {speed(hb)} | "
+                     f"{speed(a)} | {speed(b)} | {ratio(hf, a)} | {ratio(hb, b)} |")
     for name, part in (("hdp", hdp), ("torch", torch)):
         if isinstance(part, dict) and "error" in part:
             lines.append(f"\n{name}: {part['error']}")

@@ -4,7 +4,9 @@
 //   attention  causal packed self-attention of one sequence of T tokens, forward and backward
 //              (the kernels ring attention calls), TFLOP/s counting only the unmasked half;
 //   model      one training step of a LLaMA (forward, backward, AdamW over every parameter) on
-//              T tokens: tokens/s and model FLOP/s (LlamaConfig::step_flops).
+//              T tokens: tokens/s and model FLOP/s (LlamaConfig::step_flops), one row per
+//              (T, --model-dtypes entry): "f32" computes in f32, "bf16" is mixed precision
+//              (Precision::kBF16: f32 master weights, bf16 GEMM and attention operands).
 //
 // Each figure is the median of --reps timed runs after one warm-up, timed on the host around a
 // device synchronisation. Sizes run smallest first and a size is skipped when the one before it,
@@ -111,6 +113,7 @@ int main(int argc, char** argv) {
   CLI::App app{"bench_gpu: hdp's kernels on one device (JSON on stdout)"};
   std::string device_name = "cuda";
   std::vector<int64_t> attention_tokens{4096, 8192, 16384, 32768}, model_tokens{8192};
+  std::vector<std::string> model_dtypes{"f32", "bf16"};
   int heads = 16, head_dim = 128, reps = 3;
   double budget_s = 60;
   hdp::ops::model::LlamaConfig config;
@@ -125,6 +128,9 @@ int main(int argc, char** argv) {
   app.add_option("--heads", heads, "attention heads (and KV heads) of the attention benchmark");
   app.add_option("--head-dim", head_dim, "head dimension of the attention benchmark");
   app.add_option("--model-tokens", model_tokens, "tokens per micro-batch of the model step, comma-separated")->delimiter(',');
+  app.add_option("--model-dtypes", model_dtypes, "precisions of the model step, comma-separated: f32 and/or bf16")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"f32", "bf16"}));
   app.add_option("--vocab", config.vocab_size);
   app.add_option("--d-model", config.d_model);
   app.add_option("--layers", config.n_layers);
@@ -197,8 +203,10 @@ int main(int argc, char** argv) {
     hdp::ops::model::LlamaModel probe_shape(config, DType::kF32, Device::kCpu);
     return probe_shape.params().numel();
   }();
-  for (const int64_t t : model_tokens) {
-    hdp::ops::model::LlamaModel model(config, DType::kF32, device);
+  // One row: `dtype` "f32" computes in f32, "bf16" is mixed precision over the same f32 parameters
+  // (the same initialisation, batch and AdamW on the f32 master copy).
+  const auto model_row = [&](int64_t t, const std::string& dtype) -> nlohmann::json {
+    hdp::ops::model::LlamaModel model(config, DType::kF32, device, hdp::ops::model::parse_precision(dtype));
     model.init(7);
     std::vector<int32_t> doc(static_cast<size_t>(t));
     std::mt19937 rng(11);
@@ -215,19 +223,22 @@ int main(int argc, char** argv) {
       hdp::ops::adamw_step(model.params(), model.grads(), m, v, {.lr = 1e-4f, .step = ++step}, 1.0, 0.0);
     });
     const double model_flops = config.step_flops(t);
-    rows.push_back({{"tokens", t},
-                    {"params", n_params},
-                    {"d_model", config.d_model},
-                    {"layers", config.n_layers},
-                    {"heads", config.n_heads},
-                    {"kv_heads", config.n_kv_heads},
-                    {"ffn", config.ffn_dim},
-                    {"vocab", config.vocab_size},
-                    {"step_s", step_s},
-                    {"tokens_per_s", double(t) / step_s},
-                    {"model_tflops", model_flops / step_s / 1e12},
-                    {"last_loss_per_token", loss / double(t)}});
-  }
+    return {{"tokens", t},
+            {"dtype", dtype},
+            {"params", n_params},
+            {"d_model", config.d_model},
+            {"layers", config.n_layers},
+            {"heads", config.n_heads},
+            {"kv_heads", config.n_kv_heads},
+            {"ffn", config.ffn_dim},
+            {"vocab", config.vocab_size},
+            {"step_s", step_s},
+            {"tokens_per_s", double(t) / step_s},
+            {"model_tflops", model_flops / step_s / 1e12},
+            {"last_loss_per_token", loss / double(t)}};
+  };
+  for (const int64_t t : model_tokens)
+    for (const std::string& dtype : model_dtypes) rows.push_back(model_row(t, dtype));
   out["model"] = rows;
   std::cout << out.dump(2) << std::endl;
   return 0;
