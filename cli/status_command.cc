@@ -61,6 +61,10 @@ std::string to_table(const std::string& job, const elastic::JobSnapshot& s) {
         << " tokens/s, step " << field_or_dash(s.state, "step_ms") << " ms, lr " << field_or_dash(s.state, "lr")
         << ", " << field_or_dash(s.state, "tokens") << " tokens trained\n";
   }
+  if (s.state.count("eval_loss")) {
+    out << "validation: eval_loss " << field_or_dash(s.state, "eval_loss") << " at step "
+        << field_or_dash(s.state, "eval_step") << "\n";
+  }
   out << "leader: " << s.leader.value_or("-") << "    last checkpoint: step " << field_or_dash(s.state, "last_ckpt_step")
       << " at " << field_or_dash(s.state, "last_ckpt_path") << "\n\n";
   // Speeds are per rank of the generation rank 0 last reported for (state `generation`).

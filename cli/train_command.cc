@@ -146,6 +146,13 @@ void add_train_command(CLI::App& app) {
       "B\": weights count sequences; an epoch reads every piece of every dataset at least once, repeating those of a "
       "dataset small for its weight)",
       "HDP_DATA");
+  opt("--eval-data", c.eval_data,
+      "Held-out data (the forms of --data): its loss every --eval-every steps, reported as eval_loss", "HDP_EVAL_DATA");
+  opt("--eval-every", c.eval_every, "Steps between evaluations of --eval-data (and one at the last step)",
+      "HDP_EVAL_EVERY")
+      ->check(CLI::Range(0, 1 << 30));
+  opt("--eval-tokens", c.eval_tokens, "Tokens of the held-out batch (at most all of --eval-data)", "HDP_EVAL_TOKENS")
+      ->check(CLI::Range(1L, 1L << 40));
   opt("--seed", c.seed, "Seed of the initial weights and the data order", "HDP_SEED");
   opt("--checkpoint-dir", f.checkpoint_dir, "Where checkpoints go (empty: none)", "HDP_CHECKPOINT_DIR");
   opt("--checkpoint-every", c.checkpoint_every, "Steps between checkpoints", "HDP_CHECKPOINT_EVERY");

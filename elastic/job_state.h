@@ -24,7 +24,7 @@ inline constexpr std::size_t kEventsKept = 1000;
 inline constexpr std::size_t kSamplesKept = 2000;
 // The fields of a sample: all finite numbers (validated on read).
 inline constexpr const char* kSampleFields[] = {"step",       "loss",       "tokens_per_s", "step_ms", "lr",
-                                                "grad_norm",  "world_size", "generation",   "time_ms"};
+                                                "grad_norm",  "world_size", "generation",   "time_ms", "eval_loss"};
 
 // The statuses of the state hash's `status` field.
 inline constexpr const char* kStatuses[] = {"waiting",  "running",   "resizing", "restoring",
@@ -33,8 +33,8 @@ inline constexpr const char* kStatuses[] = {"waiting",  "running",   "resizing",
 // Fields of the state hash that hold numbers (validate_state_field checks them; `hdp status --json`
 // prints them as JSON numbers): integers >= 0, and finite decimal numbers.
 inline constexpr const char* kIntegerStateFields[] = {"generation", "world_size", "step",  "last_ckpt_step",
-                                                      "updated_at_ms", "nodes",   "tokens"};
-inline constexpr const char* kNumberStateFields[] = {"loss", "tokens_per_s", "step_ms", "lr", "grad_norm"};
+                                                      "updated_at_ms", "nodes",   "tokens", "eval_step"};
+inline constexpr const char* kNumberStateFields[] = {"loss", "tokens_per_s", "step_ms", "lr", "grad_norm", "eval_loss"};
 // Fields that hold comma-separated lists of finite numbers (printed as JSON arrays).
 inline constexpr const char* kNumberListStateFields[] = {"speeds"};
 

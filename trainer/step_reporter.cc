@@ -35,7 +35,7 @@ StepReporter::StepReporter(const TrainerConfig& config, std::shared_ptr<elastic:
     : config_(config), job_(std::move(store)), events_(events), metrics_(metrics_file) {}
 
 void StepReporter::step(const elastic::Membership& m, std::int64_t step, const mesh::StepResult& result, double step_ms,
-                        double lr, const SpeedFigures& speeds, int world) {
+                        double lr, const SpeedFigures& speeds, int world, const EvalFigures* eval) {
   if (world == 0) world = m.world_size;
   const double tokens_per_s = result.step_tokens / (step_ms / 1000.0);
   const auto rank = static_cast<std::size_t>(m.rank);
@@ -52,6 +52,7 @@ void StepReporter::step(const elastic::Membership& m, std::int64_t step, const m
                  .rank = m.rank,
                  .generation = m.generation,
                  .speed = rank < speeds.relative.size() ? speeds.relative[rank] : 1.0});
+  if (eval) metrics_.evaluated(eval->loss);
   metrics_.publish();
   if (m.rank != 0) return;
   if (step % config_.log_every == 0 || step == config_.steps) {
@@ -59,8 +60,12 @@ void StepReporter::step(const elastic::Membership& m, std::int64_t step, const m
                 step, config_.steps, result.loss(), lr, tokens_per_s, world, step_ms, result.compute_ms,
                 result.comm_wait_ms);
   }
-  if (!config_.metrics_file.empty()) write_metrics_line(m, step, result, step_ms, lr, tokens_per_s, world, speeds);
-  if (!config_.tensorboard_dir.empty()) write_tensorboard(step, result, step_ms, lr, tokens_per_s, world);
+  if (eval) {
+    log()->info("step {}/{}  eval_loss {:.4f}  ({} tokens of --eval-data in {:.0f} ms)", step, config_.steps, eval->loss,
+                eval->tokens, eval->ms);
+  }
+  if (!config_.metrics_file.empty()) write_metrics_line(m, step, result, step_ms, lr, tokens_per_s, world, speeds, eval);
+  if (!config_.tensorboard_dir.empty()) write_tensorboard(step, result, step_ms, lr, tokens_per_s, world, eval);
   // The figures as the job state holds them; a non-finite one (a diverged run's NaN loss) is
   // left out of the state and the sample, whose readers accept only finite numbers: the curve
   // shows a gap, and the worker's log line and metrics say "nan".
@@ -76,6 +81,7 @@ void StepReporter::step(const elastic::Membership& m, std::int64_t step, const m
   figure("step_ms", "%.1f", step_ms);
   figure("lr", "%.6g", lr);
   figure("grad_norm", "%.6g", result.grad_norm);
+  if (eval) figure("eval_loss", "%.6f", eval->loss);
   std::string speeds_text;
   for (double speed : speeds.relative) speeds_text += (speeds_text.empty() ? "" : ",") + fixed3(speed);
   // `status` and `generation` too, every step: a `state` hash deleted by hand (or lost) has both
@@ -87,6 +93,7 @@ void StepReporter::step(const elastic::Membership& m, std::int64_t step, const m
                            {"world_size", std::to_string(world)},
                            {"speeds", speeds_text}};
   state.insert(state.end(), figures.begin(), figures.end());
+  if (eval) state.emplace_back("eval_step", std::to_string(step));
   elastic::Fields sample = {{"step", std::to_string(step)},
                             {"world_size", std::to_string(world)},
                             {"generation", std::to_string(m.generation)},
@@ -158,13 +165,14 @@ void StepReporter::checkpoint_done(std::string id, std::int64_t step, const std:
 
 void StepReporter::write_metrics_line(const elastic::Membership& m, std::int64_t step, const mesh::StepResult& result,
                                       double step_ms, double lr, double tokens_per_s, int world,
-                                      const SpeedFigures& speeds) {
-  const nlohmann::json line = {{"step", step},           {"loss", result.loss()},
+                                      const SpeedFigures& speeds, const EvalFigures* eval) {
+  nlohmann::json line = {{"step", step},           {"loss", result.loss()},
                                {"world_size", world},    {"generation", m.generation},
                                {"lr", lr},               {"grad_norm", result.grad_norm},
                                {"tokens_per_s", tokens_per_s}, {"step_ms", step_ms},
                                {"compute_ms", result.compute_ms}, {"speeds", speeds.relative},
                                {"plan_speeds", speeds.plan_speeds}, {"time_ms", elastic::now_ms()}};
+  if (eval) line["eval_loss"] = eval->loss;
   // One write of a whole line in append mode: lines of successive rank-0 processes never mix.
   const std::string text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   const int fd = ::open(config_.metrics_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -176,7 +184,7 @@ void StepReporter::write_metrics_line(const elastic::Membership& m, std::int64_t
 
 // Rank 0's curves for TensorBoard; a failure to write is logged once a file and never stops training.
 void StepReporter::write_tensorboard(std::int64_t step, const mesh::StepResult& result, double step_ms, double lr,
-                                     double tokens_per_s, int world) {
+                                     double tokens_per_s, int world, const EvalFigures* eval) {
   try {
     if (tensorboard_failed_) return;
     if (!tensorboard_) tensorboard_ = std::make_unique<TensorBoardWriter>(config_.tensorboard_dir);
@@ -186,6 +194,7 @@ void StepReporter::write_tensorboard(std::int64_t step, const mesh::StepResult& 
                                  {"train/world_size", world},
                                  {"train/step_ms", step_ms},
                                  {"train/grad_norm", result.grad_norm}});
+    if (eval) tensorboard_->scalars(step, {{"eval/loss", eval->loss}});
   } catch (const Error& e) {
     if (!tensorboard_failed_) log()->warn("TensorBoard: {}; no further event files from this process", e.what());
     tensorboard_failed_ = true;

@@ -45,6 +45,13 @@ struct SpeedFigures {
   const std::vector<double>& plan_speeds;  // the speeds the step was planned with
 };
 
+// An evaluation of the held-out batch (--eval-data) after a step.
+struct EvalFigures {
+  double loss = 0;          // mean token loss
+  std::int64_t tokens = 0;  // of the held-out batch
+  double ms = 0;            // the evaluation's wall time
+};
+
 class StepReporter {
  public:
   // `config` must outlive this object. `metrics_file`: the agent's file for /metrics (empty: none).
@@ -52,9 +59,10 @@ class StepReporter {
                const std::filesystem::path& metrics_file);
 
   // Step `step` completed (on `world` ranks; 0: this generation's size): every rank's metrics;
-  // rank 0's log line, job state and sample, metrics-file line and TensorBoard scalars.
+  // rank 0's log line, job state and sample, metrics-file line and TensorBoard scalars; with
+  // `eval`, its eval_loss in each of them too (the state keeps the last one, with eval_step).
   void step(const elastic::Membership& m, std::int64_t step, const mesh::StepResult& result, double step_ms, double lr,
-            const SpeedFigures& speeds, int world = 0);
+            const SpeedFigures& speeds, int world = 0, const EvalFigures* eval = nullptr);
 
   // The generation was abandoned (a peer lost, a newer generation): its recovery is timed from now.
   void interrupted() { interrupted_ = SteadyClock::now(); }
@@ -87,9 +95,9 @@ class StepReporter {
 
  private:
   void write_metrics_line(const elastic::Membership& m, std::int64_t step, const mesh::StepResult& result,
-                          double step_ms, double lr, double tokens_per_s, int world, const SpeedFigures& speeds);
+                          double step_ms, double lr, double tokens_per_s, int world, const SpeedFigures& speeds, const EvalFigures* eval);
   void write_tensorboard(std::int64_t step, const mesh::StepResult& result, double step_ms, double lr,
-                         double tokens_per_s, int world);
+                         double tokens_per_s, int world, const EvalFigures* eval);
 
   void read_requests(const std::optional<std::string>& value);
   void read_settings(const std::optional<std::string>& value);

@@ -396,8 +396,10 @@ class Trainer {
         first = false;
         reporter_.recovered(m, comm, recovery_.step(), furthest);
       }
-      reporter_.step(m, recovery_.step(), result, step_ms, lr, monitor_.figures());
       const std::int64_t done = recovery_.step();
+      std::optional<EvalFigures> eval;
+      if (config_.eval_every > 0 && (done % config_.eval_every == 0 || done == config_.steps)) eval = evaluate(m, comm);
+      reporter_.step(m, done, result, step_ms, lr, monitor_.figures(), 0, eval ? &*eval : nullptr);
       if (config_.verify_replicas_every > 0 && done % config_.verify_replicas_every == 0) verify_replicas(m, comm);
       if (saver && (done % config_.checkpoint_every == 0 || done == config_.steps)) recovery_.save(*saver);
     }
@@ -406,6 +408,34 @@ class Trainer {
     comm.barrier();  // the outcome is written before any rank exits (an agent reads it)
     completed_ = true;
     return BodyResult::kFinished;
+  }
+
+  // The loss of the held-out batch (--eval-data) across this generation: every rank, the same
+  // batch (built once, the first eval_tokens tokens of the eval data in the seed's order), planned
+  // for this world like a step.
+  EvalFigures evaluate(const Membership& m, Communicator& comm) {
+    const auto started = SteadyClock::now();
+    if (!eval_batch_) {
+      data::BatchSource source(setup_.eval, config_.seed);
+      source.log_refusals(m.rank == 0);
+      std::int64_t available = 0;
+      for (std::uint64_t p = 0; p < setup_.eval->piece_count() && available < config_.eval_tokens; ++p)
+        available += setup_.eval->piece_length(p);
+      checkpoint::DataPosition position;
+      eval_batch_ = source.next(position, std::min(available, config_.eval_tokens));
+    }
+    mesh::PlanRequest request;
+    request.lengths = eval_batch_->lengths();
+    request.speeds = monitor_.plan_speeds(m.world_size);
+    request.capacity = config_.capacity;
+    request.context = config_.context;
+    request.cost = setup_.cost;
+    const mesh::PlannedStep planned = mesh::plan_step(std::move(request), mesh::Strategy::kBalanced);
+    mesh::StepOptions options;
+    options.timeout = config_.timeout;
+    mesh::DistributedStep step(model_, recovery_.optimizer(), comm, options);
+    const mesh::DistributedStep::Evaluation result = step.evaluate(planned, eval_batch_->sequences);
+    return {.loss = result.loss(), .tokens = eval_batch_->tokens, .ms = ms_since(started)};
   }
 
   // Nodes leave at this boundary, the others go on (trainer.h, step 3). Every rank runs this with
@@ -523,6 +553,7 @@ class Trainer {
   const TrainingSetup setup_;
   ops::model::LlamaModel model_;
   data::BatchSource source_;
+  std::optional<data::GlobalBatch> eval_batch_;  // the held-out batch, once built
   const checkpoint::CheckpointOptions checkpoints_;
   EventLog events_;
   StragglerMonitor monitor_;

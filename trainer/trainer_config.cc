@@ -164,6 +164,10 @@ void TrainerConfig::validate() const {
                             ": use 256 or more");
     }
   }
+  if (eval_every < 0) throw InvalidArgument("--eval-every " + std::to_string(eval_every) + " must be >= 1");
+  if (!eval_data.empty() && eval_every == 0) throw InvalidArgument("--eval-data needs --eval-every N (steps between evaluations)");
+  if (eval_data.empty() && eval_every > 0) throw InvalidArgument("--eval-every needs --eval-data (the held-out data)");
+  if (eval_tokens < 1) throw InvalidArgument("--eval-tokens " + std::to_string(eval_tokens) + " must be >= 1");
   if (context < 1) throw InvalidArgument("--context " + std::to_string(context) + " must be >= 1 token");
   if (capacity < 1) throw InvalidArgument("--capacity " + std::to_string(capacity) + " must be >= 1 token");
   if (batch_tokens < 1) throw InvalidArgument("--batch-tokens " + std::to_string(batch_tokens) + " must be >= 1");

@@ -90,6 +90,13 @@ struct TrainerConfig {
   // A restore from a checkpoint written over other data (its fingerprint differs) goes on, logged,
   // instead of being refused; a saved position past the new data's epoch moves to the next epoch.
   bool allow_data_change = false;
+  // Validation (--eval-data, same forms as --data): every eval_every steps (and at the last step)
+  // the loss of a held-out batch, the first eval_tokens tokens of the eval data in the seed's
+  // order (at most all of it, each piece cut to `context`), fixed for the whole job, is computed
+  // across the current world (mesh::DistributedStep::evaluate) and reported as eval_loss.
+  std::string eval_data;              // empty: no validation
+  int eval_every = 0;                 // > 0 exactly when eval_data is given
+  std::int64_t eval_tokens = 65536;
   std::filesystem::path checkpoint_dir;  // empty: no checkpoints
   std::int64_t checkpoint_every = 50;
   int keep = 3;

@@ -14,6 +14,7 @@ namespace hdp::trainer {
 TrainingSetup build_setup(const TrainerConfig& config) {
   return {.layout = checkpoint_layout(config.model),
           .data = open_data(config),
+          .eval = config.eval_data.empty() ? nullptr : open_data(config, config.eval_data, "--eval-data"),
           .cost = trainer_cost_model(config),
           .no_decay = no_decay_ranges(config)};
 }
@@ -103,8 +104,13 @@ std::shared_ptr<const data::PieceSource> open_dataset(const TrainerConfig& confi
 }  // namespace
 
 std::shared_ptr<const data::PieceSource> open_data(const TrainerConfig& config) {
-  if (!data::is_blend_spec(config.data)) return open_dataset(config, config.data);
-  const auto items = data::parse_blend_spec(config.data);
+  return open_data(config, config.data, "--data");
+}
+
+std::shared_ptr<const data::PieceSource> open_data(const TrainerConfig& config, const std::string& spec,
+                                                   const std::string& flag) {
+  if (!data::is_blend_spec(spec)) return open_dataset(config, spec);
+  const auto items = data::parse_blend_spec(spec);
   std::vector<data::BlendMember> members;
   for (std::size_t i = 0; i < items.size(); ++i) {
     const auto& [weight, path] = items[i];
@@ -112,7 +118,7 @@ std::shared_ptr<const data::PieceSource> open_data(const TrainerConfig& config) 
       members.push_back({.weight = weight, .source = open_dataset(config, path), .label = path});
     } catch (const InvalidArgument& e) {
       // The member's own message names the path; say which item of the blend it is.
-      throw InvalidArgument("--data: path '" + path + "' (item " + std::to_string(2 * i + 2) + "): " + e.what());
+      throw InvalidArgument(flag + ": path '" + path + "' (item " + std::to_string(2 * i + 2) + "): " + e.what());
     }
   }
   auto blend = std::make_shared<data::BlendedPieces>(std::move(members), config.seed);

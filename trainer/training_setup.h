@@ -20,6 +20,7 @@ namespace hdp::trainer {
 struct TrainingSetup {
   checkpoint::FlatLayout layout;
   std::shared_ptr<const data::PieceSource> data;
+  std::shared_ptr<const data::PieceSource> eval;  // --eval-data; null when none
   mesh::CostModel cost;
   std::vector<mesh::ZeroOptimizer::Range> no_decay;
 };
@@ -44,6 +45,9 @@ mesh::CostModel trainer_cost_model(const TrainerConfig& config);
 // directory with no usable document, an unknown distribution, a malformed blend, or a vocabulary
 // too small.
 std::shared_ptr<const data::PieceSource> open_data(const TrainerConfig& config);
+// The same for another value of the same form (`flag` names it in errors: --eval-data).
+std::shared_ptr<const data::PieceSource> open_data(const TrainerConfig& config, const std::string& spec,
+                                                   const std::string& flag);
 
 // Throws InvalidArgument when a job of `world_size` ranks cannot run this configuration: a
 // sequence of `context` tokens that the ranks cannot hold (the planner's own limit under `cost`),

@@ -20,6 +20,7 @@ WorkerMetrics::WorkerMetrics(std::filesystem::path file) : file_(std::move(file)
   r.describe("hdp_train_tokens_per_second", Type::kGauge, "Tokens of the global batch per second of the last step");
   r.describe("hdp_train_learning_rate", Type::kGauge, "Learning rate of the last step");
   r.describe("hdp_train_grad_norm", Type::kGauge, "Gradient norm of the last step, before clipping");
+  r.describe("hdp_train_eval_loss", Type::kGauge, "Mean token loss of the held-out batch (--eval-data) at its last evaluation");
   r.describe("hdp_train_world_size", Type::kGauge, "Ranks in the worker's generation");
   r.describe("hdp_train_generation", Type::kGauge, "The worker's generation");
   r.describe("hdp_train_rank", Type::kGauge, "The worker's rank in its generation");
@@ -63,6 +64,8 @@ void WorkerMetrics::step(const StepMetrics& m) {
   r.observe("hdp_train_compute_seconds", {}, m.compute_s);
   r.observe("hdp_train_comm_wait_seconds", {}, m.comm_wait_s);
 }
+
+void WorkerMetrics::evaluated(double loss) { registry_.set_gauge("hdp_train_eval_loss", {}, loss); }
 
 void WorkerMetrics::recovered(double seconds, std::int64_t lost_steps) {
   registry_.add_counter("hdp_train_recoveries_total", {}, 1);

@@ -8,7 +8,7 @@
 //
 // Families (see docs/observability.md):
 //   hdp_train_step, hdp_train_loss, hdp_train_tokens_per_second, hdp_train_learning_rate,
-//   hdp_train_grad_norm, hdp_train_world_size, hdp_train_generation, hdp_train_rank,
+//   hdp_train_grad_norm, hdp_train_eval_loss (once evaluated), hdp_train_world_size, hdp_train_generation, hdp_train_rank,
 //   hdp_train_speed_ratio (gauges); hdp_train_steps_total, hdp_train_tokens_total,
 //   hdp_train_recoveries_total, hdp_train_lost_steps_total, hdp_checkpoint_saved_bytes_total,
 //   hdp_checkpoint_restored_bytes_total (counters); hdp_train_step_seconds,
@@ -40,6 +40,8 @@ class WorkerMetrics {
   explicit WorkerMetrics(std::filesystem::path file);
 
   void step(const StepMetrics& m);
+  // The held-out batch's loss (--eval-data) was computed.
+  void evaluated(double loss);
   void recovered(double seconds, std::int64_t lost_steps);
   void checkpoint_saved(double seconds, std::uint64_t bytes);
   void checkpoint_restored(double seconds, std::uint64_t bytes);

@@ -82,6 +82,26 @@ StepResult DistributedStep::run(const PlannedStep& planned, std::span<const std:
   return run_checked(planned.plan, batch);
 }
 
+DistributedStep::Evaluation DistributedStep::evaluate(const PlannedStep& planned,
+                                                      std::span<const std::vector<std::int32_t>> batch) {
+  check_planned_step(planned, batch, comm_.size());
+  const auto rank = static_cast<std::uint32_t>(comm_.rank());
+  Evaluation result;
+  result.loss_tokens = global_targets(batch);
+  double local_loss = 0;
+  for (std::uint32_t index : planned.plan.rank_queues[rank]) {
+    RankMicroBatch mb = build_rank_micro_batch(planned.plan, index, rank, batch, model_.params().device());
+    if (mb.sharded()) {
+      RingAttention ring(comm_, mb.ring, mb.local_cu, index, options_.timeout);
+      local_loss += model_.forward(mb.batch, &ring);
+    } else {
+      local_loss += model_.forward(mb.batch);
+    }
+  }
+  result.loss_sum = comm_.allreduce_sum(local_loss, options_.timeout);
+  return result;
+}
+
 StepResult DistributedStep::run(const Plan& plan, std::span<const std::vector<std::int32_t>> batch) {
   validate_step_plan(plan, batch, comm_.size());
   return run_checked(plan, batch);

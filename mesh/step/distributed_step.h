@@ -75,6 +75,18 @@ class DistributedStep {
   // the communicator first (validate_step_plan), then runs the step.
   StepResult run(const Plan& plan, std::span<const std::vector<std::int32_t>> batch);
 
+  // The loss of `batch` under the current parameters, with no gradient and no update: every rank
+  // runs the forward of its micro-batches as `planned` places them (ring attention included) and
+  // the summed token loss is all-reduced in double. The same batch gives the same loss at any
+  // world size and plan up to f32 summation order (tests/mesh/evaluate_test.cc: within 1e-6
+  // relative at 1, 2 and 4 ranks). The model's gradients are left as they were.
+  struct Evaluation {
+    double loss_sum = 0;
+    std::int64_t loss_tokens = 0;
+    double loss() const { return loss_tokens > 0 ? loss_sum / static_cast<double>(loss_tokens) : 0.0; }
+  };
+  Evaluation evaluate(const PlannedStep& planned, std::span<const std::vector<std::int32_t>> batch);
+
   // What the last run() had computed when it threw (a peer lost in the middle of the step): the
   // loss once all-reduced (loss_known), the gradient norm once the optimizer had it
   // (grad_norm_known). A step that recovery rolls forward (mesh/step/reshard.h) is reported from it.

@@ -1,7 +1,8 @@
 // A real Prometheus server (Debian's `prometheus`) scrapes the two agents of a running job, as an
 // operator's would, and its HTTP API answers with what hdp exported:
 //   - the job's step and loss series, from both nodes' workers (hdp_train_step, hdp_train_loss,
-//     over a range of at least 3 scrapes), with steps that rise;
+//     over a range of at least 3 scrapes), with steps that rise, and the held-out loss
+//     (hdp_train_eval_loss, --eval-data every 2 steps);
 //   - hdp_train_recoveries_total of the surviving node goes up after the other node's agent (and
 //     with it its worker) is SIGKILLed: the job resized and recovered within lease (2 s) + 20 s of
 //     slack for the restore and the scrapes (1 s apart) under CI's load.
@@ -65,6 +66,8 @@ TEST_F(PrometheusScrape, StepLossAndRecoveriesOfARunningJob) {
   o.nnodes = "1:2";
   o.nproc = 1;
   o.train_args = tiny_trainer_args((dir_.path() / "ckpt").string(), 2048, 20);
+  for (const char* arg : {"--eval-data", "/usr/share/common-licenses", "--eval-every", "2", "--eval-tokens", "1000"})
+    o.train_args.push_back(arg);
   cluster_ = std::make_unique<AgentCluster>(o);
   const int port1 = free_loopback_port(), port2 = free_loopback_port();
   for (const auto& [node, port] : {std::pair{"n1", port1}, std::pair{"n2", port2}}) {
@@ -113,6 +116,14 @@ TEST_F(PrometheusScrape, StepLossAndRecoveriesOfARunningJob) {
     const double value = std::stod(series["value"][1].get<std::string>());
     EXPECT_GT(value, 0);
     EXPECT_LT(value, 10) << "a byte-level model's loss starts near ln(256) = 5.5";
+  }
+  // The held-out loss (--eval-data every 2 steps), from both workers too.
+  const json eval = query("query", "hdp_train_eval_loss");
+  ASSERT_EQ(eval.size(), 2u) << eval.dump();
+  for (const auto& series : eval) {
+    const double value = std::stod(series["value"][1].get<std::string>());
+    EXPECT_GT(value, 0);
+    EXPECT_LT(value, 10);
   }
   ASSERT_EQ(scalar("hdp_train_recoveries_total{node=\"n1\"}"), 0);
 

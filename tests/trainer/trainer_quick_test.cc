@@ -19,12 +19,18 @@
 //    trains on it and completes; resumed over a rewritten dataset it is refused (the checkpoint's
 //    data fingerprint differs), and goes on with --allow-data-change; one holding a token id outside the model's vocabulary stops the
 //    job (agent exit 3) with one line naming the file and the byte;
+//  - validation: --eval-data every 4 steps reported in the metrics file, the log, the state and
+//    TensorBoard; with parameters that do not move the held-out loss on 2 and 4 ranks agrees within 1e-6; a flag without
+//    its partner stops the job (exit 2 in every worker, 3 from the agent) naming both;
 //  - mixed precision across a resume: an f32 job's checkpoint resumed by a `--dtype bf16` job, whose
 //    own checkpoint holds f32 master weights (most are not bf16 values) and is resumed by an f32 job.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <cmath>
+#include <cstdio>
 #include <fstream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -275,6 +281,88 @@ TEST(TrainerQuick, ABf16JobResumesAnF32CheckpointKeepsF32MasterWeightsAndAnF32Jo
   EXPECT_GT(not_bf16, mixed.params.size() / 2) << "the checkpoint holds bf16-rounded weights, not the f32 master";
   run("28", "f32", "24");
   EXPECT_EQ(read_final(dir.path() / "ckpt").step, 28);
+}
+
+// The eval_loss lines of a --metrics-file, by step.
+std::map<std::int64_t, double> eval_losses(const std::filesystem::path& file) {
+  std::map<std::int64_t, double> out;
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("eval_loss")) out[j.at("step").get<std::int64_t>()] = j.at("eval_loss").get<double>();
+  }
+  return out;
+}
+
+TEST(TrainerQuick, TheHeldOutLossIsReportedEveryNStepsAndIsTheSameOnTwoAndFourRanks) {
+  TempDir dir;
+  // Held out from the training corpus (C headers): Debian's license texts.
+  const std::string eval_data = "/usr/share/common-licenses";
+  {
+    // Training (lr as usual): eval_loss at steps 4, 8, ..., 24 in the metrics file, the log, the
+    // state (with eval_step) and the TensorBoard events.
+    AgentCluster cluster(quick(dir.path(), {"--eval-data", eval_data, "--eval-every", "4", "--eval-tokens", "2000",
+                                            "--metrics-file", (dir.path() / "m.jsonl").string(), "--tensorboard-dir",
+                                            (dir.path() / "tb").string()}));
+    cluster.start_agent("n1");
+    const auto status = cluster.agent("n1").wait_for(180s);
+    ASSERT_TRUE(status.has_value() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << cluster.all_logs();
+    const auto evals = eval_losses(dir.path() / "m.jsonl");
+    std::vector<std::int64_t> steps;
+    for (const auto& [step, loss] : evals) {
+      steps.push_back(step);
+      EXPECT_TRUE(std::isfinite(loss) && loss > 0) << loss;
+    }
+    EXPECT_EQ(steps, (std::vector<std::int64_t>{4, 8, 12, 16, 20, 24}));
+    EXPECT_LT(evals.rbegin()->second, evals.begin()->second) << "training lowers the held-out loss";
+    auto state = cluster.state();
+    EXPECT_EQ(state["eval_step"], "24");
+    EXPECT_NEAR(std::stod(state["eval_loss"]), evals.at(24), 1e-5);
+    EXPECT_NE(cluster.all_logs().find("eval_loss"), std::string::npos);
+    std::string events;
+    for (const auto& e : std::filesystem::directory_iterator(dir.path() / "tb")) {
+      std::ifstream f(e.path(), std::ios::binary);
+      events += std::string(std::istreambuf_iterator<char>(f), {});
+    }
+    EXPECT_NE(events.find("eval/loss"), std::string::npos) << "no eval/loss scalar in the TensorBoard events";
+  }
+  // A learning rate of 1e-12 (the flag takes > 0), far below the f32 resolution of weights of
+  // ~0.02 (1e-9): the parameters stay, so the held-out loss of 2 and 4 ranks must agree to f32
+  // summation order (the batch is planned and split differently on each world).
+  std::map<int, std::map<std::int64_t, double>> by_world;
+  for (int nproc : {2, 4}) {
+    TempDir run;
+    ClusterOptions o = quick(run.path(), {"--eval-data", eval_data, "--eval-every", "4", "--eval-tokens", "2000",
+                                          "--lr", "1e-12", "--min-lr", "1e-12", "--steps", "8", "--metrics-file",
+                                          (run.path() / "m.jsonl").string()});
+    o.nproc = nproc;
+    AgentCluster cluster(o);
+    cluster.start_agent("n1");
+    const auto status = cluster.agent("n1").wait_for(180s);
+    ASSERT_TRUE(status.has_value() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << cluster.all_logs();
+    by_world[nproc] = eval_losses(run.path() / "m.jsonl");
+  }
+  ASSERT_EQ(by_world[2].size(), 2u);
+  ASSERT_EQ(by_world[4].size(), 2u);
+  for (std::int64_t step : {4, 8}) {
+    const double a = by_world[2].at(step), b = by_world[4].at(step);
+    std::printf("step %lld: eval_loss %.9f on 2 ranks, %.9f on 4\n", static_cast<long long>(step), a, b);
+    EXPECT_NEAR(b / a, 1.0, 1e-6) << "step " << step;
+  }
+}
+
+TEST(TrainerQuick, EvalFlagsWithoutTheirPartnerAreRefused) {
+  TempDir dir;
+  for (const auto& extra : std::vector<std::vector<std::string>>{{"--eval-every", "4"}, {"--eval-data", "synthetic:github"}}) {
+    AgentCluster cluster(quick(dir.path(), extra));
+    cluster.start_agent("n1");
+    const auto status = cluster.agent("n1").wait_for(60s);
+    ASSERT_TRUE(status.has_value()) << cluster.all_logs();
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 3) << cluster.all_logs();
+    EXPECT_NE(cluster.all_logs().find(extra[0] == "--eval-every" ? "--eval-every needs --eval-data" : "--eval-data needs --eval-every"),
+              std::string::npos)
+        << cluster.all_logs();
+  }
 }
 
 }  // namespace
