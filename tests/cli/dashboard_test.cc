@@ -47,6 +47,7 @@ constexpr const char* kReadPage = R"JS((() => {
   const members = [...document.querySelectorAll('#members tr.member')].map(r => ({node: r.dataset.node, ranks: r.dataset.ranks, lease: r.dataset.lease}));
   return {step: s.step, loss: s.loss, world: s.worldSize, generation: s.generation, status: s.status, job: s.job,
           points: curve('#loss-chart').points, tpsPoints: curve('#tps-chart').points, lastStep: curve('#loss-chart').lastStep,
+          evalPoints: document.querySelector('#loss-chart path.curve2').dataset.points,
           markers, members, checkpoint: document.querySelector('#checkpoint').dataset.step,
           events: document.querySelectorAll('#events li.event').length,
           cordons: [...document.querySelectorAll('#control li.cordon')].map(c => c.dataset.node),
@@ -91,6 +92,8 @@ TEST_F(DashboardInABrowser, ShowsTheJobStateAndMarksAResize) {
   o.nnodes = "1:2";
   o.nproc = 1;
   o.train_args = tiny_trainer_args((dir_.path() / "ckpt").string(), 4096, 10);
+  for (const char* arg : {"--eval-data", "/usr/share/common-licenses", "--eval-every", "5", "--eval-tokens", "1000"})
+    o.train_args.push_back(arg);
   cluster_ = std::make_unique<AgentCluster>(o);
   cluster_->start_agent("n1");
   cluster_->start_agent("n2");
@@ -130,6 +133,8 @@ TEST_F(DashboardInABrowser, ShowsTheJobStateAndMarksAResize) {
   EXPECT_EQ(std::stoll(page["points"].get<std::string>()), shown);
   EXPECT_EQ(page["tpsPoints"], page["points"]);
   EXPECT_EQ(page["lastStep"], page["step"]);
+  // The held-out loss (--eval-every 5): one point on the loss chart's second curve per 5 steps.
+  EXPECT_EQ(std::stoll(page["evalPoints"].get<std::string>()), shown / 5);
   EXPECT_TRUE(page["markers"].empty()) << page.dump();
   ASSERT_EQ(page["members"].size(), 2u) << page.dump();
   std::set<std::string> nodes;
