@@ -20,5 +20,11 @@ void add_ckpt_command(CLI::App& app);
 void add_dashboard_command(CLI::App& app);
 void add_control_commands(CLI::App& app);  // drain, stop, checkpoint, config, cordon, uncordon
 void add_export_command(CLI::App& app);
+void add_sample_command(CLI::App& app);
+// `hdp tokenize` runs the helper binary hdp-tokenize beside `hdp` (cli/tokenize_forward.cc), whose
+// only command is add_tokenize_command (cli/tokenize_command.cc, cli/tokenize_main.cc): SentencePiece
+// and hdp's protobuf cannot share a process.
+void add_tokenize_forwarder(CLI::App& app);
+void add_tokenize_command(CLI::App& app);
 
 }  // namespace hdp::cli

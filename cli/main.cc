@@ -40,6 +40,8 @@ int run(int argc, char** argv) {
   add_ckpt_command(app);
   add_control_commands(app);
   add_export_command(app);
+  add_sample_command(app);
+  add_tokenize_forwarder(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

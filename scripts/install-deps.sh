@@ -12,6 +12,7 @@ packages=(
   iproute2 util-linux
   libprotobuf-dev protobuf-compiler python3 python3-protobuf python3-crc32c
   prometheus chromium python3-websocket python3-numpy
+  libsentencepiece-dev sentencepiece
 )
 # The local Slurm cluster of the system tests; optional (those tests skip without it).
 optional_packages=(slurm-wlm munge)

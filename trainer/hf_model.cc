@@ -205,30 +205,56 @@ void load_hf_weights(const fs::path& dir, const ops::model::LlamaConfig& config,
   }
 }
 
-ExportResult export_checkpoint(const ExportOptions& options) {
+namespace {
+
+// A checkpoint's parameters restored whole (checksums verified), its model and step.
+LoadedModel restore_params(const fs::path& checkpoint) {
   // A step directory or a root.
   checkpoint::CheckpointOptions restore;
   fs::path manifest_dir;
-  if (auto step = checkpoint::parse_step_dir(options.checkpoint.filename().string())) {
-    restore.root = options.checkpoint.parent_path();
+  if (auto step = checkpoint::parse_step_dir(checkpoint.filename().string())) {
+    restore.root = checkpoint.parent_path();
     restore.only_step = *step;
-    manifest_dir = options.checkpoint;
+    manifest_dir = checkpoint;
   } else {
-    const auto committed = checkpoint::list_committed(options.checkpoint);
+    const auto committed = checkpoint::list_committed(checkpoint);
     if (committed.empty()) {
-      throw InvalidArgument("'" + options.checkpoint.string() + "' is neither a checkpoint directory (step-<N>) nor a root holding one");
+      throw InvalidArgument("'" + checkpoint.string() + "' is neither a checkpoint directory (step-<N>) nor a root holding one");
     }
-    restore.root = options.checkpoint;
+    restore.root = checkpoint;
     manifest_dir = committed.back().path;
   }
   restore.model_config = checkpoint::read_manifest(manifest_dir).model_config;
-  const ops::model::LlamaConfig model = model_from_manifest(restore.model_config);
-  const checkpoint::FlatLayout layout = checkpoint_layout(model);
-  std::vector<float> params(static_cast<std::size_t>(layout.total())), m(params.size()), v(params.size());
+  LoadedModel loaded;
+  loaded.config = model_from_manifest(restore.model_config);
+  const checkpoint::FlatLayout layout = checkpoint_layout(loaded.config);
+  loaded.params.resize(static_cast<std::size_t>(layout.total()));
+  std::vector<float> m(loaded.params.size()), v(loaded.params.size());
   checkpoint::SoloGroup solo;
-  const checkpoint::ShardTarget target{{0, layout.total()}, {std::span(params), std::span(m), std::span(v)}};
+  const checkpoint::ShardTarget target{{0, layout.total()}, {std::span(loaded.params), std::span(m), std::span(v)}};
   const auto progress = checkpoint::restore_latest(restore, layout, solo, target);
   if (!progress) throw InvalidArgument("no committed checkpoint under '" + restore.root.string() + "'");
+  loaded.step = progress->step;
+  return loaded;
+}
+
+}  // namespace
+
+LoadedModel load_model(const fs::path& path) {
+  if (fs::exists(path / "config.json")) {
+    LoadedModel loaded;
+    loaded.config = read_hf_config(path / "config.json");
+    loaded.params.resize(static_cast<std::size_t>(ops::model::param_count(loaded.config)));
+    load_hf_weights(path, loaded.config, loaded.params);
+    return loaded;
+  }
+  return restore_params(path);
+}
+
+ExportResult export_checkpoint(const ExportOptions& options) {
+  const LoadedModel loaded = restore_params(options.checkpoint);
+  const ops::model::LlamaConfig& model = loaded.config;
+  const std::vector<float>& params = loaded.params;
 
   fs::create_directories(options.out);
   for (const char* name : {kWeightsFile, kIndexFile}) {
@@ -237,7 +263,7 @@ ExportResult export_checkpoint(const ExportOptions& options) {
     }
   }
   ExportResult result;
-  result.step = progress->step;
+  result.step = loaded.step;
   // Tensors in layout order, cut into shards of at most max_shard_bytes.
   const auto entries = ops::model::param_layout(model);
   const auto element = static_cast<std::int64_t>(checkpoint::dtype_bytes(options.dtype));
@@ -256,7 +282,7 @@ ExportResult export_checkpoint(const ExportOptions& options) {
     result.tensor_bytes += n * element;
   }
   const std::map<std::string, std::string> metadata{{"format", "pt"}, {"producer", "hdp"},
-                                                    {"step", std::to_string(progress->step)}};
+                                                    {"step", std::to_string(loaded.step)}};
   if (shards.size() == 1) {
     checkpoint::write_safetensors(options.out / kWeightsFile, shards[0], options.dtype, metadata);
     result.files.push_back(options.out / kWeightsFile);

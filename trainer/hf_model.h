@@ -36,6 +36,18 @@ ops::model::LlamaConfig model_from_manifest(const nlohmann::json& model_config);
 // ignored); F32, BF16 and F16 convert to f32. InvalidArgument names the file and the tensor.
 void load_hf_weights(const std::filesystem::path& dir, const ops::model::LlamaConfig& config, std::span<float> params);
 
+// A model to run: its shape and its parameters (the flat f32 buffer), and the step it was trained
+// to (-1 for a Hugging Face directory).
+struct LoadedModel {
+  ops::model::LlamaConfig config;
+  std::vector<float> params;
+  std::int64_t step = -1;
+};
+// A Hugging Face directory (config.json and its safetensors, as load_hf_weights reads them), or a
+// checkpoint root (its newest valid checkpoint) or one step-<N> directory (restored whole,
+// checksums verified). InvalidArgument naming the path otherwise.
+LoadedModel load_model(const std::filesystem::path& path);
+
 struct ExportOptions {
   std::filesystem::path checkpoint;  // a checkpoint root (its newest valid checkpoint) or one step-<N> directory
   std::filesystem::path out;         // created if missing; must hold no model files yet

@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -19,6 +21,7 @@
 #include "tests/checkpoint/checkpoint_fixture.h"
 #include "tests/support/child_process.h"
 #include "tests/support/temp_dir.h"
+#include "trainer/sample.h"
 #include "trainer/trainer_config.h"
 #include "trainer/training_setup.h"
 
@@ -174,6 +177,21 @@ TEST(HfConfig, ALlamaConfigIsReadAndWhatHdpCannotTrainIsRefusedByName) {
   EXPECT_THROW(read_hf_config(write_config(dir.path(), missing)), InvalidArgument);
 }
 
+// A checkpoint under `root` of `model`'s parameters (moments of a pattern), saved by `ranks` ranks at
+// `step`; its options.
+checkpoint::CheckpointOptions save_model(const fs::path& root, const TrainerConfig& config,
+                                         const ops::model::LlamaModel& model, int ranks, std::int64_t step) {
+  const checkpoint::FlatLayout layout = checkpoint_layout(config.model);
+  checkpoint::test::FullState state = checkpoint::test::make_state(layout, 3);
+  const float* params = model.params().data<float>();
+  state.buffers[0].assign(params, params + model.params().numel());
+  checkpoint::CheckpointOptions options;
+  options.root = root;
+  options.model_config = config.model_json();
+  checkpoint::test::save_on(ranks, options, layout, state, step);
+  return options;
+}
+
 // A real checkpoint of the tiny model (written by the Saver on 3 thread-ranks), exported by the
 // `hdp export` binary, loads back bitwise (f32) and within bf16's rounding (bf16), as one file and
 // as shards with an index; a directory missing a tensor, holding an extra one or one of another
@@ -191,16 +209,9 @@ TEST(HfExport, AnIndependentNumpyForwardOfTheExportGivesHdpsLogits) {
   config.model = model_preset("tiny");
   config.model.rope_theta = 500000.0;
   config.model.norm_eps = 1e-6;
-  const checkpoint::FlatLayout layout = checkpoint_layout(config.model);
   ops::model::LlamaModel model(config.model);
   model.init(1234);
-  checkpoint::test::FullState state = checkpoint::test::make_state(layout, 3);
-  const float* params = model.params().data<float>();
-  state.buffers[0].assign(params, params + model.params().numel());
-  checkpoint::CheckpointOptions options;
-  options.root = dir.path() / "ckpt";
-  options.model_config = config.model_json();
-  checkpoint::test::save_on(2, options, layout, state, 5);
+  const checkpoint::CheckpointOptions options = save_model(dir.path() / "ckpt", config, model, 2, 5);
   const std::string hdp = std::string(std::getenv("HDP_BIN_DIR")) + "/hdp";
   const fs::path out = dir.path() / "export";
   const auto exported = hdp::test::run_command({hdp, "export", options.root.string(), "--out", out.string()});
@@ -338,6 +349,67 @@ TEST(HfExport, ACheckpointExportedLoadsBackBitwise) {
   // Old checkpoints' rotary buffers are ignored.
   write_without(dir.path() / "rotary", "", "model.layers.0.self_attn.rotary_emb.inv_freq", false);
   EXPECT_NO_THROW(load_hf_weights(dir.path() / "rotary", config.model, loaded));
+}
+
+// `hdp sample` on a checkpoint and on its export: greedy decoding (temperature 0) gives exactly the
+// bytes that repeated full forwards' argmax give (the KV cache changes nothing that matters); the
+// same seed draws the same text; a path that holds no model exits 2.
+TEST(HfSample, GreedyTextIsTheFullForwardsArgmaxFromACheckpointAndItsExport) {
+  hdp::test::TempDir dir;
+  TrainerConfig config;
+  config.model = model_preset("tiny");
+  ops::model::LlamaModel model(config.model);
+  model.init(77);
+  const checkpoint::CheckpointOptions options = save_model(dir.path() / "ckpt", config, model, 1, 9);
+  const std::string hdp = std::string(std::getenv("HDP_BIN_DIR")) + "/hdp";
+  const fs::path out = dir.path() / "export";
+  ASSERT_EQ(hdp::test::run_command({hdp, "export", options.root.string(), "--out", out.string()}).exit_code, 0);
+
+  const std::string prompt = "int main(";
+  constexpr int kNew = 12;
+  std::vector<std::int32_t> seq(prompt.begin(), prompt.end());
+  for (int i = 0; i < kNew; ++i) {
+    model.forward(ops::model::pack_documents({seq}));
+    const std::vector<float> logits = model.logits().to_vector<float>();
+    const std::size_t row = (seq.size() - 1) * 256;
+    seq.push_back(static_cast<std::int32_t>(
+        std::max_element(logits.begin() + static_cast<long>(row), logits.begin() + static_cast<long>(row + 256)) -
+        (logits.begin() + static_cast<long>(row))));
+  }
+  const std::string expected = std::string(seq.begin(), seq.end()) + "\n";
+  for (const fs::path& source : {options.root, out}) {
+    const auto r = hdp::test::run_command({hdp, "sample", source.string(), "--prompt", prompt, "--temperature", "0",
+                                           "--max-new-tokens", std::to_string(kNew)});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, expected) << "from " << source;
+  }
+  const std::vector<std::string> drawn = {"sample", options.root.string(), "--prompt", prompt, "--seed", "5",
+                                          "--max-new-tokens", "20"};
+  std::vector<std::string> argv{hdp};
+  argv.insert(argv.end(), drawn.begin(), drawn.end());
+  const auto a = hdp::test::run_command(argv), b = hdp::test::run_command(argv);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_EQ(a.out, b.out) << "one seed, one text";
+  EXPECT_EQ(a.out.size(), prompt.size() + 20 + 1);
+  const auto bad = hdp::test::run_command({hdp, "sample", (dir.path() / "nosuch").string(), "--prompt", "x"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("nosuch"), std::string::npos) << bad.err;
+}
+
+TEST(HfSample, PickTokenIsGreedyAtZeroKeepsTheTopKAndDrawsBySoftmax) {
+  std::mt19937_64 rng(1);
+  const std::vector<float> logits{0.0f, std::log(3.0f), -1.0f, std::log(3.0f)};
+  EXPECT_EQ(pick_token(logits, 0, 0, rng), 1) << "the argmax, the lower id on a tie";
+  for (int i = 0; i < 50; ++i) EXPECT_NE(pick_token(logits, 1.0, 2, rng), 0) << "outside the top 2";
+  // Temperature 1 over all four: p = (1, 3, e^-1, 3) / (7 + e^-1).
+  int counts[4] = {};
+  constexpr int kDraws = 40000;
+  for (int i = 0; i < kDraws; ++i) ++counts[pick_token(logits, 1.0, 0, rng)];
+  const double z = 7 + std::exp(-1.0);
+  const double expect[4] = {1 / z, 3 / z, std::exp(-1.0) / z, 3 / z};
+  // Binomial standard deviation at most sqrt(0.25 / 40000) = 0.0025: 0.01 is four of them.
+  for (int t = 0; t < 4; ++t) EXPECT_NEAR(counts[t] / double(kDraws), expect[t], 0.01) << t;
+  EXPECT_THROW(check(SampleOptions{.temperature = -1}), InvalidArgument);
 }
 
 }  // namespace
