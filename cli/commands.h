@@ -26,5 +26,6 @@ void add_sample_command(CLI::App& app);
 // and hdp's protobuf cannot share a process.
 void add_tokenize_forwarder(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
+void add_codec_commands(CLI::App& app);  // hdp-tokenize encode|decode, for hdp sample --tokenizer
 
 }  // namespace hdp::cli

@@ -14,12 +14,14 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
 
 #include "cli/commands.h"
 #include "common/error.h"
+#include "common/text.h"
 #include "trainer/data/tokenize.h"
 
 namespace hdp::cli {
@@ -177,6 +179,45 @@ void add_tokenize_command(CLI::App& app) {
     }
     print_summary(result, paths->input, std::cout);
   });
+}
+
+// `hdp sample --tokenizer` (cli/sample_command.cc) runs these in hdp-tokenize, as SentencePiece
+// cannot be loaded into hdp: `encode` reads UTF-8 text from --in and writes "EOS ID..." (the model's
+// eos id, then the text's ids, space-separated) to --out; `decode` reads space-separated ids from
+// --in and writes their text to --out.
+void add_codec_commands(CLI::App& app) {
+  struct Flags {
+    std::string tokenizer, in, out;
+  };
+  for (const bool encode : {true, false}) {
+    auto f = std::make_shared<Flags>();
+    CLI::App* command = app.add_subcommand(encode ? "encode" : "decode",
+                                           encode ? "Text to ids (for hdp sample)" : "Ids to text (for hdp sample)");
+    command->group("");  // not listed: hdp sample's plumbing
+    command->add_option("--tokenizer", f->tokenizer, "A SentencePiece model")->required();
+    command->add_option("--in", f->in, "The input file")->required();
+    command->add_option("--out", f->out, "The output file")->required();
+    command->callback([f, encode] {
+      const trainer::data::Tokenizer tokenizer(f->tokenizer);
+      std::ifstream in(f->in, std::ios::binary);
+      if (!in) throw InvalidArgument("cannot read " + quote_value(f->in));
+      std::ofstream out(f->out, std::ios::binary | std::ios::trunc);
+      if (!out) throw InvalidArgument("cannot write " + quote_value(f->out));
+      if (encode) {
+        const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        std::vector<std::int32_t> ids;
+        tokenizer.encode(text, ids);
+        out << tokenizer.eos_id();
+        for (std::int32_t id : ids) out << ' ' << id;
+        out << '\n';
+      } else {
+        std::vector<std::int32_t> ids;
+        for (long long id; in >> id;) ids.push_back(static_cast<std::int32_t>(id));
+        out << tokenizer.decode(ids);
+      }
+      if (!out.flush()) throw Error("cannot write " + quote_value(f->out));
+    });
+  }
 }
 
 }  // namespace hdp::cli

@@ -1,5 +1,6 @@
 // The helper binary `hdp-tokenize`: `hdp tokenize` (cli/tokenize_forward.cc) executes it with
-// argv = {"hdp", "tokenize", ARGS...}. It holds only that command (cli/tokenize_command.cc) and links
+// argv = {"hdp", "tokenize", ARGS...}, and `hdp sample --tokenizer` runs its encode and decode
+// (cli/sample_command.cc). It holds only those commands (cli/tokenize_command.cc) and links
 // SentencePiece without hdp's libprotobuf, which cannot share a process with it. Exit codes and
 // messages as cli/main.cc: 0 done, 2 bad usage or bad input (one line "hdp: error: ..."), 1 failure.
 #include <iostream>
@@ -15,6 +16,7 @@ int main(int argc, char** argv) {
   CLI::App app{"hdp tokenize: text to a Megatron indexed dataset with a SentencePiece model", "hdp"};
   app.require_subcommand(1, 1);
   add_tokenize_command(app);
+  add_codec_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

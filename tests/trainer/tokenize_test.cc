@@ -304,6 +304,44 @@ TEST_F(Tokenize, ModelThatKeepsNewlinesEncodesWholeDocuments) {
 
 // Each bad input: exit 2, exactly one line "hdp: error: ..." naming the file (and the line), and
 // nothing under the output's names.
+// hdp-tokenize's encode and decode (what `hdp sample --tokenizer` runs): the ids of a text are
+// spm_encode's, led by the eos id, and decode gives the text back (words of the training text and
+// single spaces, which the model's normaliser keeps).
+TEST_F(Tokenize, EncodeAndDecodeForSampleRoundTrip) {
+  // Words of the model's own training text (a letter it never saw would decode as <unk>).
+  std::string text;
+  {
+    std::ifstream train(root() / "train.txt");
+    std::string word;
+    for (int i = 0; i < 8 && train >> word; ++i) text += (text.empty() ? "" : " ") + word;
+  }
+  ASSERT_FALSE(text.empty());
+  const fs::path in = root() / "codec.txt", ids = root() / "codec.ids", back = root() / "codec.back";
+  std::ofstream(in) << text;
+  const std::string helper = std::string(std::getenv("HDP_BIN_DIR")) + "/hdp-tokenize";
+  auto r = hdp::test::run_command({helper, "encode", "--tokenizer", model().string(), "--in", in.string(), "--out", ids.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream id_file(ids);
+  std::vector<std::int32_t> got;
+  for (std::int32_t id; id_file >> id;) got.push_back(id);
+  std::vector<std::int32_t> want = expected_ids(in);  // spm_encode's, then the eos
+  want.insert(want.begin(), want.back());
+  want.pop_back();
+  EXPECT_EQ(got, want);
+  std::ofstream(ids, std::ios::trunc) << [&] {
+    std::string list;
+    for (std::size_t i = 1; i < got.size(); ++i) list += std::to_string(got[i]) + " ";
+    return list;
+  }();
+  r = hdp::test::run_command({helper, "decode", "--tokenizer", model().string(), "--in", ids.string(), "--out", back.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream back_file(back);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(back_file), {}), text);
+  std::ofstream(ids, std::ios::trunc) << "999999";
+  r = hdp::test::run_command({helper, "decode", "--tokenizer", model().string(), "--in", ids.string(), "--out", back.string()});
+  EXPECT_EQ(r.exit_code, 2) << "an id outside the vocabulary: " << r.err;
+}
+
 TEST_F(Tokenize, BadInputsExitTwoWithOneLineNamingTheFile) {
   write_file(root() / "ok.jsonl", "{\"text\": \"hello world\"}\n");
   write_file(root() / "malformed.jsonl", "{\"text\": \"one\"}\n{\"text\": \"two\"}\n{\"text\": tree}\n{\"text\": \"four\"}\n");

@@ -211,8 +211,12 @@ Corpus::Corpus(std::filesystem::path root, const CorpusOptions& options) : root_
     throw InvalidArgument("data root " + shown + " holds no usable document (a non-empty regular file): " + skipped);
   }
   const auto level = stats_.unreadable > 0 || stats_.truncated ? spdlog::level::warn : spdlog::level::info;
-  log()->log(level, "data: indexed {} documents ({} bytes, {} pieces of <= {} tokens) under {} in {:.3f} s; {}",
-             stats_.documents, stats_.bytes, stats_.pieces, context_, shown, stats_.seconds, skipped);
+  // No document cut (hdp tokenize walks with no limit): no piece count to tell.
+  const std::string pieces = stats_.pieces == stats_.documents
+                                 ? std::string("one piece each")
+                                 : std::to_string(stats_.pieces) + " pieces of <= " + std::to_string(context_) + " tokens";
+  log()->log(level, "data: indexed {} documents ({} bytes, {}) under {} in {:.3f} s; {}", stats_.documents,
+             stats_.bytes, pieces, shown, stats_.seconds, skipped);
 }
 
 PieceLocation Corpus::locate(std::uint64_t piece) const {

@@ -104,6 +104,20 @@ void Tokenizer::encode(std::string_view text, std::vector<std::int32_t>& ids) co
   if (&out == &scratch) ids.insert(ids.end(), scratch.begin(), scratch.end());
 }
 
+std::string Tokenizer::decode(const std::vector<std::int32_t>& ids) const {
+  const std::int64_t vocab = vocab_size();
+  for (std::int32_t id : ids) {
+    if (id < 0 || id >= vocab) {
+      throw InvalidArgument("token " + std::to_string(id) + " is outside the tokenizer's vocabulary of " + std::to_string(vocab));
+    }
+  }
+  std::string text;
+  const std::vector<int> pieces(ids.begin(), ids.end());
+  const sentencepiece::util::Status status = impl_->processor.Decode(pieces, &text);
+  if (!status.ok()) throw Error("SentencePiece could not decode: " + status.ToString());
+  return text;
+}
+
 void Tokenizer::encode_document(std::string_view text, std::vector<std::int32_t>& ids, bool whole) const {
   constexpr std::size_t kChunkBytes = 1024;  // measured: 1 KiB chunks 2.9x whole documents, 4 KiB 2.6x
   if (whole || !lines_independent_ || text.size() <= kChunkBytes) {

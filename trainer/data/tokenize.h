@@ -57,6 +57,9 @@ class Tokenizer {
   std::int32_t eos_id() const;
   // Appends the ids of `text` as one string (no BOS/EOS added). Throws Error if SentencePiece fails.
   void encode(std::string_view text, std::vector<std::int32_t>& ids) const;
+  // The text of `ids` (SentencePiece's decoding: pieces joined, the whitespace mark a space).
+  // InvalidArgument for an id outside the vocabulary.
+  std::string decode(const std::vector<std::int32_t>& ids) const;
 
   // Whether a text's ids are the concatenation of its lines' ids (lines split at '\n'), decided at
   // load: no piece holds '\n' or '\r', none holds the whitespace mark U+2581 but as its first
