@@ -4,6 +4,9 @@
 // codes from the same definition), under the names the subcommands use.
 #pragma once
 
+#include <iostream>
+
+#include "common/error.h"
 #include "common/exit_codes.h"
 
 namespace hdp::cli {
@@ -13,5 +16,13 @@ using hdp::kExitFailure;
 using hdp::kExitJobFailed;
 using hdp::kExitOk;
 using hdp::kExitUsage;
+
+// An hdp::Error that escaped a command, as every hdp binary reports it: one line
+// "hdp: error: ..." on stderr, then kExitUsage for InvalidArgument (bad usage or input, which a
+// restart would not fix) and kExitFailure for the others.
+inline int report_error(const hdp::Error& e) {
+  std::cerr << "hdp: error: " << e.what() << "\n";
+  return dynamic_cast<const hdp::InvalidArgument*>(&e) != nullptr ? kExitUsage : kExitFailure;
+}
 
 }  // namespace hdp::cli

@@ -68,12 +68,8 @@ int run(int argc, char** argv) {
     // One clear line, then where to look; never CLI11's full usage dump.
     std::cerr << "hdp: error: " << e.what() << " (see hdp --help)\n";
     return kExitUsage;
-  } catch (const hdp::InvalidArgument& e) {
-    std::cerr << "hdp: error: " << e.what() << "\n";
-    return kExitUsage;
   } catch (const hdp::Error& e) {
-    std::cerr << "hdp: error: " << e.what() << "\n";
-    return kExitFailure;
+    return report_error(e);
   }
   if (app.get_subcommands().empty()) {
     std::cerr << "hdp: error: a subcommand is required (see hdp --help)\n";

@@ -35,12 +35,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::cerr << "hdp: error: " << e.what() << " (see hdp tokenize --help)\n";
     return kExitUsage;
-  } catch (const hdp::InvalidArgument& e) {
-    std::cerr << "hdp: error: " << e.what() << "\n";
-    return kExitUsage;
   } catch (const hdp::Error& e) {
-    std::cerr << "hdp: error: " << e.what() << "\n";
-    return kExitFailure;
+    return report_error(e);
   } catch (const std::exception& e) {
     std::cerr << "hdp: internal error: " << e.what() << "\n";
     return kExitFailure;
