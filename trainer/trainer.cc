@@ -359,13 +359,7 @@ class Trainer {
       const auto started = SteadyClock::now();
       checkpoint::DataPosition next = recovery_.position();
       const data::GlobalBatch batch = source_.next(next, config_.batch_tokens);
-      mesh::PlanRequest request;
-      request.lengths = batch.lengths();
-      request.speeds = monitor_.plan_speeds(m.world_size);
-      request.capacity = config_.capacity;
-      request.context = config_.context;
-      request.cost = setup_.cost;
-      const mesh::PlannedStep planned = mesh::plan_step(std::move(request), mesh::Strategy::kBalanced);
+      const mesh::PlannedStep planned = plan(batch, m);
       monitor_.planned(planned);
       digest = planned.digest;
 
@@ -410,6 +404,17 @@ class Trainer {
     return BodyResult::kFinished;
   }
 
+  // A balanced plan of `batch` for generation `m`, with the speeds the monitor measured.
+  mesh::PlannedStep plan(const data::GlobalBatch& batch, const Membership& m) const {
+    mesh::PlanRequest request;
+    request.lengths = batch.lengths();
+    request.speeds = monitor_.plan_speeds(m.world_size);
+    request.capacity = config_.capacity;
+    request.context = config_.context;
+    request.cost = setup_.cost;
+    return mesh::plan_step(std::move(request), mesh::Strategy::kBalanced);
+  }
+
   // The loss of the held-out batch (--eval-data) across this generation: every rank, the same
   // batch (built once, the first eval_tokens tokens of the eval data in the seed's order), planned
   // for this world like a step.
@@ -424,13 +429,7 @@ class Trainer {
       checkpoint::DataPosition position;
       eval_batch_ = source.next(position, std::min(available, config_.eval_tokens));
     }
-    mesh::PlanRequest request;
-    request.lengths = eval_batch_->lengths();
-    request.speeds = monitor_.plan_speeds(m.world_size);
-    request.capacity = config_.capacity;
-    request.context = config_.context;
-    request.cost = setup_.cost;
-    const mesh::PlannedStep planned = mesh::plan_step(std::move(request), mesh::Strategy::kBalanced);
+    const mesh::PlannedStep planned = plan(*eval_batch_, m);
     mesh::StepOptions options;
     options.timeout = config_.timeout;
     mesh::DistributedStep step(model_, recovery_.optimizer(), comm, options);
