@@ -162,7 +162,8 @@ void Recovery::report_rolled_forward(const Membership& m) {
     log()->warn("step {} was rolled forward; its loss is not known to rank 0 (it did not run it): not reported", step_);
     return;
   }
-  reporter_.step(m, step_, in_flight_->result, in_flight_->ms, in_flight_->lr, speeds_.figures(), in_flight_->world_size);
+  reporter_.step(m, step_, in_flight_->result, in_flight_->ms, in_flight_->lr, position_, speeds_.figures(),
+                 in_flight_->world_size);
 }
 
 // No plan from memory: every rank restores its shard from the newest valid checkpoint (or the

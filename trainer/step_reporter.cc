@@ -35,7 +35,8 @@ StepReporter::StepReporter(const TrainerConfig& config, std::shared_ptr<elastic:
     : config_(config), job_(std::move(store)), events_(events), metrics_(metrics_file) {}
 
 void StepReporter::step(const elastic::Membership& m, std::int64_t step, const mesh::StepResult& result, double step_ms,
-                        double lr, const SpeedFigures& speeds, int world, const EvalFigures* eval) {
+                        double lr, const checkpoint::DataPosition& position, const SpeedFigures& speeds, int world,
+                        const EvalFigures* eval) {
   if (world == 0) world = m.world_size;
   const double tokens_per_s = result.step_tokens / (step_ms / 1000.0);
   const auto rank = static_cast<std::size_t>(m.rank);
@@ -64,7 +65,7 @@ void StepReporter::step(const elastic::Membership& m, std::int64_t step, const m
     log()->info("step {}/{}  eval_loss {:.4f}  ({} tokens of --eval-data in {:.0f} ms)", step, config_.steps, eval->loss,
                 eval->tokens, eval->ms);
   }
-  if (!config_.metrics_file.empty()) write_metrics_line(m, step, result, step_ms, lr, tokens_per_s, world, speeds, eval);
+  if (!config_.metrics_file.empty()) write_metrics_line(m, step, result, step_ms, lr, position, tokens_per_s, world, speeds, eval);
   if (!config_.tensorboard_dir.empty()) write_tensorboard(step, result, step_ms, lr, tokens_per_s, world, eval);
   // The figures as the job state holds them; a non-finite one (a diverged run's NaN loss) is
   // left out of the state and the sample, whose readers accept only finite numbers: the curve
@@ -164,14 +165,17 @@ void StepReporter::checkpoint_done(std::string id, std::int64_t step, const std:
 }
 
 void StepReporter::write_metrics_line(const elastic::Membership& m, std::int64_t step, const mesh::StepResult& result,
-                                      double step_ms, double lr, double tokens_per_s, int world,
-                                      const SpeedFigures& speeds, const EvalFigures* eval) {
+                                      double step_ms, double lr, const checkpoint::DataPosition& position,
+                                      double tokens_per_s, int world, const SpeedFigures& speeds,
+                                      const EvalFigures* eval) {
   nlohmann::json line = {{"step", step},           {"loss", result.loss()},
                                {"world_size", world},    {"generation", m.generation},
                                {"lr", lr},               {"grad_norm", result.grad_norm},
                                {"tokens_per_s", tokens_per_s}, {"step_ms", step_ms},
                                {"compute_ms", result.compute_ms}, {"speeds", speeds.relative},
-                               {"plan_speeds", speeds.plan_speeds}, {"time_ms", elastic::now_ms()}};
+                               {"plan_speeds", speeds.plan_speeds}, {"time_ms", elastic::now_ms()},
+                               // Where the data stands after the step (what a checkpoint of it saves).
+                               {"data_epoch", position.epoch}, {"data_sample", position.sample}};
   if (eval) line["eval_loss"] = eval->loss;
   // One write of a whole line in append mode: lines of successive rank-0 processes never mix.
   const std::string text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/state.h"
 #include "common/clock.h"
 #include "elastic/control.h"
 #include "elastic/job_state.h"
@@ -58,11 +59,13 @@ class StepReporter {
   StepReporter(const TrainerConfig& config, std::shared_ptr<elastic::Store> store, EventLog& events,
                const std::filesystem::path& metrics_file);
 
-  // Step `step` completed (on `world` ranks; 0: this generation's size): every rank's metrics;
-  // rank 0's log line, job state and sample, metrics-file line and TensorBoard scalars; with
-  // `eval`, its eval_loss in each of them too (the state keeps the last one, with eval_step).
+  // Step `step` completed (on `world` ranks; 0: this generation's size), leaving the data at
+  // `position`: every rank's metrics; rank 0's log line, job state and sample, metrics-file line
+  // (with the position) and TensorBoard scalars; with `eval`, its eval_loss in each of them too
+  // (the state keeps the last one, with eval_step).
   void step(const elastic::Membership& m, std::int64_t step, const mesh::StepResult& result, double step_ms, double lr,
-            const SpeedFigures& speeds, int world = 0, const EvalFigures* eval = nullptr);
+            const checkpoint::DataPosition& position, const SpeedFigures& speeds, int world = 0,
+            const EvalFigures* eval = nullptr);
 
   // The generation was abandoned (a peer lost, a newer generation): its recovery is timed from now.
   void interrupted() { interrupted_ = SteadyClock::now(); }
@@ -95,7 +98,8 @@ class StepReporter {
 
  private:
   void write_metrics_line(const elastic::Membership& m, std::int64_t step, const mesh::StepResult& result,
-                          double step_ms, double lr, double tokens_per_s, int world, const SpeedFigures& speeds, const EvalFigures* eval);
+                          double step_ms, double lr, const checkpoint::DataPosition& position, double tokens_per_s,
+                          int world, const SpeedFigures& speeds, const EvalFigures* eval);
   void write_tensorboard(std::int64_t step, const mesh::StepResult& result, double step_ms, double lr,
                          double tokens_per_s, int world, const EvalFigures* eval);
 

@@ -393,7 +393,7 @@ class Trainer {
       const std::int64_t done = recovery_.step();
       std::optional<EvalFigures> eval;
       if (config_.eval_every > 0 && (done % config_.eval_every == 0 || done == config_.steps)) eval = evaluate(m, comm);
-      reporter_.step(m, done, result, step_ms, lr, monitor_.figures(), 0, eval ? &*eval : nullptr);
+      reporter_.step(m, done, result, step_ms, lr, recovery_.position(), monitor_.figures(), 0, eval ? &*eval : nullptr);
       if (config_.verify_replicas_every > 0 && done % config_.verify_replicas_every == 0) verify_replicas(m, comm);
       if (saver && (done % config_.checkpoint_every == 0 || done == config_.steps)) recovery_.save(*saver);
     }

@@ -1,8 +1,8 @@
 // File: tests/trainer/run_records.h
 //
 // What the trainer's cluster tests read back from a run: rank 0's metrics file (every executed
-// step's exact loss and world size) and the newest checkpoint's three buffers, whole (the tiny
-// model's layout).
+// step's exact loss, world size and data position after it) and the newest checkpoint's three
+// buffers, whole (the tiny model's layout).
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,7 @@
 
 #include "checkpoint/group.h"
 #include "checkpoint/restorer.h"
+#include "checkpoint/state.h"
 #include "trainer/trainer_config.h"
 #include "trainer/training_setup.h"
 
@@ -25,6 +26,7 @@ struct StepLine {
   std::int64_t step = 0;
   double loss = 0;
   int world = 0;
+  checkpoint::DataPosition data;  // after the step
 };
 
 inline std::vector<StepLine> read_metrics(const std::filesystem::path& path) {
@@ -32,7 +34,8 @@ inline std::vector<StepLine> read_metrics(const std::filesystem::path& path) {
   std::ifstream in(path);
   for (std::string text; std::getline(in, text);) {
     const auto j = nlohmann::json::parse(text);
-    lines.push_back({j.at("step").get<std::int64_t>(), j.at("loss").get<double>(), j.at("world_size").get<int>()});
+    lines.push_back({j.at("step").get<std::int64_t>(), j.at("loss").get<double>(), j.at("world_size").get<int>(),
+                     {j.at("data_epoch").get<std::uint64_t>(), j.at("data_sample").get<std::uint64_t>()}});
   }
   return lines;
 }
