@@ -20,6 +20,8 @@ LeaseTiming derive_lease_timing(std::chrono::milliseconds lease, std::optional<s
   timing.leader_tick = std::min(milliseconds(200), lease / 10);
   timing.registration_wait = lease * 2;
   timing.rejoin_window = timing.heartbeat + timing.leader_tick;
+  timing.slow_store_call = timing.heartbeat;
+  timing.judgement_hold = lease;
 
   const milliseconds budget = redis_timeout.value_or(timing.heartbeat / 2);
   if (budget < milliseconds(1)) throw InvalidArgument("--redis-timeout " + ms(budget) + " must be at least 1 ms");

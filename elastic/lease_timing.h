@@ -22,6 +22,14 @@
 //                   2 × --redis-timeout (a reconnect's log-in may overrun the budget by one
 //                   connect timeout), so 2 × --redis-timeout must be at most the heartbeat.
 //                   A tick whose call gave up is logged and retried at the next tick.
+//   slow store call = heartbeat      a heartbeat or leader tick that took longer than this (or failed
+//                                    on the store) means the store was in trouble: every lease may
+//                                    have run out for the store's sake, not the nodes'
+//   judgement hold = lease           after such trouble, the leader judges no lease until a whole
+//                                    lease has passed since the store answered again: every live
+//                                    agent has renewed or taken back its lease by then (it
+//                                    heartbeats three times a lease; docs/architecture.md, "The
+//                                    store's bad days")
 //
 // Example:
 //   LeaseTiming timing = derive_lease_timing(kDefaultLease, std::nullopt);  // 5000 ms
@@ -43,6 +51,8 @@ struct LeaseTiming {
   Duration leader_tick{};
   Duration registration_wait{};
   Duration rejoin_window{};
+  Duration slow_store_call{};
+  Duration judgement_hold{};
   RedisStoreOptions store{};    // the agent's Redis connection
   Duration store_call_limit{};  // the longest one store call can block: 2 × store.retry_timeout
 };

@@ -20,12 +20,32 @@ MembershipAgent::MembershipAgent(MembershipAgentOptions options, std::shared_ptr
 
 template <typename Body>
 void MembershipAgent::guarded(const char* what, Body&& body) {
+  const auto began = std::chrono::steady_clock::now();
   try {
     body();
+    store_call_ended(true, std::chrono::steady_clock::now() - began);
   } catch (const StoreUnavailable& e) {
+    store_call_ended(false, std::chrono::steady_clock::now() - began);
     log()->warn("node {}: {} skipped, store unavailable: {}", options_.node.node, what, e.what());
   } catch (const InvalidArgument& e) {
     log()->error("node {}: {} skipped: {}", options_.node.node, what, e.what());
+  }
+}
+
+// The store's trouble (a failed call, or one slower than a heartbeat's budget allows) makes every
+// lease doubtful: the leader judges none before a whole lease has passed since the store answered
+// again, so that every live agent has renewed, or taken back, its lease by then.
+void MembershipAgent::store_call_ended(bool ok, std::chrono::steady_clock::duration took) {
+  if (!ok || took > options_.timing.slow_store_call) {
+    store_trouble_ = true;
+    return;
+  }
+  if (!store_trouble_) return;
+  store_trouble_ = false;
+  judge_after_ = std::chrono::steady_clock::now() + options_.timing.judgement_hold;
+  if (leading()) {
+    log()->warn("node {}: the store answers again after trouble; as leader, judging no lease for {} ms",
+                options_.node.node, options_.timing.judgement_hold.count());
   }
 }
 
@@ -92,8 +112,49 @@ void MembershipAgent::heartbeat() {
       return contend_for_leadership(beat.leader);
     }
     if (registration_.reestablish(last_generation_)) return restore_after_data_loss();
+    if (kept_after_store_trouble(beat.generation)) return;
     evicted();
   });
+}
+
+bool MembershipAgent::kept_after_store_trouble(const std::optional<std::string>& generation) {
+  const std::string& node = options_.node.node;
+  const std::string incarnation = lease().incarnation;
+  const auto claim = store_->get(keys::node(node));
+  if (!claim) return false;  // gone since reestablish() looked: evicted() registers anew
+  std::int64_t stored = 0;
+  if (generation) {
+    try {
+      stored = decode_generation_number(*generation, keys::kGeneration);
+    } catch (const InvalidArgument&) {
+      return true;  // observe_generation() logs it; look again at the next heartbeat
+    }
+  }
+  std::string why;
+  if (stored < last_generation_) {
+    why = "the store's generation went back from " + std::to_string(last_generation_) + " to " +
+          std::to_string(stored) + " (it rolled back)";
+  } else if (*claim != incarnation) {
+    return false;  // another incarnation registered this node id since
+  } else {
+    check_membership(generation);
+    if (!member_ || checked_generation_ != stored) return false;  // the job moved on without this node
+    why = "generation " + std::to_string(stored) + " still lists this incarnation (the store could not be reached)";
+  }
+  // A claim of another incarnation is taken over only when that one is dead (no lease).
+  if (*claim != incarnation && store_->get(keys::lease(node, *claim))) return false;
+  if (!registration_.reclaim(last_generation_, *claim, why)) return true;  // changed meanwhile: look again
+  log()->warn("node {}: the lease of incarnation {} was gone, but {}: took it back and kept the workers", node,
+              incarnation, why);
+  if (stored < last_generation_) {
+    // As after a data loss: what the store says about membership is older than what this agent
+    // knew; announce now, and the leader republishes above every number seen.
+    controller_.reset();
+    forget_membership();
+    check_membership(std::nullopt);
+  }
+  last_renewed_ = std::chrono::steady_clock::now();
+  return true;
 }
 
 void MembershipAgent::notified(std::int64_t g) {
@@ -242,8 +303,11 @@ void MembershipAgent::lead() {
     if (!leader_.try_acquire_or_renew(head[0])) return;
     if (!controller_) {
       controller_ = std::make_unique<MembershipController>(store_, member_id(), options_.nnodes, options_.settle,
-                                                           options_.timing.rejoin_window, options_.timing.heartbeat);
+                                                           options_.timing.rejoin_window, options_.timing.heartbeat,
+                                                           StoreTroubleRule{options_.timing.judgement_hold,
+                                                                            options_.timing.slow_store_call});
     }
+    controller_->hold_judgement(judge_after_);
     if (auto published = controller_->tick(last_generation_)) last_generation_ = std::max(last_generation_, *published);
   });
   if (!leader_.held()) controller_.reset();

@@ -13,9 +13,17 @@
 //  - re-announces the node's join while it has a live lease and a healthy worker but is not in the
 //    current generation, whatever dropped it (membership converges from any state);
 //  - contends for the leader lease;
-//  - finds the lease gone while the node's claim (`node:<id>`) still names this incarnation: the
-//    lease expired while the store kept its data (the agent was paused or cut off past it), so the
-//    node was evicted: its workers are killed and it registers as a new incarnation;
+//  - finds the lease gone while the node's claim (`node:<id>`) still names this incarnation (or a
+//    dead one's: a store rolled back to before this incarnation registered) and asks whether the
+//    job moved on without it before it calls itself evicted (docs/architecture.md, "The store's
+//    bad days"): when the store's generation went back below the newest this agent saw (the store
+//    rolled back: restored from an older snapshot, or failed over to a replica that missed the
+//    last writes), or the current generation still lists this incarnation (the lease ran out
+//    while nobody could reach the store: a stall), it takes its lease back for the same
+//    incarnation and keeps its workers (after a rollback it announces its join at once, as after a
+//    data loss). Only when a generation at least as new as any it saw was published without it
+//    did the job move on: the node was evicted (it was paused or cut off past its lease), its
+//    workers are killed and it registers as a new incarnation;
 //  - finds the lease and the claim both gone: the store lost the job's data (restarted without
 //    persistence, flushed). It re-establishes the same incarnation, claim and lease in one commit
 //    that requires both absent, keeps its workers, and announces its join at once; the leader
@@ -23,7 +31,11 @@
 //    move to it without a restart;
 //  - completes a registration that failed part way (a store outage, `joins` of another type).
 // Store outages and values that do not decode are logged and retried at the next call (the store
-// must give up on a call within timing.store_call_limit); any other error propagates.
+// must give up on a call within timing.store_call_limit); any other error propagates. A call that
+// failed on the store, or took longer than timing.slow_store_call, makes the agent hold its
+// judgement as leader for timing.judgement_hold from its next call that succeeds
+// (MembershipController::hold_judgement): the leases that ran out meanwhile say nothing about the
+// nodes.
 // Not thread-safe.
 #pragma once
 
@@ -117,6 +129,12 @@ class MembershipAgent {
   void ensure_config();
   void evicted();
   void restore_after_data_loss();
+  // The lease is gone and the claim present: true when it was the store's trouble, not this
+  // node's (see the header comment) and the lease was taken back (or the commit lost a race: the
+  // next heartbeat looks again); false: evicted.
+  bool kept_after_store_trouble(const std::optional<std::string>& generation);
+  // A store call ended: `ok`, how long it took. Sets judge_after_ after trouble (see above).
+  void store_call_ended(bool ok, std::chrono::steady_clock::duration took);
   void observe_generation(const std::optional<std::string>& number);
   void check_membership(const std::optional<std::string>& value);
   void contend_for_leadership(const std::optional<std::string>& holder);
@@ -146,6 +164,8 @@ class MembershipAgent {
   std::chrono::steady_clock::time_point announced_at_{};
   std::optional<std::chrono::steady_clock::time_point> last_renewed_;
   View view_;
+  bool store_trouble_ = false;  // a call failed or was slow, and none has succeeded since
+  std::chrono::steady_clock::time_point judge_after_{};  // as leader, no lease is judged before this
 };
 
 }  // namespace hdp::elastic

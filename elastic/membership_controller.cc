@@ -30,13 +30,14 @@ std::string node_list(const std::vector<Member>& members) {
 
 MembershipController::MembershipController(std::shared_ptr<Store> job_store, std::string leader_id, JobConfig config,
                                            Store::Duration settle, Store::Duration rejoin_window,
-                                           Store::Duration full_read_every)
+                                           Store::Duration full_read_every, StoreTroubleRule trouble)
     : store_(std::move(job_store)),
       leader_id_(std::move(leader_id)),
       config_(config),
       settle_(settle),
       rejoin_window_(rejoin_window),
-      full_read_every_(full_read_every) {
+      full_read_every_(full_read_every),
+      trouble_(trouble) {
   if (full_read_every.count() < 0) throw InvalidArgument("MembershipController: full_read_every must be >= 0");
 }
 
@@ -262,6 +263,37 @@ std::optional<std::vector<Eviction>> MembershipController::new_evictions(bool br
   return fresh;
 }
 
+bool MembershipController::hold_for_store_trouble(Clock::time_point began, std::int64_t number,
+                                                  std::int64_t newest_known,
+                                                  const std::map<std::string, NodeLease>& leases) {
+  if (trouble_.hold.count() <= 0) return true;
+  const auto now = Clock::now();
+  auto hold = [&](const std::string& why) {
+    if (now >= judge_after_) log()->warn("{}: judging no lease for {} ms", why, trouble_.hold.count());
+    judge_after_ = std::max(judge_after_, now + trouble_.hold);
+  };
+  if (trouble_.slow_read.count() > 0 && now - began > trouble_.slow_read) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - began).count();
+    hold("the store took " + std::to_string(ms) + " ms to answer this tick's reads");
+  }
+  if (number > 0 && number < newest_known && rollback_held_ != number) {
+    rollback_held_ = number;
+    hold("the store's generation went back from " + std::to_string(newest_known) + " to " + std::to_string(number) +
+         " (it rolled back: restored from an older snapshot, or a failover to a replica that missed the last writes)");
+  }
+  if (now >= judge_after_ && mass_expiry_held_ != current_.number) {
+    std::size_t missing = 0;
+    for (const auto& member : current_.members) missing += !leases.contains(keys::lease(member.node, member.incarnation));
+    if (missing >= 2 && 2 * missing > current_.members.size()) {
+      mass_expiry_held_ = current_.number;
+      hold(std::to_string(missing) + " of the " + std::to_string(current_.members.size()) +
+           " members' leases ran out at once: taken as the store's trouble, not the nodes' (those still gone after "
+           "the hold are dropped)");
+    }
+  }
+  return now >= judge_after_;
+}
+
 namespace {
 
 // "n4,n5": the nodes standing by, in join order (the state's `standby` field).
@@ -275,6 +307,7 @@ std::string standby_list(const Candidates& standby) {
 }  // namespace
 
 std::optional<std::int64_t> MembershipController::tick(std::int64_t seen_by_leader) {
+  const auto began = Clock::now();
   auto head = store_->multi_get({keys::kGeneration, keys::kJoinCount, keys::broken(current_.number), keys::kEvictions,
                                  keys::stragglers(current_.number), keys::kCordons});
   const std::int64_t number = head[0] ? decode_generation_number(*head[0], keys::kGeneration) : 0;
@@ -310,6 +343,12 @@ std::optional<std::int64_t> MembershipController::tick(std::int64_t seen_by_lead
   for (const auto& [node, incarnation] : benched) lease_keys.push_back(keys::lease(node, incarnation));
   // by lease key; only well-formed ones
   const std::map<std::string, NodeLease> leases = read_leases(lease_keys, broken || !fresh->empty() || !cached_is_current);
+  // The newest generation any live agent saw (each lease carries its agent's): above the store's
+  // own when the store rolled back.
+  std::int64_t newest_known = std::min(seen_by_leader, kMaxGeneration);
+  for (const auto& [key, lease] : leases) newest_known = std::max(newest_known, lease.last_generation);
+  const bool rolled_back = number > 0 && number < newest_known;
+  if (!hold_for_store_trouble(began, number, newest_known, leases)) return std::nullopt;
   auto live = [&](const std::string& node, const std::string& incarnation) -> const NodeLease* {
     auto it = leases.find(keys::lease(node, incarnation));
     return it != leases.end() && it->second.node == node && it->second.incarnation == incarnation &&
@@ -442,7 +481,14 @@ std::optional<std::int64_t> MembershipController::tick(std::int64_t seen_by_lead
   }
   const bool should_run = static_cast<int>(desired.size()) >= config_.min_nodes;
   const auto status = should_run ? GenerationStatus::kRunning : GenerationStatus::kWaiting;
-  if (broken) {
+  if (rolled_back) {
+    // What the workers run is newer than what the store says: republish, above every number seen.
+    log()->warn("the store's generation {} is older than generation {} that an agent saw (the store rolled back); "
+                "publishing the live members above it",
+                number, newest_known);
+    extra.push_back(event_write("store_rollback", {{"from", std::to_string(newest_known)}, {"to", std::to_string(number)}}));
+    lost = true;
+  } else if (broken) {
     log()->warn("generation {} is broken ({}); publishing a new one", current_.number, quote_value(*head[2]));
     lost = true;
   } else if (!fresh->empty()) {

@@ -30,6 +30,16 @@
 // nodes is refused, and a cool-down that would is cut short: the job keeps its slow rank
 // (the trainer plans around its speed) rather than stop. Every straggler request is answered by
 // a new generation at once, refused or not: the ranks wait for it at a step boundary.
+// The store's trouble is not a node's fault (docs/architecture.md, "The store's bad days"): with
+// a StoreTroubleRule, no lease is judged (nothing is published, nobody dropped) while judgement is
+// held: until hold_judgement()'s time (the leading agent's own calls failed or were slow), for
+// rule.hold after a tick whose reads took longer than rule.slow_read, after more than half of the
+// members (at least two) were found without a lease at once (once per generation: if they are
+// still gone after the hold, they are dropped), and after the store's generation went back below
+// the newest any agent saw (a rollback: restored from an older snapshot, a failover to a replica
+// that missed the last writes). After a rollback the next generation is published once the hold
+// ends even with the same members, numbered above every number seen, with a `store_rollback`
+// event; the workers move to it from memory.
 // Not thread-safe; tick() blocks on the store.
 #pragma once
 
@@ -46,6 +56,12 @@
 
 namespace hdp::elastic {
 
+// See the header comment; zero durations turn the rule off.
+struct StoreTroubleRule {
+  Store::Duration hold{0};       // how long no lease is judged after trouble (an agent: its lease)
+  Store::Duration slow_read{0};  // a tick whose reads took longer saw the store in trouble
+};
+
 class MembershipController {
  public:
   static constexpr std::chrono::seconds kJoinHoleWait{10};
@@ -57,11 +73,14 @@ class MembershipController {
   // heartbeat period); see read_leases().
   MembershipController(std::shared_ptr<Store> job_store, std::string leader_id, JobConfig config,
                        Store::Duration settle, Store::Duration rejoin_window = Store::Duration::zero(),
-                       Store::Duration full_read_every = Store::Duration::zero());
+                       Store::Duration full_read_every = Store::Duration::zero(), StoreTroubleRule trouble = {});
 
   // Returns the number of the generation it published, if any. `seen_by_leader`: the newest
   // generation the leading agent has seen; the next one is numbered above it too.
   std::optional<std::int64_t> tick(std::int64_t seen_by_leader = 0);
+  // No lease is judged before `until` (the leading agent's store calls failed or were slow).
+  void hold_judgement(std::chrono::steady_clock::time_point until) { judge_after_ = std::max(judge_after_, until); }
+  bool judging(std::chrono::steady_clock::time_point now) const { return now >= judge_after_; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -80,6 +99,10 @@ class MembershipController {
   std::optional<std::vector<Eviction>> new_evictions(bool broken, const std::optional<std::string>& requests,
                                                      const Evictions& evictions);
   Evictions read_evictions(const std::optional<std::string>& value);
+  // The store-trouble rule (header comment): false while judgement is held. `newest_known`: the
+  // newest generation the leader or a lease saw.
+  bool hold_for_store_trouble(Clock::time_point began, std::int64_t number, std::int64_t newest_known,
+                              const std::map<std::string, NodeLease>& leases);
   Cordons read_cordons(const std::optional<std::string>& value);
   // The leases under `keys` that are live and well-formed, by key. Reading every lease value each
   // tick costs the store one lookup and a value per node five times a second (at 12,500 nodes,
@@ -113,6 +136,10 @@ class MembershipController {
   std::optional<std::string> bad_evictions_;   // the last undecodable `evictions` value, logged once
   std::map<std::string, std::int64_t> steps_;  // this tick's new evictions: the step a request named (-1: none)
   Store::Duration full_read_every_;
+  StoreTroubleRule trouble_;
+  Clock::time_point judge_after_{};              // no lease is judged before this
+  std::int64_t mass_expiry_held_ = -1;           // the generation whose mass expiry held judgement
+  std::int64_t rollback_held_ = -1;              // the rolled-back generation number that held judgement
   struct CachedLease {
     NodeLease lease;
     Clock::time_point check_at;  // when its TTL, as last read, runs out

@@ -104,17 +104,32 @@ void NodeRegistration::write_announcement(std::int64_t sequence) {
 }
 
 bool NodeRegistration::reestablish(std::int64_t last_generation) {
+  return take_back(last_generation, std::nullopt, "restored", {});
+}
+
+bool NodeRegistration::reclaim(std::int64_t last_generation, const std::string& claim, const std::string& why) {
+  return take_back(last_generation, claim, "lease_restored", {{"why", why}});
+}
+
+bool NodeRegistration::take_back(std::int64_t last_generation, const std::optional<std::string>& claim,
+                                 const char* event, Fields details) {
   NodeLease restored = lease_;
   restored.last_generation = std::max(restored.last_generation, last_generation);
   const std::string claim_key = keys::node(lease_.node);
   const std::string lease_key = keys::lease(lease_.node, lease_.incarnation);
-  const bool done = commit_with_job_state(*store_, Transaction{}
-                                       .require_absent(claim_key)
-                                       .require_absent(lease_key)
-                                       .add(Write::set(claim_key, lease_.incarnation))
-                                       .add(Write::set(lease_key, encode(restored), ttl_))
-                                       .add(event_write("restored", {{"node", lease_.node},
-                                                                     {"incarnation", lease_.incarnation}})));
+  Transaction txn;
+  if (claim) {
+    txn.require(claim_key, *claim);
+  } else {
+    txn.require_absent(claim_key);
+  }
+  Fields fields{{"node", lease_.node}, {"incarnation", lease_.incarnation}};
+  fields.insert(fields.end(), details.begin(), details.end());
+  txn.require_absent(lease_key)
+      .add(Write::set(claim_key, lease_.incarnation))
+      .add(Write::set(lease_key, encode(restored), ttl_))
+      .add(event_write(event, std::move(fields)));
+  const bool done = commit_with_job_state(*store_, txn);
   if (done) lease_ = restored;
   return done;
 }

@@ -55,9 +55,15 @@ class NodeRegistration {
   // and lease back for the same incarnation, in one commit that requires both absent, writing
   // `last_generation` into the lease so that the leader numbers the next generation above it.
   // Returns false, changing nothing, when the claim is still there: the lease expired while the
-  // store kept its data (the agent was paused or cut off past it) — an eviction — or another agent
-  // holds the node id. The caller announces the join (announce()).
+  // store kept its data (the agent was paused or cut off past it, or the store stalled or rolled
+  // back: MembershipAgent tells these apart and calls reclaim()), or another agent holds the node
+  // id. The caller announces the join (announce()).
   bool reestablish(std::int64_t last_generation);
+  // The same for a claim still present that holds `claim` (this incarnation's, or a dead one's
+  // that the store rolled back to): the commit requires the claim to hold exactly that and this
+  // incarnation's lease to be absent, and writes an event `lease_restored` with `why`. False,
+  // changing nothing, when either changed meanwhile.
+  bool reclaim(std::int64_t last_generation, const std::string& claim, const std::string& why);
 
   struct Heartbeat {
     bool alive = false;                     // false: the lease is gone or someone else's (evicted)
@@ -81,6 +87,9 @@ class NodeRegistration {
  private:
   std::shared_ptr<Store> store_;
   void write_announcement(std::int64_t sequence);
+  // reestablish() (`claim` nullopt: the claim must be absent) and reclaim().
+  bool take_back(std::int64_t last_generation, const std::optional<std::string>& claim, const char* event,
+                 Fields details);
 
   NodeLease lease_;
   Store::Duration ttl_;

@@ -32,7 +32,7 @@ void EventLog::record(const elastic::Membership& m, const std::string& type, ela
 
 StepReporter::StepReporter(const TrainerConfig& config, std::shared_ptr<elastic::Store> store, EventLog& events,
                            const std::filesystem::path& metrics_file)
-    : config_(config), job_(std::move(store)), events_(events), metrics_(metrics_file) {}
+    : config_(config), store_(store), job_(std::move(store)), events_(events), metrics_(metrics_file) {}
 
 void StepReporter::step(const elastic::Membership& m, std::int64_t step, const mesh::StepResult& result, double step_ms,
                         double lr, const checkpoint::DataPosition& position, const SpeedFigures& speeds, int world,
@@ -100,17 +100,28 @@ void StepReporter::step(const elastic::Membership& m, std::int64_t step, const m
                             {"generation", std::to_string(m.generation)},
                             {"time_ms", std::to_string(elastic::now_ms())}};
   sample.insert(sample.end(), figures.begin(), figures.end());
-  try {
-    const auto result = job_.fenced_update_and_read(m.generation, std::move(state),
-                                                    {elastic::sample_write(std::move(sample))},
-                                                    {elastic::keys::kControl, elastic::keys::kSettings});
-    if (result.values.size() == 2) {
-      read_requests(result.values[0]);
-      read_settings(result.values[1]);
-    }
-  } catch (const Error& e) {
-    log()->warn("step {}: cannot report to the job state: {}", step, e.what());
+  // Off the step's critical path (state_report.h): the requests and settings come from the newest
+  // report written, a step or more behind.
+  if (!state_report_) {
+    state_report_ = std::make_unique<StateReport>(
+        store_, std::vector<std::string>{elastic::keys::kControl, elastic::keys::kSettings});
   }
+  state_report_->post(m.generation, std::move(state), std::move(sample));
+  take_reads();
+}
+
+void StepReporter::take_reads() {
+  StateReport::Reads reads = state_report_->reads();
+  if (reads.serial == reads_serial_ || reads.values.size() != 2) return;
+  reads_serial_ = reads.serial;
+  read_requests(reads.values[0]);
+  read_settings(reads.values[1]);
+}
+
+bool StepReporter::flush_reports() {
+  if (!state_report_ || state_report_->flush(kFlushTimeout)) return true;
+  log()->warn("the last step reports were not written within {} ms (the store is unavailable)", kFlushTimeout.count());
+  return false;
 }
 
 // The requests rank 0 takes up (elastic/control.h): a checkpoint. A value that does not decode is
@@ -224,11 +235,13 @@ void StepReporter::recovered(const elastic::Membership& m, mesh::Communicator& c
 }
 
 void StepReporter::completed(const elastic::Membership& m, std::int64_t step) {
+  flush_reports();  // the last step's state before the outcome
   if (!job_.complete(m.generation, step)) log()->warn("completion at step {} refused: a newer generation exists", step);
   log()->info("completed {} steps", step);
 }
 
 void StepReporter::stopped(const elastic::Membership& m, std::int64_t step, const std::string& checkpoint) {
+  flush_reports();
   events_.record(m, "stopped", {{"step", std::to_string(step)}, {"checkpoint", checkpoint}});
   try {
     if (!job_.stop(m.generation, step)) log()->warn("the stop at step {} was not recorded: a newer generation exists", step);

@@ -2,8 +2,9 @@
 //
 // What the trainer tells the world: the job's events (EventLog: a restore, a straggler, a stop),
 // and per step (StepReporter) rank 0's log line, the job state and its samples (fenced by the
-// generation), the --metrics-file line and TensorBoard scalars, and every rank's metrics for its
-// agent's /metrics (worker_metrics.h). A failure to report is logged and never stops training.
+// generation; written by a thread of their own, off the step's critical path: state_report.h),
+// the --metrics-file line and TensorBoard scalars, and every rank's metrics for its agent's
+// /metrics (worker_metrics.h). A failure to report is logged and never stops training.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,7 @@
 #include "elastic/elastic_context.h"
 #include "mesh/comm/communicator.h"
 #include "mesh/step/distributed_step.h"
+#include "trainer/state_report.h"
 #include "trainer/tensorboard.h"
 #include "trainer/trainer_config.h"
 #include "trainer/worker_metrics.h"
@@ -103,11 +105,20 @@ class StepReporter {
   void write_tensorboard(std::int64_t step, const mesh::StepResult& result, double step_ms, double lr,
                          double tokens_per_s, int world, const EvalFigures* eval);
 
+  // Acts on the requests and settings of the newest report written, once each.
+  void take_reads();
+  // Waits (at most kFlushTimeout) until the queued reports are written; false when they were not.
+  bool flush_reports();
   void read_requests(const std::optional<std::string>& value);
   void read_settings(const std::optional<std::string>& value);
 
+  static constexpr std::chrono::milliseconds kFlushTimeout{3000};
+
   const TrainerConfig& config_;
+  std::shared_ptr<elastic::Store> store_;
   elastic::JobState job_;
+  std::unique_ptr<StateReport> state_report_;  // rank 0, created at its first step
+  std::uint64_t reads_serial_ = 0;             // of the last reads acted on
   elastic::ControlRequests requests_;
   std::optional<elastic::Request> checkpoint_request_;
   std::string checkpoint_taken_;            // the id of the last checkpoint request acted on

@@ -183,6 +183,7 @@ TEST_F(BlendCluster, ANodeLossAndAFullStopAndResumeTakeEveryPieceOfTheBlendOnce)
   // (b): a node lost, the node back, a full stop, a resume.
   TempDir dir;
   std::int64_t stopped_at = 0;
+  std::string logs;
   {
     AgentCluster cluster(options_for(dir.path(), {"--fault", "kill-node:2@20"}));
     cluster.start_agent("n1");
@@ -206,6 +207,7 @@ TEST_F(BlendCluster, ANodeLossAndAFullStopAndResumeTakeEveryPieceOfTheBlendOnce)
     ASSERT_EQ(state.at("status"), "stopped") << cluster.all_logs();
     stopped_at = std::stoll(state.at("step"));
     EXPECT_EQ(state.at("last_ckpt_step"), state.at("step")) << "the stop wrote a final checkpoint";
+    logs += cluster.all_logs();
   }
   {
     AgentCluster cluster(options_for(dir.path()));  // a new job on the same checkpoint directory
@@ -215,6 +217,7 @@ TEST_F(BlendCluster, ANodeLossAndAFullStopAndResumeTakeEveryPieceOfTheBlendOnce)
     EXPECT_EQ(codes.at("n1"), 0) << cluster.all_logs();
     EXPECT_EQ(codes.at("n2"), 0) << cluster.all_logs();
     EXPECT_NE(cluster.all_logs().find("restored"), std::string::npos);
+    logs += cluster.all_logs();
   }
 
   const std::vector<StepLine> run = read_metrics(dir.path() / "metrics.jsonl");
@@ -241,7 +244,15 @@ TEST_F(BlendCluster, ANodeLossAndAFullStopAndResumeTakeEveryPieceOfTheBlendOnce)
   }
   EXPECT_TRUE(shrank) << "the job should have trained on the survivor's 2 ranks";
   EXPECT_EQ(run.back().step, kSteps);
-  ASSERT_EQ(last.size(), static_cast<std::size_t>(kSteps)) << "a step was never run";
+  // A step without a line: rolled forward by a new generation whose rank 0 had not computed its
+  // loss (trainer_cluster_test.cc says when); the trainer logs it. Its position is then checked
+  // through the step after it.
+  for (std::int64_t step = 1; step <= kSteps; ++step) {
+    if (last.contains(step)) continue;
+    EXPECT_NE(logs.find("step " + std::to_string(step) + " was rolled forward; its loss is not known to rank 0"),
+              std::string::npos)
+        << "step " << step << " was never run";
+  }
 
   // Count the tokens of steps 1..60 by document, each step rebuilt from where the run's history
   // says the step before it ended, each sequence checked against the documents as written.
@@ -254,10 +265,13 @@ TEST_F(BlendCluster, ANodeLossAndAFullStopAndResumeTakeEveryPieceOfTheBlendOnce)
   std::set<std::uint64_t> taken;                                              // virtual pieces
   std::int64_t total = 0, dropped = 0, per_member[2] = {0, 0};
   std::uint64_t sequences = 0;
+  checkpoint::DataPosition position;  // after the step before
   for (int s = 1; s <= kSteps; ++s) {
-    checkpoint::DataPosition position = s == 1 ? checkpoint::DataPosition{} : last.at(s - 1);
+    if (auto it = last.find(s - 1); it != last.end()) position = it->second;
     const trainer::data::GlobalBatch batch = source.next(position, kBudget);
-    EXPECT_EQ(position, last.at(s)) << "step " << s;
+    if (last.contains(s)) {
+      EXPECT_EQ(position, last.at(s)) << "step " << s;
+    }
     dropped += batch.dropped_tokens;
     for (std::size_t i = 0; i < batch.sequences.size(); ++i) {
       const std::uint64_t k = batch.pieces[i];
