@@ -62,6 +62,7 @@ class SupervisedWorkers final : public NodeWorkers {
     values.job = options_.job;
     values.redis_url = options_.redis_url;
     values.redis_password_file = options_.redis_password_file;
+    values.sentinel_password_file = options_.sentinel_password_file;
     values.node_id = options_.node_id;
     values.incarnation = incarnation;
     values.local_rank = slot;

@@ -33,6 +33,7 @@ struct AgentOptions {
   std::string advertise_address;          // what workers publish to their peers
   std::string redis_url;                  // handed to workers
   std::string redis_password_file;        // handed to workers (never the password itself)
+  std::string sentinel_password_file;     // likewise, for a redis+sentinel:// URL
   int slots = 1;
   elastic::JobConfig nnodes;
   // The lease and everything derived from it (heartbeat, leader lease, tick, store timeouts):

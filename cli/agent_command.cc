@@ -50,10 +50,12 @@ std::string default_node_id() {
 // connect sends nothing; it only picks the route.)
 std::string default_advertise_address(const elastic::RedisEndpoint& endpoint) {
   if (endpoint.is_unix()) return "127.0.0.1";
+  // Through Sentinel: the first sentinel stands for the store's network.
+  const auto [host, port] = endpoint.is_sentinel() ? endpoint.sentinels.front() : std::pair(endpoint.host, endpoint.port);
   addrinfo hints{}, *found = nullptr;
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_DGRAM;
-  if (getaddrinfo(endpoint.host.c_str(), std::to_string(endpoint.port).c_str(), &hints, &found) != 0 || !found) {
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found) {
     return "127.0.0.1";
   }
   std::string address = "127.0.0.1";
@@ -121,6 +123,7 @@ void add_agent_command(CLI::App& app) {
     options.advertise_address = flags->advertise.empty() ? default_advertise_address(endpoint) : flags->advertise;
     options.redis_url = flags->job.redis.url;
     options.redis_password_file = flags->job.redis.password_file;
+    options.sentinel_password_file = flags->job.redis.sentinel_password_file;
     options.slots = flags->nproc > 0 ? flags->nproc : std::max(1, cuda_device_count());
     // Lease, heartbeat, leader lease, tick and the Redis timeouts: derived and checked here, once.
     options.timing = elastic::derive_lease_timing(std::chrono::milliseconds(flags->lease_ms),

@@ -46,6 +46,7 @@ ElasticContext ElasticContext::from_environment() {
   identity.agent_channel = env.agent_channel;
   RedisEndpoint endpoint = parse_redis_url(env.redis_url);
   if (!env.redis_password_file.empty()) endpoint.password = read_password_file(env.redis_password_file);
+  if (!env.sentinel_password_file.empty()) endpoint.sentinel_password = read_password_file(env.sentinel_password_file);
   RedisStoreOptions options;
   options.connect_timeout = std::chrono::seconds(1);
   options.command_timeout = std::chrono::seconds(2);

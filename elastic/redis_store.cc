@@ -121,6 +121,13 @@ std::string ttl_ms(Store::Duration ttl, std::string_view what) {
   return std::to_string(ttl.count());
 }
 
+// A reply saying the node is not the primary: a replica refusing a write (READONLY), or a replica
+// without its master refusing anything (MASTERDOWN). Either way the command did not run.
+bool from_a_replica(const RedisReply& reply) {
+  return reply.type == RedisReply::Type::kError &&
+         (reply.str.starts_with("READONLY") || reply.str.starts_with("MASTERDOWN"));
+}
+
 // The elements of an MGET-style reply: strings, nil for a missing key (or one of another type).
 std::vector<std::optional<std::string>> string_values(RedisReply reply) {
   std::vector<std::optional<std::string>> values;
@@ -137,6 +144,7 @@ RedisStore::RedisStore(RedisEndpoint endpoint, RedisStoreOptions options)
     : endpoint_(std::move(endpoint)), options_(options) {
   {
     std::lock_guard lock(mutex_);
+    if (endpoint_.is_sentinel()) resolver_.emplace(endpoint_);
     reconnect(Clock::now() + options_.retry_timeout);
     last_used_ = Clock::now();
   }
@@ -176,23 +184,45 @@ int RedisStore::idle_closes() const {
   return idle_closes_;
 }
 
+std::string RedisStore::primary() const {
+  std::lock_guard lock(mutex_);
+  return primary_ ? primary_->display() : std::string();
+}
+
+int RedisStore::failovers() const {
+  std::lock_guard lock(mutex_);
+  return failovers_;
+}
+
+ResolvedPrimary RedisStore::open_connection(Duration connect_timeout, Clock::time_point deadline) {
+  if (resolver_) return resolver_->connect_primary(connect_timeout, options_.command_timeout, deadline);
+  return {endpoint_, std::make_unique<RedisConnection>(endpoint_, connect_timeout, options_.command_timeout)};
+}
+
 void RedisStore::reconnect(Clock::time_point deadline) {
   connection_.reset();
   Backoff backoff(options_.backoff);
   for (;;) {
     const auto remaining = std::chrono::duration_cast<Duration>(deadline - Clock::now());
     try {
-      connection_ = std::make_unique<RedisConnection>(
-          endpoint_, std::clamp(remaining, Duration(1), options_.connect_timeout), options_.command_timeout);
+      ResolvedPrimary opened = open_connection(std::clamp(remaining, Duration(1), options_.connect_timeout), deadline);
+      connection_ = std::move(opened.connection);
+      if (primary_ && (primary_->host != opened.endpoint.host || primary_->port != opened.endpoint.port)) {
+        ++failovers_;
+        log()->info("redis: primary moved from {} to {}", primary_->display(), opened.endpoint.display());
+      }
+      primary_ = std::move(opened.endpoint);
       if (std::exchange(idle_closed_, false)) {
         // Opened again after it was closed for idleness: not a reconnect.
       } else if (connected_once_) {
         ++reconnects_;
-        log()->info("redis at {}: reconnected after {} attempt(s)", endpoint_.display(), backoff.attempts() + 1);
+        log()->info("redis at {}: reconnected after {} attempt(s)", primary_->display(), backoff.attempts() + 1);
       }
       connected_once_ = true;
       return;
-    } catch (const RedisIoError& e) {
+    } catch (const StoreUnavailable& e) {
+      // RedisIoError (refused, reset, timed out) and, through the sentinels, no sentinel answering
+      // or a stale one naming a replica: all pass with time. AuthError and InvalidArgument do not.
       const auto pause = backoff.next();
       if (Clock::now() + pause >= deadline) {
         throw StoreUnavailable(std::string(e.what()) + " (gave up after " +
@@ -212,6 +242,7 @@ std::vector<RedisReply> RedisStore::pipeline(const std::vector<std::vector<std::
                                              bool idempotent) {
   std::lock_guard lock(mutex_);
   const auto deadline = Clock::now() + options_.retry_timeout;
+  std::optional<Backoff> refusals;  // after a READONLY / MASTERDOWN reply
   for (;;) {
     if (!connection_ || !connection_->alive()) reconnect(deadline);
     try {
@@ -221,7 +252,40 @@ std::vector<RedisReply> RedisStore::pipeline(const std::vector<std::vector<std::
       connection_->set_command_timeout(std::clamp(remaining, Duration(1), options_.command_timeout));
       auto replies = connection_->pipeline(commands);
       last_used_ = Clock::now();
-      return replies;
+      const auto refused = std::find_if(replies.begin(), replies.end(), from_a_replica);
+      if (refused == replies.end()) return replies;
+      // Not the primary (any more): the next connection goes to the one the sentinels name now.
+      const std::string where = primary_ ? primary_->display() : endpoint_.display();
+      if (!resolver_) {
+        // A plain endpoint: the error is reported as before (checked()); after READONLY the next
+        // call connects afresh, in case the name now leads to the primary.
+        if (refused->str.starts_with("READONLY")) {
+          connection_.reset();
+          log()->warn("redis at {} is a replica ({}); closed the connection", where, refused->str);
+        }
+        return replies;
+      }
+      connection_.reset();
+      const auto& refused_command = commands[static_cast<std::size_t>(refused - replies.begin())];
+      const std::string reason =
+          "redis at " + where + " refused " + std::string(refused_command.front()) + ": " + refused->str;
+      // A refusal means that command did not run; a single command may therefore run again even
+      // when it is not idempotent. Of several, another may have run before the node turned away.
+      if (!idempotent && commands.size() > 1) {
+        throw StoreUnavailable(reason + " (not the primary); it may or may not have been applied");
+      }
+      if (Clock::now() >= deadline) {
+        throw StoreUnavailable(reason + " (not the primary; gave up after " +
+                               std::to_string(options_.retry_timeout.count()) + " ms of retries)");
+      }
+      log()->warn("{} (not the primary); resolving the primary again", reason);
+      // The ROLE check of a resolution normally keeps a replica out; if it could not run (an ACL
+      // user without ROLE) the same replica may come back: pause from the second refusal on.
+      if (refusals) {
+        std::this_thread::sleep_for(std::min<Clock::duration>(refusals->next(), deadline - Clock::now()));
+      } else {
+        refusals.emplace(options_.backoff);
+      }
     } catch (const RedisIoError& e) {
       connection_.reset();
       if (!idempotent) {

@@ -16,10 +16,28 @@
 //    keys, ...) are retried; add() and compare_and_set() throw StoreUnavailable, because the
 //    server may have applied them.
 //  - Wrong credentials: AuthError naming the server, never the password; no retry.
+//  - Through Redis Sentinel (a redis+sentinel:// endpoint): every (re)connection first asks the
+//    sentinels for the primary and checks its ROLE (elastic/sentinel.h), inside the same backoff
+//    loop: no sentinel answering, a stale sentinel naming a replica, or a primary that cannot be
+//    reached yet are retried until `retry_timeout` like a refused connection; an unknown master
+//    name (InvalidArgument) and refused credentials (AuthError) are thrown at once. An existing
+//    connection never needs the sentinels: they are only asked to re-open one. A failover reaches
+//    the client in one of three ways, each ending in a new resolution: Sentinel's `CLIENT KILL`
+//    of the demoted primary's clients (the EOF check above); a command that times out on a
+//    primary that hangs; or a reply `READONLY` (a replica) or `MASTERDOWN` (a replica without
+//    its master). Those two replies mean the command did not run: the connection is dropped and
+//    the call retried on the primary re-resolved, within `retry_timeout` (then StoreUnavailable),
+//    when it is idempotent or a single command (add(), compare_and_set(), commit() included); a
+//    pipeline of several non-idempotent commands throws StoreUnavailable saying it may or may not
+//    have been applied. primary() names the node in use, failovers() counts its changes.
+//  - A plain redis:// endpoint that answers READONLY (a replica, or a demoted primary behind a
+//    name that has moved) also drops its connection, so that the next call connects afresh; the
+//    call itself fails (InvalidArgument naming the command).
 //
 // Example:
 //   auto store = std::make_shared<RedisStore>(parse_redis_url("redis://127.0.0.1:6379"));
 //   store->set_with_ttl("hdp:job:node:n1", "alive", 5s);
+//   RedisStore ha(parse_redis_url("redis+sentinel://s1:26379,s2:26379,s3:26379/hdp"));
 #pragma once
 
 #include <condition_variable>
@@ -31,6 +49,7 @@
 #include "elastic/backoff.h"
 #include "elastic/redis_connection.h"
 #include "elastic/redis_url.h"
+#include "elastic/sentinel.h"
 #include "elastic/store.h"
 
 namespace hdp::elastic {
@@ -59,6 +78,12 @@ class RedisStore final : public Store {
   // connection closed for being idle and opened again is not counted, but in idle_closes().
   int reconnects() const;
   int idle_closes() const;
+  // The data node of the last connection opened ("host:port", its display()); "" before the
+  // first. For a sentinel endpoint, the primary it resolved to.
+  std::string primary() const;
+  // How many times a new connection went to another primary than the previous one (a failover
+  // seen through the sentinels); each is logged ("redis: primary moved from A to B").
+  int failovers() const;
 
   void set(std::string_view key, std::string_view value) override;
   void set_with_ttl(std::string_view key, std::string_view value, Duration ttl) override;
@@ -91,8 +116,12 @@ class RedisStore final : public Store {
   // has an empty script cache; NOSCRIPT means the script did not run, so a retry is safe).
   RedisReply eval(std::string_view script, const std::vector<std::string_view>& keys_and_args, std::size_t key_count,
                   bool idempotent);
-  // Opens a connection, retrying until `deadline`. Requires mutex_.
+  // Opens a connection (after resolving the primary, for a sentinel endpoint), retrying until
+  // `deadline`. Requires mutex_.
   void reconnect(std::chrono::steady_clock::time_point deadline);
+  // One attempt of reconnect(): the connection and the endpoint it went to. Requires mutex_.
+  ResolvedPrimary open_connection(std::chrono::milliseconds connect_timeout,
+                                  std::chrono::steady_clock::time_point deadline);
   // Throws for an error reply, naming the command and its key when it has one: AuthError for a
   // refusal, StoreUnavailable for a server not ready yet (LOADING, BUSY, ...), WrongType for a key
   // of another type, InvalidArgument otherwise.
@@ -104,6 +133,9 @@ class RedisStore final : public Store {
   std::unique_ptr<RedisConnection> connection_;  // guarded by mutex_; null while broken
   bool connected_once_ = false;                  // guarded by mutex_
   int reconnects_ = 0;                           // guarded by mutex_
+  std::optional<SentinelResolver> resolver_;     // guarded by mutex_; set for a sentinel endpoint
+  std::optional<RedisEndpoint> primary_;         // guarded by mutex_: where the last connection went
+  int failovers_ = 0;                            // guarded by mutex_
   std::chrono::steady_clock::time_point last_used_{};  // guarded by mutex_: when the last call ended
   bool idle_closed_ = false;                     // guarded by mutex_: the connection was closed for idleness
   int idle_closes_ = 0;                          // guarded by mutex_

@@ -4,11 +4,15 @@
 #include <charconv>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "common/error.h"
 
 namespace hdp::elastic {
 namespace {
+
+constexpr int kSentinelPort = 26379;
+constexpr std::string_view kSentinelScheme = "redis+sentinel://";
 
 // The one rule for where a URL's credentials are, used both to parse them and to mask them in
 // messages (so that the two can never disagree on which '@' ends the password):
@@ -48,7 +52,8 @@ std::optional<std::pair<std::size_t, std::size_t>> password_span(std::string_vie
 
 [[noreturn]] void fail(std::string_view url, const std::string& reason) {
   throw InvalidArgument("invalid Redis URL '" + mask_password(url) + "': " + reason +
-                        " (expected redis://[user[:password]@]host[:port][/db] or unix:///path/to/socket)");
+                        " (expected redis://[user[:password]@]host[:port][/db], unix:///path/to/socket or "
+                        "redis+sentinel://[user[:password]@]host1[:port1],host2[:port2],.../MASTER_NAME[/db])");
 }
 
 int parse_int(std::string_view url, std::string_view text, int lo, int hi, const char* what) {
@@ -92,26 +97,14 @@ RedisEndpoint parse_unix(std::string_view url, std::string_view rest) {
   return endpoint;
 }
 
-RedisEndpoint parse_tcp(std::string_view url) {
-  RedisEndpoint endpoint;
-  const UrlSplit split = split_credentials(url);
-  if (split.credentials) {
-    const auto colon = split.credentials->find(':');
-    endpoint.user = percent_decode(url, split.credentials->substr(0, colon));
-    if (colon != std::string_view::npos) endpoint.password = percent_decode(url, split.credentials->substr(colon + 1));
-  }
-  const std::string_view rest = split.rest;
-  auto slash = rest.find('/');
-  std::string_view authority = rest.substr(0, slash);
-  if (slash != std::string_view::npos) {
-    std::string_view db = rest.substr(slash + 1);
-    if (!db.empty()) endpoint.db = parse_int(url, db, 0, 1'000'000, "database number");
-  }
+// "host[:port]" or "[v6]:port" (no credentials): {host, port}; `default_port` when none is given.
+std::pair<std::string, int> parse_host_port(std::string_view url, std::string_view authority, int default_port) {
+  std::string host;
   std::string_view port;
   if (!authority.empty() && authority.front() == '[') {
     auto close = authority.find(']');
     if (close == std::string_view::npos) fail(url, "unterminated '[' in the host");
-    endpoint.host = std::string(authority.substr(1, close - 1));
+    host = std::string(authority.substr(1, close - 1));
     std::string_view after = authority.substr(close + 1);
     if (!after.empty()) {
       if (after.front() != ':') fail(url, "unexpected text after ']'");
@@ -119,11 +112,64 @@ RedisEndpoint parse_tcp(std::string_view url) {
     }
   } else {
     auto colon = authority.rfind(':');
-    endpoint.host = std::string(authority.substr(0, colon));
+    host = std::string(authority.substr(0, colon));
     if (colon != std::string_view::npos) port = authority.substr(colon + 1);
   }
-  if (endpoint.host.empty()) fail(url, "the host is missing");
-  if (!port.empty() || authority.ends_with(':')) endpoint.port = parse_int(url, port, 1, 65535, "port");
+  if (host.empty()) fail(url, "the host is missing");
+  int number = default_port;
+  if (!port.empty() || authority.ends_with(':')) number = parse_int(url, port, 1, 65535, "port");
+  return {std::move(host), number};
+}
+
+// The credentials of a URL (see split_credentials) into `endpoint`.
+void parse_credentials(std::string_view url, const UrlSplit& split, RedisEndpoint& endpoint) {
+  if (!split.credentials) return;
+  const auto colon = split.credentials->find(':');
+  endpoint.user = percent_decode(url, split.credentials->substr(0, colon));
+  if (colon != std::string_view::npos) endpoint.password = percent_decode(url, split.credentials->substr(colon + 1));
+}
+
+RedisEndpoint parse_tcp(std::string_view url) {
+  RedisEndpoint endpoint;
+  const UrlSplit split = split_credentials(url);
+  parse_credentials(url, split, endpoint);
+  const std::string_view rest = split.rest;
+  auto slash = rest.find('/');
+  std::string_view authority = rest.substr(0, slash);
+  if (slash != std::string_view::npos) {
+    std::string_view db = rest.substr(slash + 1);
+    if (!db.empty()) endpoint.db = parse_int(url, db, 0, 1'000'000, "database number");
+  }
+  std::tie(endpoint.host, endpoint.port) = parse_host_port(url, authority, endpoint.port);
+  return endpoint;
+}
+
+// redis+sentinel://[user[:password]@]host1[:port1],host2[:port2],.../MASTER_NAME[/db]
+RedisEndpoint parse_sentinel(std::string_view url) {
+  RedisEndpoint endpoint;
+  const UrlSplit split = split_credentials(url);
+  parse_credentials(url, split, endpoint);
+  const std::string_view rest = split.rest;
+  const auto slash = rest.find('/');
+  const std::string_view hosts = rest.substr(0, slash);
+  if (hosts.empty()) fail(url, "the list of sentinels is empty");
+  for (std::size_t start = 0;;) {
+    const auto comma = hosts.find(',', start);
+    const std::string_view entry = hosts.substr(start, comma == std::string_view::npos ? comma : comma - start);
+    if (entry.empty()) fail(url, "an entry of the list of sentinels is empty");
+    endpoint.sentinels.push_back(parse_host_port(url, entry, kSentinelPort));
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  if (slash == std::string_view::npos) fail(url, "the master name is missing (after the sentinels: /MASTER_NAME)");
+  const std::string_view path = rest.substr(slash + 1);
+  const auto db_slash = path.find('/');
+  endpoint.master_name = std::string(path.substr(0, db_slash));
+  if (endpoint.master_name.empty()) fail(url, "the master name is missing (after the sentinels: /MASTER_NAME)");
+  if (db_slash != std::string_view::npos) {
+    const std::string_view db = path.substr(db_slash + 1);
+    if (!db.empty()) endpoint.db = parse_int(url, db, 0, 1'000'000, "database number");
+  }
   return endpoint;
 }
 
@@ -150,6 +196,7 @@ void scrub_password(char* text) {
   std::string_view view(text);
   auto scheme = view.find("redis://");
   if (scheme == std::string_view::npos) scheme = view.find("rediss://");
+  if (scheme == std::string_view::npos) scheme = view.find(kSentinelScheme);
   if (scheme == std::string_view::npos) return;
   const auto span = password_span(view.substr(scheme));
   if (!span) return;
@@ -157,6 +204,19 @@ void scrub_password(char* text) {
 }
 
 std::string RedisEndpoint::display() const {
+  if (is_sentinel()) {
+    // "alice@sentinel 'hdp'/2 via 10.0.0.1:26379,[::1]:26379"
+    std::string text = (user.empty() ? "" : user + "@") + "sentinel '" + master_name + "'";
+    if (db != 0) text += "/" + std::to_string(db);
+    text += " via ";
+    for (std::size_t i = 0; i < sentinels.size(); ++i) {
+      const auto& [sentinel_host, sentinel_port] = sentinels[i];
+      if (i > 0) text += ",";
+      text += sentinel_host.find(':') == std::string::npos ? sentinel_host : "[" + sentinel_host + "]";
+      text += ":" + std::to_string(sentinel_port);
+    }
+    return text;
+  }
   std::string text = is_unix() ? "unix://" + socket_path : host + ":" + std::to_string(port);
   if (!user.empty()) text = user + "@" + text;
   if (db != 0) text += "/" + std::to_string(db);
@@ -165,6 +225,7 @@ std::string RedisEndpoint::display() const {
 
 RedisEndpoint parse_redis_url(std::string_view url) {
   if (url.starts_with("redis://")) return parse_tcp(url);
+  if (url.starts_with(kSentinelScheme)) return parse_sentinel(url);
   if (url.starts_with("unix://")) return parse_unix(url, url.substr(7));
   fail(url, "unknown scheme");
 }

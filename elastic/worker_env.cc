@@ -45,6 +45,7 @@ std::vector<std::string> worker_environment(const WorkerEnvironment& values, con
   set(env::kJobId, values.job);
   set(env::kRedisUrl, values.redis_url);
   if (!values.redis_password_file.empty()) set(env::kRedisPasswordFile, values.redis_password_file);
+  if (!values.sentinel_password_file.empty()) set(env::kSentinelPasswordFile, values.sentinel_password_file);
   set(env::kNodeId, values.node_id);
   set(env::kNodeIncarnation, values.incarnation);
   set(env::kLocalRank, std::to_string(values.local_rank));
@@ -69,6 +70,7 @@ WorkerEnvironment read_worker_environment(const std::function<const char*(const 
     return value ? value : "";
   };
   values.redis_password_file = std::string(optional(env::kRedisPasswordFile));
+  values.sentinel_password_file = std::string(optional(env::kSentinelPasswordFile));
   if (auto nproc = optional(env::kNprocPerNode); !nproc.empty()) {
     values.nproc_per_node = non_negative(env::kNprocPerNode, nproc);
   }

@@ -8,7 +8,7 @@
 // The agent's own flags win over its environment: a variable of this contract that the agent
 // inherited (HDP_NODE_ID from a systemd EnvironmentFile, a Slurm submission, a shell) is removed
 // from the worker's environment and replaced by the agent's value, or dropped when the agent has
-// none (HDP_REDIS_PASSWORD_FILE without a password file). Every other inherited variable passes
+// none (HDP_REDIS_PASSWORD_FILE without a password file, HDP_SENTINEL_PASSWORD_FILE likewise). Every other inherited variable passes
 // through unchanged (HDP_LOG_LEVEL, PATH, CUDA_VISIBLE_DEVICES, ...).
 #pragma once
 
@@ -23,6 +23,8 @@ namespace worker_env {
 inline constexpr const char* kJobId = "HDP_JOB_ID";
 inline constexpr const char* kRedisUrl = "HDP_REDIS_URL";
 inline constexpr const char* kRedisPasswordFile = "HDP_REDIS_PASSWORD_FILE";  // set only with a password file
+// Set only with a sentinel password file (a redis+sentinel:// URL whose sentinels have a password).
+inline constexpr const char* kSentinelPasswordFile = "HDP_SENTINEL_PASSWORD_FILE";
 inline constexpr const char* kNodeId = "HDP_NODE_ID";
 inline constexpr const char* kNodeIncarnation = "HDP_NODE_INCARNATION";
 inline constexpr const char* kLocalRank = "HDP_LOCAL_RANK";
@@ -37,9 +39,9 @@ inline constexpr const char* kMetricsFile = "HDP_AGENT_METRICS_FILE";
 // job's generation (elastic/agent_channel.h). Without it a worker reads `gen` from the store.
 inline constexpr const char* kAgentChannel = "HDP_AGENT_CHANNEL";
 // Every variable of the contract: none of them is ever inherited by a worker.
-inline constexpr std::array<const char*, 11> kAll = {kJobId,    kRedisUrl,     kRedisPasswordFile,
-                                                     kNodeId,   kNodeIncarnation, kLocalRank,
-                                                     kNprocPerNode, kAdvertiseAddr, kAgentPid,
+inline constexpr std::array<const char*, 12> kAll = {kJobId,    kRedisUrl,     kRedisPasswordFile,
+                                                     kSentinelPasswordFile, kNodeId, kNodeIncarnation,
+                                                     kLocalRank, kNprocPerNode, kAdvertiseAddr, kAgentPid,
                                                      kMetricsFile, kAgentChannel};
 }  // namespace worker_env
 
@@ -48,6 +50,7 @@ struct WorkerEnvironment {
   std::string job;
   std::string redis_url;
   std::string redis_password_file;  // empty: none (the URL may carry the password)
+  std::string sentinel_password_file;  // empty: none (the sentinels have no password)
   std::string node_id;
   std::string incarnation;
   int local_rank = 0;

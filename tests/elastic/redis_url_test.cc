@@ -177,5 +177,88 @@ TEST(RedisUrl, APasswordIsSplitMaskedAndScrubbedByTheSameRule) {
   }
 }
 
+// redis+sentinel://: the sentinels (default port 26379, IPv6 in brackets), the master's name and
+// the data nodes' credentials and db.
+TEST(RedisUrl, SentinelUrlListsTheSentinelsAndTheMasterName) {
+  auto e = parse_redis_url("redis+sentinel://s1.example,10.0.0.2:26380,[::1]:5000/mymaster");
+  EXPECT_TRUE(e.is_sentinel());
+  EXPECT_FALSE(e.is_unix());
+  const std::vector<std::pair<std::string, int>> expected = {{"s1.example", 26379}, {"10.0.0.2", 26380}, {"::1", 5000}};
+  EXPECT_EQ(e.sentinels, expected);
+  EXPECT_EQ(e.master_name, "mymaster");
+  EXPECT_EQ(e.db, 0);
+  EXPECT_FALSE(e.password);
+  EXPECT_FALSE(e.sentinel_password);
+  EXPECT_EQ(e.display(), "sentinel 'mymaster' via s1.example:26379,10.0.0.2:26380,[::1]:5000");
+  EXPECT_FALSE(parse_redis_url("redis://h:1").is_sentinel());
+}
+
+TEST(RedisUrl, SentinelUrlCarriesTheDataNodesCredentialsAndDb) {
+  auto e = parse_redis_url("redis+sentinel://alice:p@ss:w/rd@h1:1,h2/hdp/3");
+  EXPECT_EQ(e.user, "alice");
+  EXPECT_EQ(e.password, "p@ss:w/rd");  // the credentials end at the last '@', as for redis://
+  EXPECT_EQ(e.master_name, "hdp");
+  EXPECT_EQ(e.db, 3);
+  ASSERT_EQ(e.sentinels.size(), 2u);
+  EXPECT_EQ(e.sentinels[1], std::make_pair(std::string("h2"), 26379));
+  EXPECT_FALSE(e.sentinel_password);  // the sentinels' password never comes from the URL
+  EXPECT_EQ(e.display(), "alice@sentinel 'hdp'/3 via h1:1,h2:26379");
+  EXPECT_EQ(e.display().find("p@ss"), std::string::npos);
+  EXPECT_EQ(parse_redis_url("redis+sentinel://h/hdp/").db, 0);
+  EXPECT_EQ(parse_redis_url("redis+sentinel://%61l:x@h/hdp").user, "al");
+}
+
+TEST(RedisUrl, MalformedSentinelUrlsAreRejectedWithTheReasonAndNoPassword) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"redis+sentinel://h1,h2", "master name is missing"},
+      {"redis+sentinel://h1,h2/", "master name is missing"},
+      {"redis+sentinel://h1//2", "master name is missing"},
+      {"redis+sentinel:///hdp", "list of sentinels is empty"},
+      {"redis+sentinel://u:Secret77@/hdp", "list of sentinels is empty"},
+      {"redis+sentinel://h1,,h2/hdp", "entry of the list of sentinels is empty"},
+      {"redis+sentinel://h1,/hdp", "entry of the list of sentinels is empty"},
+      {"redis+sentinel://,h1/hdp", "entry of the list of sentinels is empty"},
+      {"redis+sentinel://h1:0/hdp", "port"},
+      {"redis+sentinel://u:Secret77@h1,h2:x/hdp", "port"},
+      {"redis+sentinel://h1:70000/hdp", "port"},
+      {"redis+sentinel://h1:/hdp", "port"},
+      {"redis+sentinel://:26379/hdp", "host is missing"},
+      {"redis+sentinel://[::1/hdp", "unterminated"},
+      {"redis+sentinel://h1/hdp/x", "database"},
+      {"redis+sentinel://u:Secret77@h1/hdp/-1", "database"}};
+  for (const auto& [url, reason] : cases) {
+    try {
+      parse_redis_url(url);
+      ADD_FAILURE() << "accepted " << url;
+    } catch (const InvalidArgument& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find(reason), std::string::npos) << url << " -> " << message;
+      EXPECT_EQ(message.find("Secret77"), std::string::npos) << message;
+      EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    }
+  }
+}
+
+TEST(RedisUrl, SentinelUrlPasswordIsSplitMaskedAndScrubbedByTheSameRule) {
+  const std::string url = "redis+sentinel://bob:Hu:sh@1@s1:1,s2:2/hdp/2";
+  EXPECT_EQ(mask_password(url), "redis+sentinel://bob:***@s1:1,s2:2/hdp/2");
+  const auto [without, password] = split_password(url);
+  EXPECT_EQ(without, "redis+sentinel://bob@s1:1,s2:2/hdp/2");
+  EXPECT_EQ(password, "Hu:sh@1");
+  const RedisEndpoint e = parse_redis_url(without);
+  EXPECT_EQ(e.user, "bob");
+  EXPECT_FALSE(e.password);
+  EXPECT_EQ(e.master_name, "hdp");
+  EXPECT_EQ(split_password("redis+sentinel://:pw@s1/hdp").first, "redis+sentinel://s1/hdp");
+  for (const auto& [arg, shown] : std::vector<std::pair<std::string, std::string>>{
+           {"redis+sentinel://:Secret@s1,s2/hdp", "redis+sentinel://:******@s1,s2/hdp"},
+           {"--redis=redis+sentinel://bob:S@c@s1:1/hdp", "--redis=redis+sentinel://bob:***@s1:1/hdp"},
+           {"redis+sentinel://s1,s2/hdp", "redis+sentinel://s1,s2/hdp"}}) {
+    std::string text = arg;
+    scrub_password(text.data());
+    EXPECT_EQ(text, shown) << arg;
+  }
+}
+
 }  // namespace
 }  // namespace hdp::elastic

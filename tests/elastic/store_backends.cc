@@ -4,6 +4,7 @@
 #include "elastic/prefix_store.h"
 #include "elastic/redis_store.h"
 #include "tests/support/redis_server.h"
+#include "tests/support/sentinel_cluster.h"
 
 namespace hdp::test {
 namespace {
@@ -30,6 +31,18 @@ class RedisBackend final : public StoreBackend {
   std::string prefix_;
 };
 
+class SentinelRedisBackend final : public StoreBackend {
+ public:
+  std::shared_ptr<elastic::Store> client() override {
+    return std::make_shared<elastic::RedisStore>(cluster_.endpoint());
+  }
+
+ private:
+  // No replica and one sentinel: the suite checks the Store's semantics through a resolved
+  // primary, not failovers (sentinel_test.cc does), and starts one deployment per case.
+  SentinelCluster cluster_{{.replicas = 0, .sentinels = 1, .quorum = 1}};
+};
+
 }  // namespace
 
 BackendParam memory_backend() {
@@ -38,6 +51,10 @@ BackendParam memory_backend() {
 
 BackendParam redis_backend() {
   return {"Redis", [] { return std::make_unique<RedisBackend>(""); }};
+}
+
+BackendParam sentinel_redis_backend() {
+  return {"SentinelRedis", [] { return std::make_unique<SentinelRedisBackend>(); }};
 }
 
 BackendParam prefixed_redis_backend() {

@@ -31,5 +31,8 @@ inline void PrintTo(const BackendParam& param, std::ostream* out) { *out << para
 BackendParam memory_backend();
 BackendParam redis_backend();
 BackendParam prefixed_redis_backend();
+// RedisStore through Redis Sentinel (a redis+sentinel:// endpoint: one primary, one sentinel), so
+// that every call runs over a connection opened by resolving the primary (tests/elastic/sentinel_test.cc).
+BackendParam sentinel_redis_backend();
 
 }  // namespace hdp::test

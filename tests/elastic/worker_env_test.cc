@@ -114,7 +114,7 @@ TEST(WorkerEnvironment, WorkerReadsBackWhatTheAgentWrote) {
 
 TEST(WorkerEnvironment, NullInheritedEnvironmentGivesOnlyTheContract) {
   const auto env = worker_environment(agent_values(), nullptr);
-  EXPECT_EQ(env.size(), worker_env::kAll.size() - 2);  // all but the password and metrics files
+  EXPECT_EQ(env.size(), worker_env::kAll.size() - 3);  // all but the two password files and the metrics file
 }
 
 TEST(WorkerEnvironment, AnAgentChannelThatIsNotAnAbstractSocketNameIsRefused) {

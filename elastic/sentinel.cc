@@ -1,0 +1,154 @@
+#include "elastic/sentinel.h"
+
+#include <algorithm>
+#include <charconv>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "common/error.h"
+#include "common/log.h"
+
+namespace hdp::elastic {
+namespace {
+
+using Duration = SentinelResolver::Duration;
+using Clock = SentinelResolver::Clock;
+
+// A sentinel is asked with a short timeout: one that does not answer at once is skipped
+// (docs/reference/sentinel-clients.md: "a few hundreds of milliseconds").
+constexpr Duration kSentinelConnectTimeout{500};
+constexpr Duration kSentinelCommandTimeout{1000};
+
+std::string host_port(const std::string& host, int port) {
+  return (host.find(':') == std::string::npos ? host : "[" + host + "]") + ":" + std::to_string(port);
+}
+
+Duration left(Clock::time_point deadline) {
+  if (deadline == Clock::time_point::max()) return Duration::max();
+  return std::chrono::duration_cast<Duration>(deadline - Clock::now());
+}
+
+bool auth_error(const std::string& text) {
+  return text.starts_with("NOAUTH") || text.starts_with("WRONGPASS") || text.starts_with("NOPERM");
+}
+
+}  // namespace
+
+SentinelResolver::SentinelResolver(RedisEndpoint sentinel_endpoint) : endpoint_(std::move(sentinel_endpoint)) {
+  if (!endpoint_.is_sentinel()) {
+    throw InvalidArgument("redis at " + endpoint_.display() + " is not a redis+sentinel:// endpoint");
+  }
+}
+
+ResolvedPrimary SentinelResolver::connect_primary(Duration connect_timeout, Duration command_timeout,
+                                                  Clock::time_point deadline) {
+  const std::string what = "redis " + endpoint_.display();
+  auto& sentinels = endpoint_.sentinels;
+  std::optional<std::pair<std::string, int>> answer;
+  std::size_t answered_by = 0;
+  std::string knew_nothing;  // the sentinels that answered nil, "h1:p1,h2:p2"
+  std::string last_error, auth_failure;
+  for (std::size_t i = 0; i < sentinels.size() && !answer; ++i) {
+    const Duration remaining = left(deadline);
+    if (remaining <= Duration(0)) {
+      last_error = "no time left to ask " + host_port(sentinels[i].first, sentinels[i].second);
+      break;
+    }
+    RedisEndpoint sentinel;
+    sentinel.host = sentinels[i].first;
+    sentinel.port = sentinels[i].second;
+    sentinel.password = endpoint_.sentinel_password;
+    const std::string where = host_port(sentinel.host, sentinel.port);
+    try {
+      RedisConnection connection(sentinel, std::clamp(std::min(connect_timeout, kSentinelConnectTimeout), Duration(1), remaining),
+                                 std::clamp(std::min(command_timeout, kSentinelCommandTimeout), Duration(1), remaining));
+      const RedisReply reply = connection.command({"SENTINEL", "get-master-addr-by-name", endpoint_.master_name});
+      if (reply.type == RedisReply::Type::kNil) {
+        knew_nothing += (knew_nothing.empty() ? "" : ",") + where;
+        log()->debug("{}: the sentinel at {} knows no master named '{}'", what, where, endpoint_.master_name);
+        continue;
+      }
+      if (reply.type == RedisReply::Type::kError) {
+        if (auth_error(reply.str)) {
+          auth_failure = "the sentinel at " + where + " refused SENTINEL get-master-addr-by-name: " + reply.str;
+        }
+        last_error = "the sentinel at " + where + " answered '" + reply.str + "'";
+        continue;
+      }
+      int port = 0;
+      const std::string* port_text = reply.elements.size() == 2 ? &reply.elements[1].str : nullptr;
+      if (reply.type != RedisReply::Type::kArray || !port_text ||
+          std::from_chars(port_text->data(), port_text->data() + port_text->size(), port).ec != std::errc() ||
+          port <= 0 || port > 65535 || reply.elements[0].str.empty()) {
+        last_error = "the sentinel at " + where + " gave no address for master '" + endpoint_.master_name + "'";
+        continue;
+      }
+      answer.emplace(reply.elements[0].str, port);
+      answered_by = i;
+    } catch (const AuthError&) {
+      // RedisConnection's message points at --redis-password-file; this is the sentinels' password.
+      auth_failure = endpoint_.sentinel_password
+                         ? "the sentinel at " + where + " refused the sentinel password (--sentinel-password-file)"
+                         : "the sentinel at " + where + " requires a password (give it with --sentinel-password-file)";
+      last_error = auth_failure;
+    } catch (const Error& e) {  // RedisIoError: refused, reset, timed out
+      last_error = e.what();
+    }
+  }
+  if (!answer) {
+    if (!knew_nothing.empty()) {
+      // A mistyped name: retrying would not help (a sentinel that did not answer is not asked).
+      throw InvalidArgument(what + ": the sentinels at " + knew_nothing + " do not know a master named '" +
+                            endpoint_.master_name + "'");
+    }
+    if (!auth_failure.empty()) throw AuthError(what + ": " + auth_failure);
+    throw StoreUnavailable(what + ": no sentinel of " + std::to_string(sentinels.size()) + " answered: " + last_error);
+  }
+  // The one that answered is asked first next time.
+  std::rotate(sentinels.begin(), sentinels.begin() + static_cast<std::ptrdiff_t>(answered_by),
+              sentinels.begin() + static_cast<std::ptrdiff_t>(answered_by) + 1);
+
+  ResolvedPrimary primary;
+  primary.endpoint = endpoint_;
+  primary.endpoint.sentinels.clear();
+  primary.endpoint.master_name.clear();
+  primary.endpoint.sentinel_password.reset();
+  primary.endpoint.host = answer->first;
+  primary.endpoint.port = answer->second;
+  const Duration remaining = left(deadline);
+  if (remaining <= Duration(0)) {
+    throw StoreUnavailable(what + ": no time left to connect to " + primary.endpoint.display());
+  }
+  // RedisIoError (unreachable: the primary was just lost and the sentinels have not failed over
+  // yet) and AuthError (the data nodes' credentials) go to the caller as they are.
+  primary.connection = std::make_unique<RedisConnection>(primary.endpoint, std::clamp(connect_timeout, Duration(1), remaining),
+                                                         command_timeout);
+  primary.connection->set_command_timeout(std::clamp(command_timeout, Duration(1), left(deadline)));
+  const RedisReply role = primary.connection->command({"ROLE"});
+  primary.connection->set_command_timeout(command_timeout);
+  if (role.type == RedisReply::Type::kError && role.str.starts_with("NOPERM")) {
+    // An ACL user without ROLE: the address cannot be checked; a write on a replica will still
+    // be refused with READONLY, which makes RedisStore resolve again.
+    log()->debug("{}: user '{}' may not run ROLE on {}; using it unchecked", what, primary.endpoint.user,
+                 primary.endpoint.display());
+    return primary;
+  }
+  if (role.type != RedisReply::Type::kArray || role.elements.empty() || role.elements[0].str != "master") {
+    const std::string said = role.type == RedisReply::Type::kError ? "'" + role.str + "'"
+                             : role.elements.empty()                ? "nothing"
+                                                                    : role.elements[0].str;
+    // Ask another sentinel first next time: this one has not seen the failover yet.
+    std::rotate(sentinels.begin(), sentinels.begin() + 1, sentinels.end());
+    throw StoreUnavailable(what + ": " + primary.endpoint.display() + " answered ROLE " + said + " (a stale sentinel)");
+  }
+  return primary;
+}
+
+RedisEndpoint resolve_primary(const RedisEndpoint& sentinel_endpoint, std::chrono::milliseconds connect_timeout,
+                              std::chrono::milliseconds command_timeout) {
+  SentinelResolver resolver(sentinel_endpoint);
+  return resolver.connect_primary(connect_timeout, command_timeout).endpoint;
+}
+
+}  // namespace hdp::elastic

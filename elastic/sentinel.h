@@ -1,0 +1,71 @@
+// File: elastic/sentinel.h
+//
+// Finding the primary of a Redis Sentinel deployment (a redis+sentinel:// endpoint,
+// elastic/redis_url.h), as a Sentinel-aware client must (hiredis has no Sentinel support):
+//   1. ask the sentinels in turn, each with a short connect timeout (min(connect_timeout, 500 ms)),
+//      logging in with the endpoint's sentinel_password when it has one;
+//   2. `SENTINEL get-master-addr-by-name NAME` gives the primary's address (nil: that sentinel does
+//      not know the name; the next one is asked);
+//   3. connect to that address with the data nodes' credentials and db, and check that `ROLE`
+//      says "master" (a sentinel that has not yet seen a failover names the old, demoted primary).
+// A sentinel that answered moves to the front of the list (it is asked first next time); one that
+// named a node that is not a master moves to the back.
+//
+// Errors (one line; never a password):
+//  - InvalidArgument: every sentinel that answered said it knows no master of that name (a
+//    mistyped name; not retried);
+//  - AuthError: the data node refused the credentials, or no sentinel answered and one refused the
+//    sentinel password (or required one that was not given); it is named;
+//  - StoreUnavailable: no sentinel answered (the last error is given), or the named node answered
+//    ROLE slave (a stale sentinel): the caller retries, after a pause (RedisStore::reconnect does);
+//  - RedisIoError (a StoreUnavailable): the named node could not be reached (a primary just lost,
+//    before the sentinels fail over): retried the same way.
+// Every reconnection must resolve again (a failover changes the address): RedisStore does.
+//
+// Example:
+//   RedisEndpoint primary = resolve_primary(parse_redis_url("redis+sentinel://s1,s2,s3/hdp"), 2s, 5s);
+#pragma once
+
+#include <chrono>
+#include <memory>
+
+#include "elastic/redis_connection.h"
+#include "elastic/redis_url.h"
+
+namespace hdp::elastic {
+
+// The primary found through the sentinels: its endpoint (host, port, the data nodes' user,
+// password and db; is_sentinel() false) and the connection on which its ROLE was checked, logged
+// in and ready for commands.
+struct ResolvedPrimary {
+  RedisEndpoint endpoint;
+  std::unique_ptr<RedisConnection> connection;
+};
+
+// Keeps the order in which the sentinels are asked across resolutions. Not thread-safe (RedisStore
+// holds one under its mutex).
+class SentinelResolver {
+ public:
+  using Duration = std::chrono::milliseconds;
+  using Clock = std::chrono::steady_clock;
+
+  // Throws InvalidArgument when `sentinel_endpoint` is not a sentinel endpoint.
+  explicit SentinelResolver(RedisEndpoint sentinel_endpoint);
+
+  // Steps 1-3 above, once. No step waits past `deadline` (the sentinels not yet asked by then are
+  // skipped); `connect_timeout` bounds the primary's connection, `command_timeout` its commands.
+  ResolvedPrimary connect_primary(Duration connect_timeout, Duration command_timeout,
+                                  Clock::time_point deadline = Clock::time_point::max());
+
+  const RedisEndpoint& endpoint() const { return endpoint_; }  // sentinels in the order they are asked
+
+ private:
+  RedisEndpoint endpoint_;
+};
+
+// One resolution with a fresh SentinelResolver; returns the primary's endpoint (the connection that
+// checked it is closed).
+RedisEndpoint resolve_primary(const RedisEndpoint& sentinel_endpoint, std::chrono::milliseconds connect_timeout,
+                              std::chrono::milliseconds command_timeout);
+
+}  // namespace hdp::elastic
