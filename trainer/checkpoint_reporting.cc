@@ -24,15 +24,21 @@ const char* operation_name(checkpoint::Operation operation) {
 
 }  // namespace
 
-CheckpointReporter::CheckpointReporter(std::shared_ptr<elastic::Store> job_store, std::int64_t generation, int rank)
-    : job_(std::move(job_store)), generation_(generation), rank_(rank) {}
+CheckpointReporter::CheckpointReporter(std::shared_ptr<elastic::Store> job_store, std::int64_t generation, int rank,
+                                       bool async)
+    : job_(job_store), generation_(generation), rank_(rank) {
+  if (async) async_ = std::make_unique<StateReport>(std::move(job_store), std::vector<std::string>{});
+}
 
 checkpoint::Hooks CheckpointReporter::hooks() {
   return {[this](const checkpoint::CommitInfo& info) { record_commit(info); },
           [this](const checkpoint::ErrorInfo& info) { record_error(info); }};
 }
 
-CheckpointReporter::Counts CheckpointReporter::counts() const { return {recorded_, stale_, failed_}; }
+CheckpointReporter::Counts CheckpointReporter::counts() const {
+  if (!async_) return {recorded_, stale_, failed_};
+  return {recorded_ + static_cast<int>(async_->written()), stale_ + static_cast<int>(async_->stale()), failed_};
+}
 
 void CheckpointReporter::record_commit(const checkpoint::CommitInfo& info) noexcept {
   try {
@@ -44,6 +50,10 @@ void CheckpointReporter::record_commit(const checkpoint::CommitInfo& info) noexc
                        {"ms", std::to_string(std::llround(info.seconds * 1000))},
                        {"generation", std::to_string(generation_)},
                        {"rank", std::to_string(rank_)}});
+    if (async_) {
+      async_->post(generation_, {{"last_ckpt_step", step}, {"last_ckpt_path", path}}, {std::move(event)});
+      return;
+    }
     if (job_.fenced_update(generation_, {{"last_ckpt_step", step}, {"last_ckpt_path", path}}, {std::move(event)})) {
       ++recorded_;
       return;

@@ -12,9 +12,13 @@
 //
 // The checkpoint on disk is the truth; the job state only describes it. So the hooks never throw:
 // a record refused as stale or lost to an unreachable store is logged and counted (counts()),
-// never fatal to the save or to training. A hook may block for up to the store's retry timeout
-// (RedisStoreOptions::retry_timeout) on the thread that saves: for an async save the background
-// writer, not the training thread.
+// never fatal to the save or to training. A synchronous reporter's hook may block for up to the
+// store's retry timeout (RedisStoreOptions::retry_timeout) on the thread that saves: for an async
+// save the background writer, which the next save waits for, so a stalled store would hold
+// training back at the next checkpoint step. The trainer's reporter is therefore `async`: a commit
+// record is handed to a StateReport (state_report.h: retried until the store takes it, the newest
+// record's step and path winning; counted when written or refused as stale, never as failed).
+// An error event is always written at once (rare, and only the `primary` rank's).
 //
 // Example (one reporter per generation, like the communicator the saver uses):
 //   CheckpointReporter reporter(ctx.store(), m.generation, m.rank);
@@ -29,6 +33,7 @@
 #include "checkpoint/hooks.h"
 #include "elastic/job_state.h"
 #include "elastic/store.h"
+#include "trainer/state_report.h"
 
 namespace hdp::trainer {
 
@@ -36,7 +41,8 @@ class CheckpointReporter {
  public:
   // `job_store` is the job's namespace (keys relative to `hdp:<job>:`); `generation` is the
   // fencing token of the worker's current generation, `rank` its rank in it.
-  CheckpointReporter(std::shared_ptr<elastic::Store> job_store, std::int64_t generation, int rank);
+  CheckpointReporter(std::shared_ptr<elastic::Store> job_store, std::int64_t generation, int rank,
+                     bool async = false);
   CheckpointReporter(const CheckpointReporter&) = delete;
   CheckpointReporter& operator=(const CheckpointReporter&) = delete;
 
@@ -60,6 +66,7 @@ class CheckpointReporter {
   const std::int64_t generation_;
   const int rank_;
   std::atomic<int> recorded_{0}, stale_{0}, failed_{0};
+  std::unique_ptr<StateReport> async_;  // with `async`: where commit records go
 };
 
 }  // namespace hdp::trainer

@@ -19,14 +19,14 @@ StateReport::~StateReport() {
   thread_.join();
 }
 
-void StateReport::post(std::int64_t generation, elastic::Fields state, elastic::Fields sample) {
+void StateReport::post(std::int64_t generation, elastic::Fields state, std::vector<elastic::Write> writes) {
   {
     std::lock_guard lock(mutex_);
     if (!pending_) pending_.emplace();
     pending_->generation = generation;
     pending_->state = std::move(state);
-    pending_->samples.push_back(std::move(sample));
-    while (pending_->samples.size() > kMaxPendingSamples) pending_->samples.pop_front();
+    for (auto& write : writes) pending_->writes.push_back(std::move(write));
+    while (pending_->writes.size() > kMaxPendingWrites) pending_->writes.pop_front();
     if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
   }
   wake_.notify_all();
@@ -63,8 +63,7 @@ void StateReport::run() {
     pending_.reset();
     in_flight_ = true;
     lock.unlock();
-    std::vector<elastic::Write> writes;
-    for (auto& sample : report.samples) writes.push_back(elastic::sample_write(sample));
+    std::vector<elastic::Write> writes(report.writes.begin(), report.writes.end());
     std::optional<elastic::CommitResult> result;
     std::string error;
     try {
@@ -89,10 +88,10 @@ void StateReport::run() {
         outage = true;
         outage_began = std::chrono::steady_clock::now();
       }
-      // Put back: a report posted meanwhile is newer (its state wins); the samples of both stay.
+      // Put back: a report posted meanwhile is newer (its state wins); the writes of both stay.
       if (pending_) {
-        for (auto it = report.samples.rbegin(); it != report.samples.rend(); ++it) pending_->samples.push_front(*it);
-        while (pending_->samples.size() > kMaxPendingSamples) pending_->samples.pop_front();
+        for (auto it = report.writes.rbegin(); it != report.writes.rend(); ++it) pending_->writes.push_front(*it);
+        while (pending_->writes.size() > kMaxPendingWrites) pending_->writes.pop_front();
       } else {
         pending_ = std::move(report);
       }

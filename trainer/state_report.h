@@ -1,13 +1,15 @@
 // File: trainer/state_report.h
 //
-// Rank 0's per-step report to the job state (the `state` hash and a sample, fenced by the
-// generation, reading `control` and `settings` back in the same round trip), off the step's
-// critical path: post() hands the report to a thread and returns at once, so a store that stalls,
-// fails over or does not answer costs no step time (docs/architecture.md, "The store's bad days").
+// Reports to the job state written off the training thread's path: rank 0's per step (the `state`
+// hash and a sample, fenced by the generation, reading `control` and `settings` back in the same
+// round trip) and every rank's checkpoint records (checkpoint_reporting.h). post() hands the report
+// to a thread and returns at once, so a store that stalls, fails over or does not answer costs no
+// step time (docs/architecture.md, "The store's bad days").
 //
 //   - The newest report wins: a report posted while another waits replaces its state fields (the
-//     samples of both are kept, oldest first, up to kMaxPendingSamples; beyond that the oldest are
-//     dropped: a stall of thousands of steps leaves a gap in the dashboard's curve, not a queue).
+//     writes of both, samples and events, are kept, oldest first, up to kMaxPendingWrites; beyond
+//     that the oldest are dropped: a stall of thousands of steps leaves a gap in the dashboard's
+//     curve, not a queue).
 //   - A report the store could not take (StoreUnavailable, a timeout, a value refused) is retried
 //     every `retry_pause` until it is written or a newer one replaces it; the first failure of an
 //     outage and its end are logged, not every retry.
@@ -40,7 +42,7 @@ namespace hdp::trainer {
 class StateReport {
  public:
   using Duration = std::chrono::milliseconds;
-  static constexpr std::size_t kMaxPendingSamples = 512;
+  static constexpr std::size_t kMaxPendingWrites = 512;
   static constexpr Duration kDestructorFlush{2000};
 
   struct Reads {
@@ -53,8 +55,8 @@ class StateReport {
   StateReport(const StateReport&) = delete;
   StateReport& operator=(const StateReport&) = delete;
 
-  // Queues the state fields and a sample of `generation`'s step (see the header comment).
-  void post(std::int64_t generation, elastic::Fields state, elastic::Fields sample);
+  // Queues state fields and writes (a sample, an event) of `generation` (see the header comment).
+  void post(std::int64_t generation, elastic::Fields state, std::vector<elastic::Write> writes);
   Reads reads() const;
   // Whether nothing is pending any more (every report written or dropped) within `timeout`.
   bool flush(Duration timeout);
@@ -66,7 +68,7 @@ class StateReport {
   struct Pending {
     std::int64_t generation = 0;
     elastic::Fields state;
-    std::deque<elastic::Fields> samples;
+    std::deque<elastic::Write> writes;
   };
   void run();
 

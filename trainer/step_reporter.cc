@@ -106,7 +106,7 @@ void StepReporter::step(const elastic::Membership& m, std::int64_t step, const m
     state_report_ = std::make_unique<StateReport>(
         store_, std::vector<std::string>{elastic::keys::kControl, elastic::keys::kSettings});
   }
-  state_report_->post(m.generation, std::move(state), std::move(sample));
+  state_report_->post(m.generation, std::move(state), {elastic::sample_write(std::move(sample))});
   take_reads();
 }
 

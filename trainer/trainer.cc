@@ -272,7 +272,8 @@ class Trainer {
     replicas_.reset();
     if (config_.redundant_shards) place_replicas(m, comm);
 
-    CheckpointReporter reporter(ctx_.store(), m.generation, m.rank);
+    // Async: a stalled store must not hold the next save, and so training, back.
+    CheckpointReporter reporter(ctx_.store(), m.generation, m.rank, /*async=*/true);
     std::optional<CommunicatorGroup> group;
     std::optional<checkpoint::AsyncSaver> saver;
     if (checkpoints()) {

@@ -27,6 +27,7 @@ struct StepLine {
   double loss = 0;
   int world = 0;
   checkpoint::DataPosition data;  // after the step
+  std::int64_t time_ms = 0;       // when rank 0 wrote the line (Unix milliseconds)
 };
 
 inline std::vector<StepLine> read_metrics(const std::filesystem::path& path) {
@@ -35,7 +36,8 @@ inline std::vector<StepLine> read_metrics(const std::filesystem::path& path) {
   for (std::string text; std::getline(in, text);) {
     const auto j = nlohmann::json::parse(text);
     lines.push_back({j.at("step").get<std::int64_t>(), j.at("loss").get<double>(), j.at("world_size").get<int>(),
-                     {j.at("data_epoch").get<std::uint64_t>(), j.at("data_sample").get<std::uint64_t>()}});
+                     {j.at("data_epoch").get<std::uint64_t>(), j.at("data_sample").get<std::uint64_t>()},
+                     j.at("time_ms").get<std::int64_t>()});
   }
   return lines;
 }

@@ -4,7 +4,7 @@
 //   - post() returns at once while the store is held: 1,000 posts in well under a second (each is
 //     a lock and a move; bound 1 s for a loaded machine);
 //   - once the store answers again, the newest state is written (the step of the last post), and
-//     the samples of the stall are kept, the newest kMaxPendingSamples of them in order;
+//     the samples of the stall are kept, the newest kMaxPendingWrites of them in order;
 //   - a failing store: the report is retried until it lands; reads() then carries the values of
 //     `control` and `settings` with a rising serial;
 //   - a report whose generation is no longer current is dropped (stale), not retried;
@@ -18,6 +18,7 @@
 
 #include "common/error.h"
 #include "elastic/job_keys.h"
+#include "elastic/job_state.h"
 #include "elastic/memory_store.h"
 #include "tests/elastic/forwarding_store.h"
 #include "trainer/state_report.h"
@@ -57,7 +58,9 @@ class HeldStore : public elastic::ForwardingStore {
 };
 
 elastic::Fields state_of(int step) { return {{"status", "running"}, {"step", std::to_string(step)}}; }
-elastic::Fields sample_of(int step) { return {{"step", std::to_string(step)}, {"loss", "1.5"}}; }
+std::vector<elastic::Write> sample_of(int step) {
+  return {elastic::sample_write({{"step", std::to_string(step)}, {"loss", "1.5"}})};
+}
 
 TEST(StateReport, PostsDuringAStallCostNothingAndTheNewestStateLandsAfterIt) {
   auto store = std::make_shared<HeldStore>();
@@ -76,11 +79,11 @@ TEST(StateReport, PostsDuringAStallCostNothingAndTheNewestStateLandsAfterIt) {
   const auto samples = store->stream_tail(elastic::keys::kSamples, 2000);
   // The first report the thread took (the posts before it woke, at most the first few hundred)
   // waited in flight; every later one was merged into one pending report, trimmed to the newest
-  // kMaxPendingSamples: so the stream ends with steps 489..1000 in order, after at most one
+  // kMaxPendingWrites: so the stream ends with steps 489..1000 in order, after at most one
   // in-flight report's worth of earlier steps.
-  ASSERT_GE(samples.size(), StateReport::kMaxPendingSamples);
-  ASSERT_LE(samples.size(), 2 * StateReport::kMaxPendingSamples);
-  for (std::size_t i = 0; i < StateReport::kMaxPendingSamples; ++i) {
+  ASSERT_GE(samples.size(), StateReport::kMaxPendingWrites);
+  ASSERT_LE(samples.size(), 2 * StateReport::kMaxPendingWrites);
+  for (std::size_t i = 0; i < StateReport::kMaxPendingWrites; ++i) {
     const auto& entry = samples[samples.size() - 1 - i];
     ASSERT_EQ(entry.fields.at(0).second, std::to_string(kPosts - static_cast<int>(i)));
   }

@@ -12,6 +12,14 @@
 //   so the job rolls back to its checkpoint (recovery from memory: recovery_cluster_test.cc);
 //   (d) stopped with SIGTERM to both agents part-way, then resumed by a new job on the same
 //       checkpoint directory;
+//   (f) with the redis-server stalled (DEBUG SLEEP) for 1.5x and 3x the lease part-way: the store's
+//       trouble, not the nodes' (docs/architecture.md, "The store's bad days"); no worker
+//       restarted, no node evicted, no generation without members, no step lost, and steps keep
+//       coming during the stall at >= 80% of the rate before it (rank 0 reports off the critical
+//       path); the run equals (a) bitwise;
+//   (g) with the redis-server restarted from a snapshot taken ~30 steps earlier: no worker
+//       restarted, no step lost, the run equals (a) bitwise, and generations published after it
+//       are above every number published before;
 //   (e) with the redis-server SIGKILLed and restarted empty part-way, the agent listed first held
 //       back meanwhile: the agents bring the same members back in a new generation, in the other
 //       order, and the workers continue from memory, handing their optimizer shards to the ranks
@@ -45,6 +53,8 @@
 #include "checkpoint/group.h"
 #include "checkpoint/restorer.h"
 #include "elastic/job_keys.h"
+#include "elastic/redis_connection.h"
+#include "elastic/redis_url.h"
 #include "tests/agents/agent_cluster.h"
 #include "tests/support/reference_run.h"
 #include "tests/support/temp_dir.h"
@@ -78,7 +88,24 @@ ClusterOptions options_for(const std::filesystem::path& dir, std::vector<std::st
   o.nnodes = "1:2";
   o.nproc = 2;
   o.train_args = train_args(dir, std::move(extra));
+  o.redis_args = {"--enable-debug-command", "yes"};  // DEBUG SLEEP for (f)
   return o;
+}
+
+std::int64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// What the store's trouble must not have cost: a worker started again, a node evicted, a generation
+// published without members.
+void expect_no_worker_restarted(const std::string& logs) {
+  EXPECT_EQ(logs.find("restarting workers"), std::string::npos) << logs;
+  EXPECT_EQ(logs.find("(evicted)"), std::string::npos) << logs;
+  EXPECT_EQ(logs.find(": 0 node(s), world size 0"), std::string::npos) << logs;
+  std::size_t starts = 0;
+  for (auto at = logs.find(" started (pid "); at != std::string::npos; at = logs.find(" started (pid ", at + 1)) ++starts;
+  EXPECT_EQ(starts, 4u) << "a worker was started again";
 }
 
 // Waits until every agent of the cluster exited; returns their exit codes.
@@ -168,6 +195,9 @@ class TrainerCluster : public ::testing::Test {
       EXPECT_LE(p, 1e-3);
     }
   }
+
+  // (f), for `leases` times the lease.
+  void stall(double leases);
 
   static std::unique_ptr<ReferenceRun> reference_;
 };
@@ -289,6 +319,73 @@ TEST_F(TrainerCluster, AnEmptyRedisRestartMidRunLosesNoStepAndRestartsNoWorker) 
   const auto [replayed, worst] = compare(run);
   EXPECT_EQ(replayed, 0);
   expect_final(dir.path(), /*bitwise=*/true);
+}
+
+// (f): the whole job's store stalls for `leases` times the lease (2 s) while rank 0 is at step ~100.
+void TrainerCluster::stall(double leases) {
+  TempDir dir;
+  AgentCluster cluster(options_for(dir.path()));
+  cluster.start_agent("n1");
+  cluster.start_agent("n2");
+  ASSERT_GE(cluster.wait_until([&] { return cluster.step() >= 100; }, 120s), 0) << cluster.all_logs();
+  const auto sleep_ms = static_cast<std::int64_t>(leases * static_cast<double>(cluster.options().lease.count()));
+  elastic::RedisEndpoint endpoint = elastic::parse_redis_url(cluster.redis().url());
+  elastic::RedisConnection connection(endpoint, 2s, std::chrono::milliseconds(sleep_ms + 10000));
+  const std::int64_t began = unix_ms();
+  const auto reply = connection.command({"DEBUG", "SLEEP", std::to_string(static_cast<double>(sleep_ms) / 1000.0)});
+  const std::int64_t ended = unix_ms();
+  ASSERT_NE(reply.type, elastic::RedisReply::Type::kError) << reply.str;
+  const auto codes = wait_for_agents(cluster, {"n1", "n2"}, 240s);
+  EXPECT_EQ(codes.at("n1"), 0) << cluster.all_logs();
+  EXPECT_EQ(codes.at("n2"), 0);
+  expect_no_worker_restarted(cluster.all_logs());
+  const auto run = read_metrics(dir.path() / "metrics.jsonl");
+  ASSERT_EQ(run.size(), static_cast<std::size_t>(kSteps)) << "a step was lost or repeated";
+  const auto [replayed, worst] = compare(run);
+  EXPECT_EQ(replayed, 0);
+  EXPECT_EQ(worst, 0.0);
+  expect_final(dir.path(), /*bitwise=*/true);
+  // The rate during the stall against the same run's rate in the 3 s before it.
+  const auto count = [&](std::int64_t from, std::int64_t to) {
+    return std::count_if(run.begin(), run.end(), [&](const StepLine& l) { return l.time_ms >= from && l.time_ms < to; });
+  };
+  const double before = static_cast<double>(count(began - 3000, began)) / 3.0;
+  const double during = static_cast<double>(count(began, ended)) / (static_cast<double>(ended - began) / 1000.0);
+  std::cout << "store stalled " << (ended - began) << " ms: " << during << " steps/s during it, " << before
+            << " in the 3 s before (" << (before > 0 ? during / before : 0) << "x)\n";
+  EXPECT_GE(during, 0.8 * before) << "training slowed down while the store stalled";
+}
+
+TEST_F(TrainerCluster, AStoreStalledForOneAndAHalfLeasesCostsNoStepAndRestartsNoWorker) { stall(1.5); }
+TEST_F(TrainerCluster, AStoreStalledForThreeLeasesCostsNoStepAndRestartsNoWorker) { stall(3.0); }
+
+// (g): the store comes back from a snapshot taken ~30 steps before its death (SAVE, then SIGKILL
+// and a restart that loads it): the leases in it have run out, the rest is old but not wrong.
+TEST_F(TrainerCluster, AStoreRestoredFromAnOlderSnapshotCostsNoStepAndRestartsNoWorker) {
+  TempDir dir;
+  AgentCluster cluster(options_for(dir.path()));
+  cluster.start_agent("n1");
+  cluster.start_agent("n2");
+  ASSERT_GE(cluster.wait_until([&] { return cluster.step() >= 60; }, 120s), 0) << cluster.all_logs();
+  const std::int64_t before = cluster.generation();
+  {
+    elastic::RedisConnection connection(elastic::parse_redis_url(cluster.redis().url()), 2s, 10s);
+    ASSERT_EQ(connection.command({"SAVE"}).type, elastic::RedisReply::Type::kStatus);
+  }
+  const std::int64_t saved_at = cluster.step();
+  ASSERT_GE(cluster.wait_until([&] { return cluster.step() >= saved_at + 30; }, 60s), 0) << cluster.all_logs();
+  cluster.redis().restart();  // SIGKILL; the new server loads the snapshot
+  const auto codes = wait_for_agents(cluster, {"n1", "n2"}, 240s);
+  EXPECT_EQ(codes.at("n1"), 0) << cluster.all_logs();
+  EXPECT_EQ(codes.at("n2"), 0);
+  expect_no_worker_restarted(cluster.all_logs());
+  EXPECT_GE(cluster.generation(), before) << "a generation number went back";
+  const auto run = read_metrics(dir.path() / "metrics.jsonl");
+  ASSERT_EQ(run.size(), static_cast<std::size_t>(kSteps)) << "a step was lost or repeated";
+  const auto [replayed, worst] = compare(run);
+  EXPECT_EQ(replayed, 0);
+  expect_final(dir.path(), /*bitwise=*/true);
+  std::cout << "snapshot at step " << saved_at << ", restored at step ~" << saved_at + 30 << "\n";
 }
 
 }  // namespace
