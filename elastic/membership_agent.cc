@@ -307,7 +307,10 @@ void MembershipAgent::lead() {
                                                            StoreTroubleRule{options_.timing.judgement_hold,
                                                                             options_.timing.slow_store_call});
     }
-    controller_->hold_judgement(judge_after_);
+    // Trouble not yet over (this tick is the first call since it failed): hold from now on; the
+    // hold then runs a whole lease from the first call that succeeds (store_call_ended).
+    controller_->hold_judgement(store_trouble_ ? std::chrono::steady_clock::now() + options_.timing.judgement_hold
+                                               : judge_after_);
     if (auto published = controller_->tick(last_generation_)) last_generation_ = std::max(last_generation_, *published);
   });
   if (!leader_.held()) controller_.reset();

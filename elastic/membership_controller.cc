@@ -281,6 +281,12 @@ bool MembershipController::hold_for_store_trouble(Clock::time_point began, std::
     hold("the store's generation went back from " + std::to_string(newest_known) + " to " + std::to_string(number) +
          " (it rolled back: restored from an older snapshot, or a failover to a replica that missed the last writes)");
   }
+  // The leader is alive by definition: its own lease gone means the store lost or expired it.
+  for (const auto& member : current_.members) {
+    if (member.node + "/" + member.incarnation == leader_id_ && !leases.contains(keys::lease(member.node, member.incarnation))) {
+      hold("this leader's own lease (" + leader_id_ + ") is gone");
+    }
+  }
   if (now >= judge_after_ && mass_expiry_held_ != current_.number) {
     std::size_t missing = 0;
     for (const auto& member : current_.members) missing += !leases.contains(keys::lease(member.node, member.incarnation));

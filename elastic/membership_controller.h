@@ -33,7 +33,8 @@
 // The store's trouble is not a node's fault (docs/architecture.md, "The store's bad days"): with
 // a StoreTroubleRule, no lease is judged (nothing is published, nobody dropped) while judgement is
 // held: until hold_judgement()'s time (the leading agent's own calls failed or were slow), for
-// rule.hold after a tick whose reads took longer than rule.slow_read, after more than half of the
+// rule.hold after a tick whose reads took longer than rule.slow_read, while the leader's own lease
+// is missing (it is alive: the store lost or expired the lease), after more than half of the
 // members (at least two) were found without a lease at once (once per generation: if they are
 // still gone after the hold, they are dropped), and after the store's generation went back below
 // the newest any agent saw (a rollback: restored from an older snapshot, a failover to a replica

@@ -121,11 +121,14 @@ std::string ttl_ms(Store::Duration ttl, std::string_view what) {
   return std::to_string(ttl.count());
 }
 
-// A reply saying the node is not the primary: a replica refusing a write (READONLY), or a replica
-// without its master refusing anything (MASTERDOWN). Either way the command did not run.
+// A reply saying the node is not the primary: a replica refusing a write (READONLY), a replica
+// without its master refusing anything (MASTERDOWN), or a primary without the replicas
+// `min-replicas-to-write` asks for (NOREPLICAS: a demoted primary that resumed after a failover,
+// its replicas gone to the new one). Either way the command did not run.
 bool from_a_replica(const RedisReply& reply) {
   return reply.type == RedisReply::Type::kError &&
-         (reply.str.starts_with("READONLY") || reply.str.starts_with("MASTERDOWN"));
+         (reply.str.starts_with("READONLY") || reply.str.starts_with("MASTERDOWN") ||
+          reply.str.starts_with("NOREPLICAS"));
 }
 
 // The elements of an MGET-style reply: strings, nil for a missing key (or one of another type).
@@ -332,7 +335,7 @@ RedisReply RedisStore::checked(RedisReply reply, std::string_view what, std::opt
   }
   // The server is starting, busy with a script, or failing over: the command did not run, and
   // will once the server is ready again, like after a broken connection.
-  for (const char* transient : {"LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN"}) {
+  for (const char* transient : {"LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "NOREPLICAS"}) {
     if (reply.str.starts_with(transient)) {
       throw StoreUnavailable("redis at " + endpoint_.display() + " could not run " + command + " now: " + error);
     }

@@ -142,7 +142,41 @@ ResolvedPrimary SentinelResolver::connect_primary(Duration connect_timeout, Dura
     std::rotate(sentinels.begin(), sentinels.begin() + 1, sentinels.end());
     throw StoreUnavailable(what + ": " + primary.endpoint.display() + " answered ROLE " + said + " (a stale sentinel)");
   }
+  // A primary that was paused while the sentinels failed over answers ROLE master once it resumes,
+  // until they demote it: a connection opened across that moment (asked before the failover,
+  // answered after) would write into data the demotion discards. So the sentinel that named it is
+  // asked again now; another answer means the failover happened meanwhile.
+  if (const auto again = ask_sentinel(0, connect_timeout, command_timeout, deadline);
+      again && (again->first != primary.endpoint.host || again->second != primary.endpoint.port)) {
+    throw StoreUnavailable(what + ": the primary moved from " + primary.endpoint.display() + " to " +
+                           host_port(again->first, again->second) + " while connecting");
+  }
   return primary;
+}
+
+std::optional<std::pair<std::string, int>> SentinelResolver::ask_sentinel(std::size_t i, Duration connect_timeout,
+                                                                          Duration command_timeout,
+                                                                          Clock::time_point deadline) const {
+  const Duration remaining = left(deadline);
+  if (remaining <= Duration(0) || i >= endpoint_.sentinels.size()) return std::nullopt;
+  RedisEndpoint sentinel;
+  sentinel.host = endpoint_.sentinels[i].first;
+  sentinel.port = endpoint_.sentinels[i].second;
+  sentinel.password = endpoint_.sentinel_password;
+  try {
+    RedisConnection connection(sentinel, std::clamp(std::min(connect_timeout, kSentinelConnectTimeout), Duration(1), remaining),
+                               std::clamp(std::min(command_timeout, kSentinelCommandTimeout), Duration(1), remaining));
+    const RedisReply reply = connection.command({"SENTINEL", "get-master-addr-by-name", endpoint_.master_name});
+    int port = 0;
+    if (reply.type != RedisReply::Type::kArray || reply.elements.size() != 2 ||
+        std::from_chars(reply.elements[1].str.data(), reply.elements[1].str.data() + reply.elements[1].str.size(), port)
+                .ec != std::errc()) {
+      return std::nullopt;
+    }
+    return std::make_pair(reply.elements[0].str, port);
+  } catch (const Error&) {
+    return std::nullopt;  // cannot confirm: the ROLE check stands
+  }
 }
 
 RedisEndpoint resolve_primary(const RedisEndpoint& sentinel_endpoint, std::chrono::milliseconds connect_timeout,

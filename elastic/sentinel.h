@@ -28,6 +28,9 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
+#include <string>
+#include <utility>
 
 #include "elastic/redis_connection.h"
 #include "elastic/redis_url.h"
@@ -60,6 +63,10 @@ class SentinelResolver {
   const RedisEndpoint& endpoint() const { return endpoint_; }  // sentinels in the order they are asked
 
  private:
+  // Sentinel i's answer for the master, or nothing (unreachable, no answer, no time left).
+  std::optional<std::pair<std::string, int>> ask_sentinel(std::size_t i, Duration connect_timeout,
+                                                          Duration command_timeout, Clock::time_point deadline) const;
+
   RedisEndpoint endpoint_;
 };
 

@@ -35,7 +35,9 @@ std::vector<std::string> node_names(const elastic::Generation& generation) {
 AgentCluster::AgentCluster(ClusterOptions options)
     : options_(std::move(options)),
       dir_("hdp-cluster"),
-      redis_(std::make_unique<RedisServer>(RedisServerOptions{.extra_args = options_.redis_args})) {
+      redis_(options_.redis_url.empty()
+                 ? std::make_unique<RedisServer>(RedisServerOptions{.extra_args = options_.redis_args})
+                 : nullptr) {
   job_ = "test-" + dir_.path().filename().string().substr(12);
 }
 
@@ -50,7 +52,7 @@ std::string AgentCluster::hdp() const {
 
 ChildProcess& AgentCluster::start_agent(const std::string& node, std::vector<std::string> extra,
                                        std::vector<std::string> env, std::optional<int> nproc) {
-  std::vector<std::string> argv = {hdp(), "agent", "--job", job_, "--redis", redis_->url(), "--node-id", node,
+  std::vector<std::string> argv = {hdp(), "agent", "--job", job_, "--redis", redis_url(), "--node-id", node,
                                    "--nproc-per-node", std::to_string(nproc.value_or(options_.nproc)),
                                    "--lease-ms", std::to_string(options_.lease.count()),
                                    "--settle-ms", std::to_string(options_.settle.count()),
@@ -100,7 +102,7 @@ std::string AgentCluster::all_logs() const {
 std::shared_ptr<elastic::Store> AgentCluster::store() {
   elastic::RedisStoreOptions fast;
   fast.retry_timeout = std::chrono::milliseconds(500);
-  auto redis = std::make_shared<elastic::RedisStore>(elastic::parse_redis_url(redis_->url()), fast);
+  auto redis = std::make_shared<elastic::RedisStore>(elastic::parse_redis_url(redis_url()), fast);
   return std::make_shared<elastic::PrefixStore>(redis, elastic::keys::job_namespace(job_));
 }
 

@@ -32,6 +32,9 @@ struct ClusterOptions {
   // The worker command after `hdp train`; empty: the smoke worker with the options above.
   std::vector<std::string> train_args;
   std::vector<std::string> redis_args;  // more redis-server arguments (ACL users)
+  // Not empty: the agents and the observer use this Redis (a redis+sentinel:// URL of a
+  // SentinelCluster) and no private redis-server is started (redis() must not be called).
+  std::string redis_url;
 };
 
 class AgentCluster {
@@ -40,6 +43,8 @@ class AgentCluster {
   ~AgentCluster();
 
   RedisServer& redis() { return *redis_; }
+  // The URL the agents are given: options().redis_url, else the private server's.
+  std::string redis_url() const { return options_.redis_url.empty() ? redis_->url() : options_.redis_url; }
   const std::string& job() const { return job_; }
   std::string hdp() const;
   const ClusterOptions& options() const { return options_; }

@@ -125,6 +125,10 @@ std::string SentinelCluster::config_text(const Process& process) const {
          << "appendonly no\n"
          << "repl-diskless-sync yes\n"
          << "repl-diskless-sync-delay 0\n";
+    if (options_.min_replicas_to_write > 0) {
+      text << "min-replicas-to-write " << options_.min_replicas_to_write << "\n"
+           << "min-replicas-max-lag " << options_.min_replicas_max_lag << "\n";
+    }
     if (!options_.password.empty()) {
       text << "requirepass " << quoted(options_.password) << "\n"
            << "masterauth " << quoted(options_.password) << "\n";

@@ -44,6 +44,10 @@ struct SentinelClusterOptions {
   std::string master_name = "hdp";
   std::chrono::milliseconds down_after{1000};        // sentinel down-after-milliseconds
   std::chrono::milliseconds failover_timeout{5000};  // sentinel failover-timeout
+  // The primary refuses writes unless this many replicas acknowledged within
+  // min_replicas_max_lag (Redis's min-replicas-to-write / min-replicas-max-lag; 0: off).
+  int min_replicas_to_write = 0;
+  int min_replicas_max_lag = 10;
   std::string password;           // data nodes: requirepass + masterauth (+ sentinel auth-pass)
   std::string sentinel_password;  // sentinels: requirepass (+ sentinel sentinel-pass)
   std::chrono::milliseconds ready_timeout{30000};
