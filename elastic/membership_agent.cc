@@ -36,6 +36,8 @@ void MembershipAgent::guarded(const char* what, Body&& body) {
 // lease doubtful: the leader judges none before a whole lease has passed since the store answered
 // again, so that every live agent has renewed, or taken back, its lease by then.
 void MembershipAgent::store_call_ended(bool ok, std::chrono::steady_clock::duration took) {
+  if (!ok && !unreachable_since_) unreachable_since_ = std::chrono::steady_clock::now();
+  if (ok) unreachable_since_.reset();
   if (!ok || took > options_.timing.slow_store_call) {
     store_trouble_ = true;
     return;

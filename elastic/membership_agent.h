@@ -122,6 +122,9 @@ class MembershipAgent {
     int world_size = 0, nodes = 0;
   };
   View view() const { return view_; }
+  // Since when every store call has failed (none since: nullopt). The agent stops after
+  // --store-outage-limit of it (agents/agent.h).
+  std::optional<std::chrono::steady_clock::time_point> unreachable_since() const { return unreachable_since_; }
 
  private:
   void register_incarnation();
@@ -165,6 +168,7 @@ class MembershipAgent {
   std::optional<std::chrono::steady_clock::time_point> last_renewed_;
   View view_;
   bool store_trouble_ = false;  // a call failed or was slow, and none has succeeded since
+  std::optional<std::chrono::steady_clock::time_point> unreachable_since_;  // the first failure of an outage
   std::chrono::steady_clock::time_point judge_after_{};  // as leader, no lease is judged before this
 };
 

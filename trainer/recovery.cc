@@ -1,6 +1,7 @@
 #include "trainer/recovery.h"
 
 #include "checkpoint/checksum.h"
+#include "elastic/job_keys.h"
 #include "trainer/hf_model.h"
 
 #include <algorithm>
@@ -223,6 +224,16 @@ void Recovery::restore(const Membership& m, Communicator& comm, std::int64_t fur
   if (restored) reporter_.metrics().checkpoint_restored(seconds, static_cast<std::uint64_t>(read));
   const std::int64_t total_read = comm.allreduce_sum(read, config_.timeout);
   if (m.rank != 0) return;
+  // The steps to redo: past the furthest any rank held, the last step the job reported (the job
+  // state keeps it across a whole-job restart, which no rank's memory survives).
+  try {
+    const auto state = ctx_.store()->hash_get_all(elastic::keys::kState);
+    if (auto it = state.find("step"); it != state.end()) furthest = std::max<std::int64_t>(furthest, std::stoll(it->second));
+  } catch (const std::exception& e) {
+    log()->warn("the last reported step is not known ({}): the restore event counts the steps lost from the ranks' "
+                "memory only",
+                e.what());
+  }
   log()->info("generation {}: {} at step {} on {} rank(s), {} training, in {:.2f} s{}", m.generation,
               restored ? "restored " + restored->path.string() : std::string("initialised from the seed"), step_,
               m.world_size, ops::model::precision_name(model_.precision()), seconds,

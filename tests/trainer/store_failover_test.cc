@@ -7,7 +7,8 @@
 //     step's loss and the final parameters and AdamW moments equal a fault-free run's bitwise (the
 //     same 6 ranks throughout: the store's trouble changes no membership);
 //   - the primary SIGSTOPped past down-after-milliseconds, a replica promoted, then resumed: it
-//     comes back as a replica (the sentinels demote it), and the job completes the same way.
+//     comes back as a replica (the sentinels demote it), and the job completes the same way;
+//   - every sentinel killed while the primary lives: the job completes the same way.
 // The fault-free run is a private redis-server (the store cannot change the arithmetic).
 // Bounds: the failover itself within 30 s (measured 2-4 s; a failed election is retried after
 // 2 x failover-timeout = 10 s), the job within 240 s. Label system.
@@ -126,6 +127,27 @@ TEST_F(StoreFailover, ThePrimaryPausedPastDownAfterComesBackAsAReplicaAndTheJobL
     EXPECT_TRUE(sentinels.wait_for_role(old_index, "slave", 45s)) << "the old primary was not demoted";
     std::cout << "primary " << old_port << " paused; " << new_port << " promoted; the old one is a replica again\n";
   });
+}
+
+// Sentinels are needed only to find a primary: with all three killed mid-run and the primary
+// alive, the job goes on undisturbed.
+TEST_F(StoreFailover, EverySentinelKilledWithThePrimaryAliveCostsNothing) {
+  SentinelCluster sentinels;
+  ASSERT_TRUE(reference_->ok());
+  TempDir dir;
+  AgentCluster cluster(options_for(dir.path(), sentinels.url()));
+  for (const auto& node : kNodes) cluster.start_agent(node);
+  ASSERT_GE(cluster.wait_until([&] { return cluster.step() >= 60; }, 120s), 0) << cluster.all_logs();
+  for (int j = 0; j < sentinels.sentinel_count(); ++j) sentinels.kill_sentinel(j);
+  for (const auto& node : kNodes) {
+    const auto status = cluster.agent(node).wait_for(240s);
+    EXPECT_TRUE(status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << node << "\n" << cluster.all_logs();
+  }
+  const std::string logs = cluster.all_logs();
+  EXPECT_EQ(logs.find("restarting workers"), std::string::npos) << logs;
+  const auto run = read_metrics(dir.path() / "metrics.jsonl");
+  ASSERT_EQ(run.size(), static_cast<std::size_t>(kSteps));
+  for (const StepLine& line : run) EXPECT_EQ(line.loss, reference_->loss(line.step)) << "step " << line.step;
 }
 
 }  // namespace

@@ -321,6 +321,43 @@ TEST_F(TrainerCluster, AnEmptyRedisRestartMidRunLosesNoStepAndRestartsNoWorker) 
   expect_final(dir.path(), /*bitwise=*/true);
 }
 
+// The whole job SIGKILLed (agents and, with them, workers) and started again on the same store:
+// the restore event counts the steps really redone, from the last step the job reported to the
+// checkpoint it restored, although no rank's memory survived.
+TEST_F(TrainerCluster, AWholeJobKilledAndRestartedCountsTheStepsItRedoes) {
+  TempDir dir;
+  AgentCluster cluster(options_for(dir.path()));
+  cluster.start_agent("n1");
+  cluster.start_agent("n2");
+  ASSERT_GE(cluster.wait_until([&] { return cluster.step() >= 45 && cluster.step() % 10 >= 3; }, 120s), 0)
+      << cluster.all_logs();
+  cluster.agent("n1").signal(SIGKILL);
+  cluster.agent("n2").signal(SIGKILL);
+  wait_for_agents(cluster, {"n1", "n2"}, 30s);
+  const std::int64_t reported = cluster.step();  // the last step in the job state
+  // The workers die with their agents (PR_SET_PDEATHSIG); their leases then run out.
+  cluster.start_agent("n1");
+  cluster.start_agent("n2");
+  const auto codes = wait_for_agents(cluster, {"n1", "n2"}, 240s);
+  EXPECT_EQ(codes.at("n1"), 0) << cluster.all_logs();
+  EXPECT_EQ(codes.at("n2"), 0);
+  std::optional<std::pair<std::int64_t, std::int64_t>> restore;  // {step restored, lost_steps}
+  for (const auto& entry : cluster.store()->stream_tail(elastic::keys::kEvents, 1000)) {
+    std::map<std::string, std::string> f(entry.fields.begin(), entry.fields.end());
+    if (f["type"] == "restore" && f["source"] == "checkpoint") restore.emplace(std::stoll(f["step"]), std::stoll(f["lost_steps"]));
+  }
+  ASSERT_TRUE(restore.has_value()) << "no restore from a checkpoint was recorded";
+  EXPECT_EQ(restore->second, reported - restore->first)
+      << "reported step " << reported << ", restored step " << restore->first;
+  EXPECT_GT(restore->second, 0);
+  const auto run = read_metrics(dir.path() / "metrics.jsonl");
+  const auto [replayed, worst] = compare(run, cluster.all_logs());
+  EXPECT_GE(replayed, restore->second) << "the steps counted lost were redone";
+  expect_final(dir.path(), /*bitwise=*/true);
+  std::cout << "reported step " << reported << ", restored step " << restore->first << ": " << restore->second
+            << " step(s) lost and redone\n";
+}
+
 // (f): the whole job's store stalls for `leases` times the lease (2 s) while rank 0 is at step ~100.
 void TrainerCluster::stall(double leases) {
   TempDir dir;
@@ -386,6 +423,49 @@ TEST_F(TrainerCluster, AStoreRestoredFromAnOlderSnapshotCostsNoStepAndRestartsNo
   EXPECT_EQ(replayed, 0);
   expect_final(dir.path(), /*bitwise=*/true);
   std::cout << "snapshot at step " << saved_at << ", restored at step ~" << saved_at + 30 << "\n";
+}
+
+// (g) with a membership change between the snapshot and the restart: a third node joins after the
+// snapshot, so the restored store holds an older generation without it, and n3's claim and lease
+// are missing altogether. Every agent keeps its workers (n1 and n2 take their leases back after
+// the rollback, n3 re-establishes its own as after a data loss), and the leader republishes the
+// three above every number seen: the workers go on from memory.
+TEST_F(TrainerCluster, AStoreRestoredFromASnapshotBeforeANodeJoinedRestartsNoWorker) {
+  TempDir dir;
+  ClusterOptions options = options_for(dir.path());
+  options.nnodes = "1:3";
+  AgentCluster cluster(options);
+  cluster.start_agent("n1");
+  cluster.start_agent("n2");
+  ASSERT_GE(cluster.wait_until([&] { return cluster.step() >= 40; }, 120s), 0) << cluster.all_logs();
+  {
+    elastic::RedisConnection connection(elastic::parse_redis_url(cluster.redis().url()), 2s, 10s);
+    ASSERT_EQ(connection.command({"SAVE"}).type, elastic::RedisReply::Type::kStatus);
+  }
+  const std::int64_t saved = cluster.generation();
+  cluster.start_agent("n3");
+  ASSERT_GE(cluster.wait_for_members({"n1", "n2", "n3"}, 60s), 0) << cluster.all_logs();
+  const std::int64_t joined = cluster.generation();
+  const std::int64_t at = cluster.step();
+  ASSERT_GE(cluster.wait_until([&] { return cluster.step() >= at + 10; }, 60s), 0) << cluster.all_logs();
+  ASSERT_LT(cluster.step(), kSteps - 50) << "the job nearly finished before the rollback; the test needs a longer run";
+  cluster.redis().restart();  // loads the snapshot: generation `saved`, without n3
+  ASSERT_GE(cluster.wait_until([&] { return cluster.generation() > joined; }, 30s), 0) << cluster.all_logs();
+  EXPECT_GT(saved, 0);
+  const auto codes = wait_for_agents(cluster, {"n1", "n2", "n3"}, 240s);
+  for (const auto& [node, code] : codes) EXPECT_EQ(code, 0) << node << "\n" << cluster.all_logs();
+  const std::string logs = cluster.all_logs();
+  EXPECT_EQ(logs.find("restarting workers"), std::string::npos) << logs;
+  std::size_t starts = 0;
+  for (auto p = logs.find(" started (pid "); p != std::string::npos; p = logs.find(" started (pid ", p + 1)) ++starts;
+  EXPECT_EQ(starts, 6u) << "a worker was started again";
+  EXPECT_NE(logs.find("(it rolled back)"), std::string::npos) << logs;
+  const auto run = read_metrics(dir.path() / "metrics.jsonl");
+  ASSERT_FALSE(run.empty());
+  const auto [replayed, worst] = compare(run, logs);
+  EXPECT_EQ(replayed, 0) << "a step was redone";
+  std::cout << "snapshot at generation " << saved << "; n3 joined in generation " << joined
+            << "; after the restore the job republished above it; largest relative loss difference " << worst << "\n";
 }
 
 }  // namespace
