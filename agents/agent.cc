@@ -27,6 +27,7 @@
 #include "elastic/job_keys.h"
 #include "elastic/job_state.h"
 #include "elastic/membership_agent.h"
+#include "elastic/redis_store.h"
 #include "elastic/worker_env.h"
 #include "hdp/config.h"
 #include "metrics/timed_store.h"
@@ -170,7 +171,8 @@ class GenerationWatcher {
 
 class Agent {
  public:
-  Agent(const AgentOptions& options, std::shared_ptr<Store> store, AgentMetrics* metrics)
+  Agent(const AgentOptions& options, std::shared_ptr<Store> store, std::shared_ptr<const RedisStore> redis,
+        AgentMetrics* metrics)
       : options_(options),
         metrics_(metrics),
         stop_signals_(io_, SIGTERM, SIGINT, SIGUSR1),
@@ -184,6 +186,8 @@ class Agent {
         channel_(io_, options.timing.heartbeat),
         workers_(options, supervisor_, metrics, channel_),
         control_(control_options(options), store, workers_),
+        redis_(std::move(redis)),
+        store_primary_(control_.store(), redis_ && redis_->endpoint().is_sentinel()),
         watcher_(store, control_.records(), io_, [this](std::optional<std::int64_t> g) { on_watch(g); }) {}
 
   AgentOutcome run() {
@@ -286,6 +290,7 @@ class Agent {
     const auto started = std::chrono::steady_clock::now();
     if (!control([&] { control_.heartbeat(); })) return;
     act_on_requests();
+    record_store_primary();
     if (metrics_) {
       metrics_->update({.heartbeat_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
                         .renewed = control_.last_renewed(),
@@ -293,7 +298,9 @@ class Agent {
                         .last_generation = control_.last_generation(),
                         .leader = control_.leading(),
                         .workers_running = static_cast<int>(supervisor_.healthy().size()),
-                        .restarts_total = supervisor_.restarts_total()});
+                        .restarts_total = supervisor_.restarts_total(),
+                        .store_primary = redis_ ? redis_->primary() : std::string(),
+                        .store_failovers = redis_ ? redis_->failovers() : 0});
     }
     if (control_.member_id() != member) notify_status("re-registered as " + control_.member_id());
     tell_workers();  // the fallback to the watch: `gen` as read now
@@ -309,6 +316,26 @@ class Agent {
       // until then the node is a member), then deregisters.
       if (!error && !outcome_) heartbeat();
     });
+  }
+
+  // The primary this agent's connection went to, in the job's record (StorePrimaryRecord): no
+  // command unless the connection was opened again since the last record. A store error (the
+  // primary moving again, garbage in the keys) is logged, at most every 30 s while it repeats, and
+  // the step retried at the next heartbeat: nothing decides from the record.
+  void record_store_primary() {
+    if (!redis_) return;
+    try {
+      store_primary_.record(redis_->primary(), redis_->reconnects());
+      store_primary_error_.clear();
+    } catch (const Error& e) {
+      const auto now = std::chrono::steady_clock::now();
+      if (e.what() != store_primary_error_ || now - store_primary_logged_ >= std::chrono::seconds(30)) {
+        log()->warn("node {}: recording the store's primary: {} (retried at the next heartbeat)", options_.node_id,
+                    e.what());
+        store_primary_error_ = e.what();
+        store_primary_logged_ = now;
+      }
+    }
   }
 
   void keep_watchdog(milliseconds interval) {
@@ -463,6 +490,10 @@ class Agent {
   WorkerChannel channel_;
   SupervisedWorkers workers_;
   MembershipAgent control_;
+  std::shared_ptr<const RedisStore> redis_;  // null: the store is not a RedisStore
+  StorePrimaryRecord store_primary_;         // over control_.store(); used only with redis_
+  std::string store_primary_error_;          // the last error of record_store_primary() ("" after a success)
+  std::chrono::steady_clock::time_point store_primary_logged_{};
   std::chrono::steady_clock::time_point next_heartbeat_{};
   std::optional<std::pair<std::string, std::string>> acted_on_;  // the request (op, id) this agent acted on
   bool leading_ = false;  // the leader tick's timer is running
@@ -476,7 +507,8 @@ class Agent {
 
 }  // namespace
 
-AgentOutcome run_agent(const AgentOptions& options, std::shared_ptr<Store> job_store) {
+AgentOutcome run_agent(const AgentOptions& options, std::shared_ptr<Store> job_store,
+                       std::shared_ptr<const RedisStore> redis) {
   if (options.slots < 1) throw InvalidArgument("--nproc-per-node must be >= 1");
   if (options.worker_command.empty()) throw InvalidArgument("the worker command is empty");
   // The metrics endpoint first: a port in use fails the agent before it registers.
@@ -491,7 +523,7 @@ AgentOutcome run_agent(const AgentOptions& options, std::shared_ptr<Store> job_s
     job_store = std::make_shared<metrics::TimedStore>(std::move(job_store), metrics->registry(),
                                                       metrics::Labels{{"hdp_job", options.job}, {"node", options.node_id}});
   }
-  Agent agent(options, std::move(job_store), metrics.get());
+  Agent agent(options, std::move(job_store), std::move(redis), metrics.get());
   return agent.run();
 }
 

@@ -25,6 +25,10 @@
 #include "elastic/membership.h"
 #include "elastic/store.h"
 
+namespace hdp::elastic {
+class RedisStore;
+}
+
 namespace hdp::agents {
 
 struct AgentOptions {
@@ -59,6 +63,12 @@ enum class AgentOutcome {
 // elastic::NodeIdInUse for a node id held by another live agent (also when found on re-registering
 // after an eviction), hdp::Error when every slot is out of restarts (`hdp agent` exits 1 for both),
 // InvalidArgument for a job configuration that conflicts with the job's, or a metrics port in use (exit 2).
-AgentOutcome run_agent(const AgentOptions& options, std::shared_ptr<elastic::Store> job_store);
+// `redis`: the RedisStore under `job_store` (null: a store of another kind). After each heartbeat
+// the agent records the primary it is connected to in the job's `store_primary` and counts its
+// moves in `store_failovers` (elastic/job_state.h, StorePrimaryRecord: no extra command while the
+// connection did not move; a store error is logged and the step retried at the next heartbeat),
+// and exports both (hdp_agent_store_primary_info, hdp_agent_store_failovers_total).
+AgentOutcome run_agent(const AgentOptions& options, std::shared_ptr<elastic::Store> job_store,
+                       std::shared_ptr<const elastic::RedisStore> redis = nullptr);
 
 }  // namespace hdp::agents

@@ -32,12 +32,17 @@ AgentMetrics::AgentMetrics(AgentMetricsOptions options) : options_(std::move(opt
   r.describe("hdp_agent_worker_restarts_total", Type::kCounter, "Workers the agent restarted after a failure");
   r.describe("hdp_agent_worker_metrics_errors_total", Type::kCounter,
              "Scrapes that found a worker's metrics file unreadable (the worker's metrics were left out)");
+  r.describe("hdp_agent_store_primary_info", Type::kGauge,
+             "1 for the Redis node (host:port) the agent's store connection went to last: the primary, through Sentinel");
+  r.describe("hdp_agent_store_failovers_total", Type::kCounter,
+             "Times the agent's store connection went to another primary than before (a failover seen through Sentinel)");
   r.describe("hdp_http_connections_closed_total", Type::kCounter,
              "Connections the metrics endpoint closed or refused for a limit (a deadline missed, idle, the cap or the "
              "client's share of it reached, a request too large)");
   r.set_gauge("hdp_agent_lease_duration_seconds", labels(), static_cast<double>(options_.lease.count()) / 1000.0);
   r.add_counter("hdp_agent_worker_restarts_total", labels(), 0);
   r.add_counter("hdp_agent_worker_metrics_errors_total", labels(), 0);
+  r.add_counter("hdp_agent_store_failovers_total", labels(), 0);
 
   remove_stale_directories();
   const std::string prefix = "hdp-agent-metrics-" + std::to_string(::getpid()) + "-";
@@ -111,6 +116,16 @@ void AgentMetrics::update(const Sample& s) {
   if (s.restarts_total > restarts_seen_) {
     r.add_counter("hdp_agent_worker_restarts_total", l, s.restarts_total - restarts_seen_);
     restarts_seen_ = s.restarts_total;
+  }
+  if (s.store_failovers > failovers_seen_) {
+    r.add_counter("hdp_agent_store_failovers_total", l, s.store_failovers - failovers_seen_);
+    failovers_seen_ = s.store_failovers;
+  }
+  if (s.store_primary != primary_shown_) {
+    // One series: the old primary's goes (its labels are ours plus `primary`, which no other family has).
+    if (!primary_shown_.empty()) r.remove_samples(labels({{"primary", primary_shown_}}));
+    if (!s.store_primary.empty()) r.set_gauge("hdp_agent_store_primary_info", labels({{"primary", s.store_primary}}), 1);
+    primary_shown_ = s.store_primary;
   }
 }
 

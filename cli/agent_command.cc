@@ -18,8 +18,10 @@
 #include "cli/job_options.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "elastic/job_keys.h"
 #include "elastic/lease_timing.h"
 #include "elastic/membership.h"
+#include "elastic/prefix_store.h"
 
 namespace hdp::cli {
 namespace {
@@ -137,17 +139,19 @@ void add_agent_command(CLI::App& app) {
                                                    : flags->worker;
     // The first connection: no lease exists yet, so it may wait longer than a store call may once
     // the agent runs (agents started beside Redis, under Slurm or systemd, need not race it).
-    std::shared_ptr<elastic::Store> store;
+    // The agent keeps the RedisStore itself too: it records and exports the primary it reached.
+    std::shared_ptr<elastic::RedisStore> redis;
     for (const auto until = std::chrono::steady_clock::now() + options.timing.registration_wait;;) {
       try {
-        store = flags->job.connect_job(options.timing.store);
+        redis = flags->job.redis.connect(options.timing.store);
         break;
       } catch (const StoreUnavailable& e) {
         if (std::chrono::steady_clock::now() >= until) throw;
         log()->warn("agent {}: Redis not reachable yet ({}); retrying", options.node_id, e.what());
       }
     }
-    switch (agents::run_agent(options, store)) {
+    auto store = std::make_shared<elastic::PrefixStore>(redis, elastic::keys::job_namespace(options.job));
+    switch (agents::run_agent(options, store, redis)) {
       case agents::AgentOutcome::kCompleted: throw CLI::RuntimeError(kExitOk);
       case agents::AgentOutcome::kJobFailed: throw CLI::RuntimeError(kExitJobFailed);
       case agents::AgentOutcome::kDrained: throw CLI::RuntimeError(kExitDrained);

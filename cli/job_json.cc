@@ -105,6 +105,8 @@ nlohmann::json job_json(const std::string& job, const elastic::JobSnapshot& s) {
           {"generation_status", s.members ? nlohmann::json(elastic::encode(s.members->status)) : nlohmann::json()},
           {"world_size", s.members ? s.members->world_size() : 0},
           {"leader", s.leader ? nlohmann::json(*s.leader) : nlohmann::json()},
+          {"store", s.store_primary ? nlohmann::json{{"primary", *s.store_primary}, {"failovers", s.store_failovers}}
+                                    : nlohmann::json()},
           {"state", state},
           {"members", members},
           {"evictions", evictions_json(s.evictions)},

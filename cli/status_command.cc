@@ -1,5 +1,6 @@
-// `hdp status --job ID [--json] [--watch]`: the job's generation, members, step, last checkpoint
-// and recent events, read from Redis and validated (elastic/job_state.h).
+// `hdp status --job ID [--json] [--watch]`: the job's generation, members, step, last checkpoint,
+// the store's primary as the agents recorded it, and recent events, read from Redis and validated
+// (elastic/job_state.h).
 #include <algorithm>
 #include <chrono>
 #include <iomanip>
@@ -66,7 +67,10 @@ std::string to_table(const std::string& job, const elastic::JobSnapshot& s) {
         << field_or_dash(s.state, "eval_step") << "\n";
   }
   out << "leader: " << s.leader.value_or("-") << "    last checkpoint: step " << field_or_dash(s.state, "last_ckpt_step")
-      << " at " << field_or_dash(s.state, "last_ckpt_path") << "\n\n";
+      << " at " << field_or_dash(s.state, "last_ckpt_path") << "\n";
+  // The Redis node the agents last saw as the primary, and the failovers they recorded.
+  if (s.store_primary) out << "store: primary " << *s.store_primary << ", " << s.store_failovers << " failover(s)\n";
+  out << "\n";
   // Speeds are per rank of the generation rank 0 last reported for (state `generation`).
   std::vector<double> speeds;
   if (auto it = s.state.find("speeds"); it != s.state.end() && s.members &&

@@ -22,6 +22,11 @@ inline constexpr const char* kEvictions = "evictions";  // JSON: evicted node/sl
 inline constexpr const char* kControl = "control";  // JSON: pending requests (hdp stop/drain/checkpoint), control.h
 inline constexpr const char* kCordons = "cordons";  // JSON: nodes not admitted (hdp cordon), control.h
 inline constexpr const char* kSettings = "settings";  // JSON: live settings (hdp config set), control.h
+// The store's primary as the job's agents last saw it ("host:port", RedisStore::primary()) and how
+// many times it moved (failovers through Redis Sentinel): for `hdp status` and the dashboard only,
+// written by agents (StorePrimaryRecord, job_state.h).
+inline constexpr const char* kStorePrimary = "store_primary";
+inline constexpr const char* kStoreFailovers = "store_failovers";  // integer counter
 // Capped stream: one entry {gen: <g>, digest: <xxh64 of gen:<g>>, delta: <change over g-1's record,
 // when small>} per published generation, appended in the publishing commit. Agents block on it
 // (Store::stream_read) to learn of a new generation, and its record, without polling or reading it.

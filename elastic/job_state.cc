@@ -176,6 +176,26 @@ bool job_completed(Store& job_store) {
   }
 }
 
+void StorePrimaryRecord::record(const std::string& primary, int connection) {
+  if (primary.empty() || (primary == confirmed_ && connection == confirmed_connection_)) return;
+  const std::optional<std::string> recorded = store_.get(keys::kStorePrimary);
+  // Already recorded (by another agent, or before a reconnection to the same node); or, for a
+  // plain endpoint, any first record stands.
+  if (recorded == primary || (recorded && !count_moves_)) {
+    confirmed_ = primary;
+    confirmed_connection_ = connection;
+    return;
+  }
+  // Lost a race with another agent: the next call reads what it wrote.
+  if (!store_.compare_and_set(keys::kStorePrimary, recorded, primary)) return;
+  confirmed_ = primary;
+  confirmed_connection_ = connection;
+  if (!recorded) return;  // the first record: no move
+  const std::int64_t count = store_.add(keys::kStoreFailovers, 1);
+  log()->info("the store's primary moved from {} to {}: recorded as the job's failover {}", quote_value(*recorded),
+              quote_value(primary), count);
+}
+
 bool JobState::exists() {
   auto values = store_->multi_get({keys::kGeneration, keys::kConfig});
   return values[0] || values[1] || !store_->hash_get_all(keys::kState).empty();
@@ -217,6 +237,14 @@ JobSnapshot JobState::snapshot(std::size_t event_count, std::size_t sample_count
   if (auto requests = store_->get(keys::kControl)) snapshot.requests = decode_control(*requests, keys::kControl);
   if (auto cordons = store_->get(keys::kCordons)) snapshot.cordons = decode_cordons(*cordons, keys::kCordons);
   if (auto settings = store_->get(keys::kSettings)) snapshot.settings = decode_settings(*settings, keys::kSettings);
+  snapshot.store_primary = store_->get(keys::kStorePrimary);
+  if (snapshot.store_primary && !is_valid_utf8(*snapshot.store_primary)) {
+    throw InvalidArgument("invalid value in Redis key 'store_primary': " + quote_value(*snapshot.store_primary) +
+                          " is not UTF-8");
+  }
+  if (auto failovers = store_->get(keys::kStoreFailovers)) {
+    snapshot.store_failovers = decode_counter(*failovers, keys::kStoreFailovers, std::numeric_limits<std::int64_t>::max());
+  }
   snapshot.state = store_->hash_get_all(keys::kState);
   for (const auto& [field, value] : snapshot.state) validate_state_field(field, value);
   snapshot.events = store_->stream_tail(keys::kEvents, event_count);

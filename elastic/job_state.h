@@ -78,6 +78,43 @@ struct JobSnapshot {
   LiveSettings settings;                    // set with `hdp config set` (control.h)
   std::vector<StreamEntry> events;          // newest last
   std::vector<StreamEntry> samples;         // oldest first; every field validated
+  std::optional<std::string> store_primary; // `store_primary`: "host:port" as the agents last saw it
+  std::int64_t store_failovers = 0;         // `store_failovers` (0 when absent)
+};
+
+// Keeps the job's `store_primary` and `store_failovers` (job_keys.h) current for one agent, which
+// calls record() after each heartbeat with its RedisStore's primary() and reconnects(). Nothing is
+// sent while neither changed since this record last wrote or confirmed the key (a heartbeat costs
+// no extra command); after a change, one GET, and when the key names another node (or none), a
+// compare_and_set from the value read to `primary`. Only the agent whose compare_and_set replaced
+// a recorded value (not the first record) adds 1 to `store_failovers`: every agent sees a
+// failover, the first to record it counts it, the others find the key equal. A compare_and_set
+// that lost a race is looked at again at the next call (one GET).
+//
+// With `count_moves` false (a plain redis:// endpoint: one server, which agents may spell
+// differently, "localhost:6379" and "127.0.0.1:6379") the key is written only when absent (the
+// first record, or again after the store lost its data) and nothing is counted.
+//
+// Store errors propagate; the record is then unchanged, so the caller's next call retries the
+// step. A compare_and_set or add that broke after it was sent (StoreUnavailable: it may have
+// applied) can leave one failover uncounted; the primary is right after the next call.
+// Not thread-safe.
+class StorePrimaryRecord {
+ public:
+  StorePrimaryRecord(Store& job_store, bool count_moves) : store_(job_store), count_moves_(count_moves) {}
+
+  // `primary`: RedisStore::primary() ("" before a connection: nothing is done); `connection`: a
+  // number that changes whenever the store's connection was opened again (RedisStore::reconnects()),
+  // so that a key lost with the store's data is written again after the reconnection.
+  void record(const std::string& primary, int connection = 0);
+  // The primary this record last wrote or found recorded ("" before the first).
+  const std::string& confirmed() const { return confirmed_; }
+
+ private:
+  Store& store_;
+  const bool count_moves_;
+  std::string confirmed_;
+  int confirmed_connection_ = 0;
 };
 
 class JobState {

@@ -2,6 +2,7 @@
 // redis-server with a password), scraped over HTTP as Prometheus would:
 //   - the agent's own families are there and true (a member of generation >= 1, its lease age
 //     under the lease, a worker running), in the text format, with `hdp_job` and `node` labels;
+//   - the store's primary (its host and port, the one place the port appears) and no failover;
 //   - no secret: neither the Redis password, nor the URL, nor the password file's path;
 //   - a worker's garbage metrics file is left out and counted, and the rest is served;
 //   - a worker SIGKILLed is restarted and counted (hdp_agent_worker_restarts_total);
@@ -112,10 +113,17 @@ TEST_F(AgentMetrics, TheAgentsAndItsWorkersMetricsWithoutSecrets) {
   EXPECT_EQ(sample(text, "hdp_job_world_size"), 1);
   EXPECT_EQ(sample(text, "hdp_train_step", "slot=\"0\""), 7);
   EXPECT_GT(sample(text, "hdp_redis_request_seconds_count", "op=\"refresh_ttl\""), 0);
-  // Secrets stay out: the password, the URL and the password file's path.
+  // The store's primary: a plain redis:// URL's server, never moved.
+  const std::string primary = "primary=\"127.0.0.1:" + std::to_string(redis_->port()) + "\"";
+  EXPECT_EQ(sample(text, "hdp_agent_store_primary_info", primary), 1) << text;
+  EXPECT_EQ(sample(text, "hdp_agent_store_failovers_total"), 0) << text;
+  // Secrets stay out: the password, the URL and the password file's path. The server's port
+  // appears only as the primary's.
   EXPECT_EQ(text.find(kPassword), std::string::npos);
   EXPECT_EQ(text.find("redis://"), std::string::npos);
-  EXPECT_EQ(text.find(std::to_string(redis_->port())), std::string::npos);
+  std::string without_primary = text;
+  for (std::size_t at; (at = without_primary.find(primary)) != std::string::npos;) without_primary.erase(at, primary.size());
+  EXPECT_EQ(without_primary.find(std::to_string(redis_->port())), std::string::npos);
   EXPECT_EQ(text.find("redis.password"), std::string::npos);
   // Only /metrics (and a pointer to it at /).
   EXPECT_EQ(http_get(port, "/secrets").status, 404);

@@ -129,6 +129,10 @@ TEST(ControlPlaneCli, StatusShowsTheJobAsATableAndAsJson) {
   EXPECT_EQ(facts["state"]["status"], "running");
   EXPECT_GE(facts["state"]["step"].get<std::int64_t>(), 10);  // numbers as JSON numbers
   EXPECT_FALSE(facts["events"].empty());
+  // The store's primary as the agents recorded it: a plain URL's server, no failover.
+  const std::string primary = "127.0.0.1:" + std::to_string(cluster.redis().port());
+  EXPECT_EQ(facts["store"], (nlohmann::json{{"primary", primary}, {"failovers", 0}})) << json.out;
+  EXPECT_NE(table.out.find("store: primary " + primary + ", 0 failover(s)\n"), std::string::npos) << table.out;
 }
 
 TEST(ControlPlaneCli, GarbageWrittenIntoRedisIsNamedNeverActedOn) {

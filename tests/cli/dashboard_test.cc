@@ -3,7 +3,8 @@
 // `hdp train` workers (the tiny model), a private redis-server.
 //   - the page loads, draws the curves, and what its DOM shows equals the job state in Redis (the
 //     step within what rank 0 reported around the read, the loss of that step's sample, the
-//     members and their ranks, the last checkpoint, every sample drawn);
+//     members and their ranks, the last checkpoint, every sample drawn, the store's primary and
+//     its failovers next to the status);
 //   - after a node is SIGKILLed, the page marks the resize on the curves (a marker labelled with the
 //     new world size) and lists the one member left;
 //   - a job that does not exist is a page that says so; a port in use exits 2;
@@ -54,6 +55,8 @@ constexpr const char* kReadPage = R"JS((() => {
           requests: [...document.querySelectorAll('#control li.request')].map(r => ({op: r.dataset.op, node: r.dataset.node})),
           eventTypes: [...document.querySelectorAll('#events li.event')].map(e => e.dataset.type),
           settings: [...document.querySelectorAll('#control li.setting')].map(e => e.dataset.name + '=' + e.dataset.value),
+          store: document.querySelector('#store').hidden ? '' : document.querySelector('#store').dataset.primary,
+          storeFailovers: document.querySelector('#store').dataset.failovers,
           notFound: document.querySelector('#not-found').hidden ? '' : document.querySelector('#not-found').textContent};
 })())JS";
 
@@ -120,6 +123,9 @@ TEST_F(DashboardInABrowser, ShowsTheJobStateAndMarksAResize) {
   EXPECT_EQ(page["status"], "running");
   EXPECT_EQ(page["world"], "2");
   EXPECT_EQ(page["generation"], std::to_string(cluster_->generation()));
+  // The store's primary as the agents recorded it (a plain URL: its server, no failover).
+  EXPECT_EQ(page["store"], "127.0.0.1:" + std::to_string(cluster_->redis().port())) << page.dump();
+  EXPECT_EQ(page["storeFailovers"], "0");
   // The loss shown is that step's sample's loss, as written (6 decimals).
   bool found = false;
   for (const auto& e : cluster_->store()->stream_tail(elastic::keys::kSamples, elastic::kSamplesKept)) {

@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "elastic/elastic_context.h"
+#include "elastic/forwarding_store.h"
 #include "elastic/job_keys.h"
 #include "elastic/job_state.h"
 #include "elastic/leader_lease.h"
@@ -398,6 +399,164 @@ TEST(Samples, AppendedWithTheFencedReportCappedAndValidated) {
   store->set(keys::kGeneration, "3");
   EXPECT_TRUE(job.fenced_update(3, {{"step", "9"}}, {sample_write({{"step", "9"}})}));
   EXPECT_EQ(store->stream_tail(keys::kSamples, 10).size(), 1u);
+}
+
+}  // namespace
+}  // namespace hdp::elastic
+
+namespace hdp::elastic {
+namespace {
+
+// The store's primary and failovers as `hdp status` reads them: absent is none and 0; a counter
+// that is not an integer, or a primary that is not UTF-8, is an error naming its key.
+TEST(StatusSnapshot, TheStoresPrimaryAndFailoversAreReadAndValidated) {
+  auto store = std::make_shared<MemoryStore>();
+  JobState job(store);
+  JobSnapshot snapshot = job.snapshot(0);
+  EXPECT_FALSE(snapshot.store_primary);
+  EXPECT_EQ(snapshot.store_failovers, 0);
+
+  store->set(keys::kStorePrimary, "127.0.0.1:6380");
+  store->set(keys::kStoreFailovers, "2");
+  snapshot = job.snapshot(0);
+  EXPECT_EQ(snapshot.store_primary, "127.0.0.1:6380");
+  EXPECT_EQ(snapshot.store_failovers, 2);
+
+  for (const char* bad : {"two", "-1", "", "1.5", "99999999999999999999"}) {
+    store->set(keys::kStoreFailovers, bad);
+    const std::string message = message_of([&] { job.snapshot(0); });
+    EXPECT_NE(message.find("invalid value in Redis key 'store_failovers': '" + std::string(bad) + "' is not an integer"),
+              std::string::npos)
+        << message;
+  }
+  store->set(keys::kStoreFailovers, "1");
+  store->set(keys::kStorePrimary, "host\xff:1");
+  const std::string message = message_of([&] { job.snapshot(0); });
+  EXPECT_NE(message.find("'store_primary': 'host\\xff:1' is not UTF-8"), std::string::npos) << message;
+
+  // A key of another type is named, not read as missing.
+  store->erase(keys::kStorePrimary);
+  store->commit(Transaction{}.add(Write::hash_set(keys::kStorePrimary, {{"a", "b"}})));
+  EXPECT_THROW(job.snapshot(0), WrongType);
+}
+
+// A store that counts the calls made through it, and can run a hook before one kind of call or
+// fail every call (a store outage).
+class CountingStore final : public ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+  int calls = 0;
+  bool down = false;
+  std::string hook_op;
+  std::function<void()> hook;  // run once, before the first call `hook_op`
+
+ protected:
+  void around(const char* op, const std::function<void()>& call) override {
+    ++calls;
+    if (down) throw StoreUnavailable("store down (test)");
+    if (hook && hook_op == op) std::exchange(hook, nullptr)();
+    call();
+  }
+};
+
+std::optional<std::string> recorded(Store& store) { return store.get(keys::kStorePrimary); }
+std::optional<std::string> failovers(Store& store) { return store.get(keys::kStoreFailovers); }
+
+// Through Sentinel: the first record is no failover; a move is counted once, by the first agent
+// that records it, the others find the key equal; no command while nothing moved.
+TEST(StorePrimaryRecord, AMoveIsCountedOnceAndNothingIsSentWhileNothingMoved) {
+  auto memory = std::make_shared<MemoryStore>();
+  CountingStore a_store(memory), b_store(memory);
+  StorePrimaryRecord a(a_store, true), b(b_store, true);
+
+  a.record("");  // no connection yet: nothing
+  EXPECT_EQ(a_store.calls, 0);
+  a.record("10.0.0.1:6379", 1);
+  EXPECT_EQ(a_store.calls, 2) << "one GET, one compare_and_set";
+  EXPECT_EQ(recorded(*memory), "10.0.0.1:6379");
+  EXPECT_FALSE(failovers(*memory)) << "the first record is no failover";
+  EXPECT_EQ(a.confirmed(), "10.0.0.1:6379");
+  for (int i = 0; i < 5; ++i) a.record("10.0.0.1:6379", 1);
+  EXPECT_EQ(a_store.calls, 2) << "a heartbeat with nothing moved sends nothing";
+
+  b.record("10.0.0.1:6379", 1);
+  EXPECT_EQ(b_store.calls, 1) << "found equal: one GET, no write";
+
+  a.record("10.0.0.2:6379", 2);  // the failover, as A sees it first
+  EXPECT_EQ(recorded(*memory), "10.0.0.2:6379");
+  EXPECT_EQ(failovers(*memory), "1");
+  const int b_before = b_store.calls;
+  b.record("10.0.0.2:6379", 2);
+  EXPECT_EQ(b_store.calls, b_before + 1) << "B finds it recorded";
+  EXPECT_EQ(failovers(*memory), "1") << "counted once";
+
+  // A reconnection to the same primary reads the key once (it may have been lost with the data).
+  const int a_before = a_store.calls;
+  a.record("10.0.0.2:6379", 3);
+  EXPECT_EQ(a_store.calls, a_before + 1);
+  memory->erase(keys::kStorePrimary);
+  a.record("10.0.0.2:6379", 4);
+  EXPECT_EQ(recorded(*memory), "10.0.0.2:6379") << "written again after the store lost it";
+  EXPECT_EQ(failovers(*memory), "1") << "a record written again is no failover";
+  EXPECT_EQ(JobState(memory).snapshot(0).store_failovers, 1);
+}
+
+// Two agents see the same move at once: the one whose compare_and_set lost reads the key again at
+// its next call and finds it equal; the move is counted once.
+TEST(StorePrimaryRecord, TheAgentThatLostTheRaceCountsNothing) {
+  auto memory = std::make_shared<MemoryStore>();
+  memory->set(keys::kStorePrimary, "10.0.0.1:6379");
+  CountingStore a_store(memory), b_store(memory);
+  StorePrimaryRecord a(a_store, true), b(b_store, true);
+  // B read the old value; A records the move before B's compare_and_set.
+  b_store.hook_op = "compare_and_set";
+  b_store.hook = [&] { a.record("10.0.0.2:6379", 1); };
+  b.record("10.0.0.2:6379", 1);
+  EXPECT_EQ(b.confirmed(), "") << "B's compare_and_set lost";
+  EXPECT_EQ(failovers(*memory), "1");
+  b.record("10.0.0.2:6379", 1);
+  EXPECT_EQ(b.confirmed(), "10.0.0.2:6379");
+  EXPECT_EQ(failovers(*memory), "1");
+}
+
+// A plain redis:// endpoint: one server, which agents may spell differently. The first record
+// stands; nothing is ever counted.
+TEST(StorePrimaryRecord, APlainEndpointIsRecordedOnceAndNeverCounted) {
+  auto memory = std::make_shared<MemoryStore>();
+  CountingStore a_store(memory), b_store(memory);
+  StorePrimaryRecord a(a_store, false), b(b_store, false);
+  a.record("127.0.0.1:6379");
+  b.record("localhost:6379");
+  EXPECT_EQ(recorded(*memory), "127.0.0.1:6379");
+  EXPECT_FALSE(failovers(*memory));
+  const int calls = b_store.calls;
+  b.record("localhost:6379");
+  EXPECT_EQ(b_store.calls, calls) << "B confirmed what it found";
+  memory->erase(keys::kStorePrimary);  // the server restarted without its data
+  b.record("localhost:6379", 1);
+  EXPECT_EQ(recorded(*memory), "localhost:6379");
+  EXPECT_FALSE(failovers(*memory));
+}
+
+// A store error propagates and changes nothing: the next call retries the step. A counter that is
+// not an integer fails the count (named), not the record of the primary.
+TEST(StorePrimaryRecord, AStoreErrorIsRetriedAtTheNextCall) {
+  auto memory = std::make_shared<MemoryStore>();
+  memory->set(keys::kStorePrimary, "10.0.0.1:6379");
+  CountingStore store(memory);
+  StorePrimaryRecord record(store, true);
+  store.down = true;
+  EXPECT_THROW(record.record("10.0.0.2:6379", 1), StoreUnavailable);
+  EXPECT_EQ(record.confirmed(), "");
+  store.down = false;
+  record.record("10.0.0.2:6379", 1);
+  EXPECT_EQ(record.confirmed(), "10.0.0.2:6379");
+  EXPECT_EQ(failovers(*memory), "1");
+
+  memory->set(keys::kStoreFailovers, "garbage");
+  EXPECT_THROW(record.record("10.0.0.3:6379", 2), InvalidArgument);
+  EXPECT_EQ(recorded(*memory), "10.0.0.3:6379");
+  EXPECT_EQ(record.confirmed(), "10.0.0.3:6379") << "not written twice";
 }
 
 }  // namespace
