@@ -21,6 +21,7 @@
 #include "agents/worker_supervisor.h"
 #include "common/error.h"
 #include "common/exit_codes.h"
+#include "elastic/redis_url.h"
 #include "common/log.h"
 #include "elastic/control.h"
 #include "elastic/generation_watch.h"
@@ -289,6 +290,7 @@ class Agent {
     const std::string member = control_.member_id();
     const auto started = std::chrono::steady_clock::now();
     if (!control([&] { control_.heartbeat(); })) return;
+    check_store_outage();
     act_on_requests();
     record_store_primary();
     if (metrics_) {
@@ -316,6 +318,23 @@ class Agent {
       // until then the node is a member), then deregisters.
       if (!error && !outcome_) heartbeat();
     });
+  }
+
+  // Past --store-outage-limit without a single store call answered: the job cannot change its
+  // membership, record a step or stop by request; the workers stop at a step boundary with a
+  // final checkpoint on disk (SIGUSR1, as a job stop) and the agent exits 1 naming the store.
+  void check_store_outage() {
+    const auto since = control_.unreachable_since();
+    if (draining_ || options_.store_outage_limit.count() <= 0 || !since) return;
+    const auto out = std::chrono::steady_clock::now() - *since;
+    if (out < options_.store_outage_limit) return;
+    const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(out).count();
+    const std::string what = "the store (redis " + elastic::mask_password(options_.redis_url) +
+                             ") has answered no call for " + std::to_string(seconds) + " s (--store-outage-limit " +
+                             std::to_string(options_.store_outage_limit.count() / 1000) + " s)";
+    log()->error("node {}: {}: stopping the workers", options_.node_id, what);
+    error_ = std::make_exception_ptr(Error("node " + options_.node_id + ": " + what + "; the workers were stopped"));
+    start_stop(/*job_stop=*/true, "the store is gone");
   }
 
   // The primary this agent's connection went to, in the job's record (StorePrimaryRecord): no

@@ -46,6 +46,11 @@ struct AgentOptions {
   std::chrono::milliseconds settle{1000};  // joins within this window become one generation
   int max_restarts = 3;
   std::chrono::milliseconds drain_timeout{30000};
+  // How long the agent rides out a store that answers no call (every heartbeat failing: the
+  // primary down with no sentinel quorum to replace it, Redis gone): past it, it stops the job's
+  // workers on this node (SIGUSR1: a step boundary, a final checkpoint on disk) and `hdp agent`
+  // exits 1 naming the store. Zero: never.
+  std::chrono::milliseconds store_outage_limit{300000};
   std::vector<std::string> worker_command;
   // Prometheus metrics on http://metrics_address:metrics_port/metrics (agents/agent_metrics.h);
   // nullopt: none. Port 0: a free one (logged).

@@ -36,6 +36,7 @@ struct AgentFlags {
   int settle_ms = 1000;
   int max_restarts = 3;
   int drain_timeout_s = 30;
+  int store_outage_limit_s = 300;
   int metrics_port = -1;
   std::string metrics_address = "0.0.0.0";
   std::vector<std::string> worker;
@@ -106,6 +107,12 @@ void add_agent_command(CLI::App& app) {
   command->add_option("--drain-timeout", flags->drain_timeout_s, "Seconds workers get to checkpoint and exit on a drain")
       ->check(CLI::Range(0, 86400))
       ->capture_default_str();
+  command->add_option("--store-outage-limit", flags->store_outage_limit_s,
+                      "Seconds the agent rides out a store that answers nothing (the primary down and no sentinel "
+                      "quorum) before it stops the workers at a step boundary and exits 1 (0: never)")
+      ->envname("HDP_STORE_OUTAGE_LIMIT")
+      ->check(CLI::Range(0, 31536000))
+      ->capture_default_str();
   command->add_option("--metrics-port", flags->metrics_port,
                       "Serve Prometheus metrics of the agent and its workers on http://ADDR:PORT/metrics "
                       "(-1: off; 0: a free port, logged)")
@@ -133,6 +140,7 @@ void add_agent_command(CLI::App& app) {
     options.settle = std::chrono::milliseconds(flags->settle_ms);
     options.max_restarts = flags->max_restarts;
     options.drain_timeout = std::chrono::seconds(flags->drain_timeout_s);
+    options.store_outage_limit = std::chrono::seconds(flags->store_outage_limit_s);
     if (flags->metrics_port >= 0) options.metrics_port = flags->metrics_port;
     options.metrics_address = flags->metrics_address;
     options.worker_command = flags->worker.empty() ? std::vector<std::string>{self_executable(), "train"}

@@ -358,6 +358,35 @@ TEST_F(TrainerCluster, AWholeJobKilledAndRestartedCountsTheStepsItRedoes) {
             << " step(s) lost and redone\n";
 }
 
+// The store gone for good (redis-server SIGKILLed, never started again; what a primary down with
+// no sentinel quorum looks like): the agents ride it out for --store-outage-limit (3 s here), then
+// stop the workers at one step with a final checkpoint on disk and exit 1 naming the store.
+// Bound: the limit, plus a heartbeat to notice, plus the drain (a step and a checkpoint), plus
+// 20 s for process exits on a loaded machine.
+TEST_F(TrainerCluster, AStoreGoneForGoodStopsTheJobCleanlyAfterTheOutageLimit) {
+  TempDir dir;
+  AgentCluster cluster(options_for(dir.path()));
+  cluster.start_agent("n1", {"--store-outage-limit", "3"});
+  cluster.start_agent("n2", {"--store-outage-limit", "3"});
+  ASSERT_GE(cluster.wait_until([&] { return cluster.step() >= 40; }, 120s), 0) << cluster.all_logs();
+  const auto killed = std::chrono::steady_clock::now();
+  cluster.redis().kill();
+  const auto codes = wait_for_agents(cluster, {"n1", "n2"}, 60s);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  EXPECT_EQ(codes.at("n1"), 1) << cluster.all_logs();
+  EXPECT_EQ(codes.at("n2"), 1);
+  EXPECT_LT(seconds, 3 + 20.0);
+  const std::string logs = cluster.all_logs();
+  EXPECT_NE(logs.find("has answered no call for"), std::string::npos) << logs;
+  EXPECT_EQ(logs.find("restarting workers"), std::string::npos) << logs;
+  const Final saved = read_final(dir.path() / "ckpt");
+  const auto run = read_metrics(dir.path() / "metrics.jsonl");
+  ASSERT_FALSE(run.empty());
+  EXPECT_EQ(saved.step, run.back().step) << "the final checkpoint is the last step trained";
+  std::cout << "store killed at step ~40; the agents exited 1 after " << seconds << " s; final checkpoint at step "
+            << saved.step << "\n";
+}
+
 // (f): the whole job's store stalls for `leases` times the lease (2 s) while rank 0 is at step ~100.
 void TrainerCluster::stall(double leases) {
   TempDir dir;
