@@ -149,18 +149,6 @@ std::unique_ptr<TempDir> BlendCluster::data_;
 Documents BlendCluster::docs_a_, BlendCluster::docs_b_;
 std::unique_ptr<ReferenceRun> BlendCluster::reference_;
 
-std::map<std::string, int> wait_for_agents(AgentCluster& cluster, const std::vector<std::string>& nodes,
-                                           std::chrono::milliseconds timeout) {
-  std::map<std::string, int> codes;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (const auto& node : nodes) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    const auto status = cluster.agent(node).wait_for(std::max(left, 1ms));
-    codes[node] = status && WIFEXITED(*status) ? WEXITSTATUS(*status) : -1;
-  }
-  return codes;
-}
-
 TEST_F(BlendCluster, ANodeLossAndAFullStopAndResumeTakeEveryPieceOfTheBlendOnce) {
   ASSERT_TRUE(reference_->ok()) << "the fault-free run did not complete";
   const auto blend = open_blend();

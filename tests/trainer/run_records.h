@@ -13,6 +13,12 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <map>
+
+#include "tests/agents/agent_cluster.h"
 
 #include "checkpoint/group.h"
 #include "checkpoint/restorer.h"
@@ -65,6 +71,31 @@ inline Final read_final(const std::filesystem::path& root) {
   EXPECT_TRUE(progress.has_value()) << "no checkpoint under " << root;
   if (progress) f.step = progress->step;
   return f;
+}
+
+// Waits until every agent of `nodes` exited, `timeout` in all; their exit codes (-1: did not
+// exit, or not by exit()).
+inline std::map<std::string, int> wait_for_agents(AgentCluster& cluster, const std::vector<std::string>& nodes,
+                                                  std::chrono::milliseconds timeout) {
+  std::map<std::string, int> codes;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (const auto& node : nodes) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto status = cluster.agent(node).wait_for(std::max(left, std::chrono::milliseconds(1)));
+    codes[node] = status && WIFEXITED(*status) ? WEXITSTATUS(*status) : -1;
+  }
+  return codes;
+}
+
+// What the store's trouble must not cost, read from the agents' logs: a worker started again
+// (beyond the `workers` first starts), a node evicted, a generation published without members.
+inline void expect_no_worker_restarted(const std::string& logs, std::size_t workers) {
+  EXPECT_EQ(logs.find("restarting workers"), std::string::npos) << logs;
+  EXPECT_EQ(logs.find("(evicted)"), std::string::npos) << logs;
+  EXPECT_EQ(logs.find(": 0 node(s), world size 0"), std::string::npos) << logs;
+  std::size_t starts = 0;
+  for (auto at = logs.find(" started (pid "); at != std::string::npos; at = logs.find(" started (pid ", at + 1)) ++starts;
+  EXPECT_EQ(starts, workers) << "a worker was started again";
 }
 
 }  // namespace hdp::test

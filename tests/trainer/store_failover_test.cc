@@ -76,12 +76,7 @@ class StoreFailover : public ::testing::Test {
       EXPECT_TRUE(status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << node << "\n" << cluster.all_logs();
     }
     const std::string logs = cluster.all_logs();
-    EXPECT_EQ(logs.find("restarting workers"), std::string::npos) << logs;
-    EXPECT_EQ(logs.find("(evicted)"), std::string::npos) << logs;
-    EXPECT_EQ(logs.find(": 0 node(s), world size 0"), std::string::npos) << logs;
-    std::size_t starts = 0;
-    for (auto p = logs.find(" started (pid "); p != std::string::npos; p = logs.find(" started (pid ", p + 1)) ++starts;
-    EXPECT_EQ(starts, 6u) << "a worker was started again";
+    expect_no_worker_restarted(logs, 6);
     EXPECT_NE(logs.find("primary moved from"), std::string::npos) << "no process saw the failover\n" << logs;
 
     const auto run = read_metrics(dir.path() / "metrics.jsonl");
