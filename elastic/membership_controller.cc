@@ -288,8 +288,15 @@ bool MembershipController::hold_for_store_trouble(Clock::time_point began, std::
     }
   }
   if (now >= judge_after_ && mass_expiry_held_ != current_.number) {
+    // A member whose node registered again (a live candidate of the same node: its agent was
+    // restarted) is replaced, not lost to the store: it does not count.
     std::size_t missing = 0;
-    for (const auto& member : current_.members) missing += !leases.contains(keys::lease(member.node, member.incarnation));
+    for (const auto& member : current_.members) {
+      const bool replaced = std::any_of(candidates_.begin(), candidates_.end(), [&](const Candidate& c) {
+        return c.node == member.node && leases.contains(keys::lease(c.node, c.incarnation));
+      });
+      missing += !replaced && !leases.contains(keys::lease(member.node, member.incarnation));
+    }
     if (missing >= 2 && 2 * missing > current_.members.size()) {
       mass_expiry_held_ = current_.number;
       hold(std::to_string(missing) + " of the " + std::to_string(current_.members.size()) +
@@ -328,7 +335,7 @@ std::optional<std::int64_t> MembershipController::tick(std::int64_t seen_by_lead
 
   Evictions evictions = read_evictions(head[3]);
   const Cordons cordons = read_cordons(head[5]);
-  const auto fresh = new_evictions(broken, head[4], evictions);
+  auto fresh = new_evictions(broken, head[4], evictions);
   if (!fresh) return std::nullopt;
 
   // The leases of every member, candidate and benched node (one whose every slot is evicted,
@@ -355,6 +362,11 @@ std::optional<std::int64_t> MembershipController::tick(std::int64_t seen_by_lead
   for (const auto& [key, lease] : leases) newest_known = std::max(newest_known, lease.last_generation);
   const bool rolled_back = number > 0 && number < newest_known;
   if (!hold_for_store_trouble(began, number, newest_known, leases)) return std::nullopt;
+  // A member that never reported on a broken generation because its incarnation is dead (no
+  // lease) is gone anyway; evicting its node/slot would only keep out the node's next incarnation.
+  std::erase_if(*fresh, [&](const Eviction& e) {
+    return e.reason == "timeout" && !leases.contains(keys::lease(e.node, e.incarnation));
+  });
   auto live = [&](const std::string& node, const std::string& incarnation) -> const NodeLease* {
     auto it = leases.find(keys::lease(node, incarnation));
     return it != leases.end() && it->second.node == node && it->second.incarnation == incarnation &&

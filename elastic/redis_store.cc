@@ -198,8 +198,24 @@ int RedisStore::failovers() const {
 }
 
 ResolvedPrimary RedisStore::open_connection(Duration connect_timeout, Clock::time_point deadline) {
-  if (resolver_) return resolver_->connect_primary(connect_timeout, options_.command_timeout, deadline);
-  return {endpoint_, std::make_unique<RedisConnection>(endpoint_, connect_timeout, options_.command_timeout)};
+  if (!resolver_) return {endpoint_, std::make_unique<RedisConnection>(endpoint_, connect_timeout, options_.command_timeout)};
+  try {
+    return resolver_->connect_primary(connect_timeout, options_.command_timeout, deadline);
+  } catch (const StoreUnavailable& e) {
+    // Sentinels are needed only to find a primary. With none answering, no failover can happen
+    // either: the last primary found, if it still says ROLE master, is the primary (a connection
+    // closed for idleness, or shut down to wake a blocking read, opens again without them).
+    if (!primary_ || std::string_view(e.what()).find("no sentinel") == std::string_view::npos) throw;
+    auto connection = std::make_unique<RedisConnection>(*primary_, connect_timeout, options_.command_timeout);
+    const RedisReply role = connection->command({"ROLE"});
+    if (role.type != RedisReply::Type::kArray || role.elements.empty() || role.elements[0].str != "master") throw;
+    if (!unresolved_logged_) {
+      log()->warn("{}; connected to the last primary found, {}, which still answers ROLE master", e.what(),
+                  primary_->display());
+      unresolved_logged_ = true;
+    }
+    return {*primary_, std::move(connection)};
+  }
 }
 
 void RedisStore::reconnect(Clock::time_point deadline) {

@@ -120,6 +120,7 @@ class RedisStore final : public Store {
   // `deadline`. Requires mutex_.
   void reconnect(std::chrono::steady_clock::time_point deadline);
   // One attempt of reconnect(): the connection and the endpoint it went to. Requires mutex_.
+  // Through the sentinels; when none answers, the last primary found if it still says ROLE master.
   ResolvedPrimary open_connection(std::chrono::milliseconds connect_timeout,
                                   std::chrono::steady_clock::time_point deadline);
   // Throws for an error reply, naming the command and its key when it has one: AuthError for a
@@ -131,6 +132,7 @@ class RedisStore final : public Store {
   const RedisStoreOptions options_;
   mutable std::mutex mutex_;
   std::unique_ptr<RedisConnection> connection_;  // guarded by mutex_; null while broken
+  bool unresolved_logged_ = false;               // guarded by mutex_: connected without the sentinels, logged
   bool connected_once_ = false;                  // guarded by mutex_
   int reconnects_ = 0;                           // guarded by mutex_
   std::optional<SentinelResolver> resolver_;     // guarded by mutex_; set for a sentinel endpoint
