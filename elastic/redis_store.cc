@@ -207,8 +207,7 @@ ResolvedPrimary RedisStore::open_connection(Duration connect_timeout, Clock::tim
     // closed for idleness, or shut down to wake a blocking read, opens again without them).
     if (!primary_ || std::string_view(e.what()).find("no sentinel") == std::string_view::npos) throw;
     auto connection = std::make_unique<RedisConnection>(*primary_, connect_timeout, options_.command_timeout);
-    const RedisReply role = connection->command({"ROLE"});
-    if (role.type != RedisReply::Type::kArray || role.elements.empty() || role.elements[0].str != "master") throw;
+    if (!says_master(connection->command({"ROLE"}))) throw;
     if (!unresolved_logged_) {
       log()->warn("{}; connected to the last primary found, {}, which still answers ROLE master", e.what(),
                   primary_->display());

@@ -134,7 +134,7 @@ ResolvedPrimary SentinelResolver::connect_primary(Duration connect_timeout, Dura
                  primary.endpoint.display());
     return primary;
   }
-  if (role.type != RedisReply::Type::kArray || role.elements.empty() || role.elements[0].str != "master") {
+  if (!says_master(role)) {
     const std::string said = role.type == RedisReply::Type::kError ? "'" + role.str + "'"
                              : role.elements.empty()                ? "nothing"
                                                                     : role.elements[0].str;
@@ -177,6 +177,10 @@ std::optional<std::pair<std::string, int>> SentinelResolver::ask_sentinel(std::s
   } catch (const Error&) {
     return std::nullopt;  // cannot confirm: the ROLE check stands
   }
+}
+
+bool says_master(const RedisReply& role) {
+  return role.type == RedisReply::Type::kArray && !role.elements.empty() && role.elements[0].str == "master";
 }
 
 RedisEndpoint resolve_primary(const RedisEndpoint& sentinel_endpoint, std::chrono::milliseconds connect_timeout,

@@ -70,6 +70,9 @@ class SentinelResolver {
   RedisEndpoint endpoint_;
 };
 
+// Whether a ROLE reply says the node is a primary ("master").
+bool says_master(const RedisReply& role);
+
 // One resolution with a fresh SentinelResolver; returns the primary's endpoint (the connection that
 // checked it is closed).
 RedisEndpoint resolve_primary(const RedisEndpoint& sentinel_endpoint, std::chrono::milliseconds connect_timeout,

@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 
 #include "tests/agents/agent_cluster.h"
@@ -71,6 +72,19 @@ inline Final read_final(const std::filesystem::path& root) {
   EXPECT_TRUE(progress.has_value()) << "no checkpoint under " << root;
   if (progress) f.step = progress->step;
   return f;
+}
+
+// Every step 1..`steps` has a line (`ran`), except one that a new generation rolled forward while
+// its rank 0 had not computed the step's loss (it failed before the loss was reduced): the trainer
+// logs that it cannot report it (trainer/recovery.cc), and `logs` must say so for each such step.
+inline void expect_every_step_ran(const std::function<bool(std::int64_t)>& ran, std::int64_t steps,
+                                  const std::string& logs) {
+  for (std::int64_t step = 1; step <= steps; ++step) {
+    if (ran(step)) continue;
+    EXPECT_NE(logs.find("step " + std::to_string(step) + " was rolled forward; its loss is not known to rank 0"),
+              std::string::npos)
+        << "step " << step << " was never run";
+  }
 }
 
 // Waits until every agent of `nodes` exited, `timeout` in all; their exit codes (-1: did not
