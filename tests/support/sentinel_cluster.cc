@@ -134,6 +134,8 @@ std::string SentinelCluster::config_text(const Process& process) const {
            << "masterauth " << quoted(options_.password) << "\n";
     }
     if (&process != &data_.front()) text << "replicaof 127.0.0.1 " << data_.front().port << "\n";
+    const auto index = static_cast<std::size_t>(&process - data_.data());
+    if (index < options_.replica_priority.size()) text << "replica-priority " << options_.replica_priority[index] << "\n";
   }
   return text.str();
 }

@@ -48,6 +48,9 @@ struct SentinelClusterOptions {
   // min_replicas_max_lag (Redis's min-replicas-to-write / min-replicas-max-lag; 0: off).
   int min_replicas_to_write = 0;
   int min_replicas_max_lag = 10;
+  // replica-priority of data node i (index 0 is the first primary); missing: Redis's default, 100.
+  // 0: the sentinels never promote it; otherwise the lowest promotable value wins.
+  std::vector<int> replica_priority;
   std::string password;           // data nodes: requirepass + masterauth (+ sentinel auth-pass)
   std::string sentinel_password;  // sentinels: requirepass (+ sentinel sentinel-pass)
   std::chrono::milliseconds ready_timeout{30000};

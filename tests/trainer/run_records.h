@@ -18,9 +18,11 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <sstream>
 
 #include "tests/agents/agent_cluster.h"
 
+#include "elastic/job_state.h"
 #include "checkpoint/group.h"
 #include "checkpoint/restorer.h"
 #include "checkpoint/state.h"
@@ -103,6 +105,41 @@ inline std::map<std::string, int> wait_for_agents(AgentCluster& cluster, const s
 
 // What the store's trouble must not cost, read from the agents' logs: a worker started again
 // (beyond the `workers` first starts), a node evicted, a generation published without members.
+// The job's events, oldest first, each as its fields (`type`, `step`, ...).
+using JobEvent = std::map<std::string, std::string>;
+inline std::vector<JobEvent> job_events(AgentCluster& cluster) {
+  std::vector<JobEvent> out;
+  elastic::JobState job(cluster.store());
+  for (const auto& e : job.snapshot(elastic::kEventsKept).events) out.emplace_back(e.fields.begin(), e.fields.end());
+  return out;
+}
+
+// No worker acted on a generation older than (or the same as) one it had acted on: the numbers in
+// its "worker NODE/LOCAL: generation G: rank R of W" lines rise strictly.
+inline void expect_generations_increase_per_worker(const std::string& logs) {
+  std::map<std::string, std::pair<std::int64_t, std::string>> last;  // worker -> its last generation, line
+  std::istringstream lines(logs);
+  for (std::string line; std::getline(lines, line);) {
+    const auto who = line.find("worker ");
+    const auto gen = line.find(": generation ", who == std::string::npos ? 0 : who);
+    if (who == std::string::npos || gen == std::string::npos) continue;
+    const auto rank = line.find(": rank ", gen + 13);
+    if (rank == std::string::npos || rank == gen + 13 ||
+        line.find_first_not_of("0123456789", gen + 13) != rank) {
+      continue;  // another line about a generation ("generation 3: allreduce #4: peer lost: rank 5 ...")
+    }
+    const std::string worker = line.substr(who + 7, gen - who - 7);
+    const std::int64_t g = std::stoll(line.substr(gen + 13, rank - gen - 13));
+    const auto [it, first] = last.emplace(worker, std::pair(g, line));
+    if (!first) {
+      EXPECT_GT(g, it->second.first) << "worker " << worker << " acted on generation " << g << " after "
+                                     << it->second.first << ":\n" << it->second.second << "\n" << line;
+      it->second = {g, line};
+    }
+  }
+  EXPECT_FALSE(last.empty()) << "no worker's generation line in the logs";
+}
+
 inline void expect_no_worker_restarted(const std::string& logs, std::size_t workers) {
   EXPECT_EQ(logs.find("restarting workers"), std::string::npos) << logs;
   EXPECT_EQ(logs.find("(evicted)"), std::string::npos) << logs;

@@ -7,7 +7,9 @@
 //     step's loss and the final parameters and AdamW moments equal a fault-free run's bitwise (the
 //     same 6 ranks throughout: the store's trouble changes no membership);
 //   - the primary SIGSTOPped past down-after-milliseconds, a replica promoted, then resumed: it
-//     comes back as a replica (the sentinels demote it), and the job completes the same way;
+//     comes back as a replica (the sentinels demote it), and the job completes the same way; MONITOR
+//     on every data node shows that no live client was answered by the replaced primary and that
+//     no client read or wrote a replica;
 //   - every sentinel killed while the primary lives: the job completes the same way.
 // The fault-free run is a private redis-server (the store cannot change the arithmetic).
 // Bounds: the failover itself within 30 s (measured 2-4 s; a failed election is retried after
@@ -15,12 +17,18 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <signal.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <random>
 
+#include "checkpoint/checkpoint_root.h"
+#include "elastic/job_keys.h"
 #include "tests/agents/agent_cluster.h"
 #include "tests/support/reference_run.h"
+#include "tests/support/redis_monitor.h"
 #include "tests/support/sentinel_cluster.h"
 #include "tests/support/temp_dir.h"
 #include "tests/trainer/run_records.h"
@@ -31,16 +39,21 @@ namespace {
 using namespace std::chrono_literals;
 
 constexpr int kSteps = 300;
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 const std::vector<std::string> kNodes = {"n1", "n2", "n3"};
 
-ClusterOptions options_for(const std::filesystem::path& dir, const std::string& redis_url = {}) {
+ClusterOptions options_for(const std::filesystem::path& dir, const std::string& redis_url = {},
+                           int checkpoint_every = 10) {
   ClusterOptions o;
   o.nnodes = "1:3";
   o.nproc = 2;
   o.redis_url = redis_url;
   o.train_args = {"--model", "tiny", "--steps", std::to_string(kSteps), "--context", "128", "--capacity", "128",
                   "--batch-tokens", "1536", "--lr", "3e-3", "--warmup-steps", "10", "--seed", "77",
-                  "--checkpoint-dir", (dir / "ckpt").string(), "--checkpoint-every", "10",
+                  "--checkpoint-dir", (dir / "ckpt").string(), "--checkpoint-every", std::to_string(checkpoint_every),
                   "--metrics-file", (dir / "metrics.jsonl").string(), "--timeout-ms", "5000",
                   "--threads", "1", "--log-every", "10", "--no-speed-aware"};
   return o;
@@ -109,19 +122,210 @@ TEST_F(StoreFailover, ThePrimaryKilledMidRunIsReplacedAndTheJobLosesNothing) {
   });
 }
 
+// MONITOR on every data node from before the job starts to its end (RedisMonitor), and the old
+// primary's clients as the kernel sees them just before it resumes: a client still connected then
+// could be answered by it; one that closed its end (CLOSE_WAIT) gave up on it.
 TEST_F(StoreFailover, ThePrimaryPausedPastDownAfterComesBackAsAReplicaAndTheJobLosesNothing) {
   // As docs/deploy.md advises: a primary refuses writes without a replica, so the old one, resumed
   // with its replicas gone to the new one, takes none before the sentinels demote it.
   SentinelCluster sentinels(SentinelClusterOptions{.min_replicas_to_write = 1});
+  TempDir records;
+  std::vector<std::unique_ptr<RedisMonitor>> monitors;
+  for (int i = 0; i < sentinels.data_count(); ++i) {
+    monitors.push_back(std::make_unique<RedisMonitor>(sentinels.data_port(i),
+                                                      records.path() / ("monitor-" + std::to_string(i) + ".txt")));
+  }
+  int old_index = -1, new_index = -1;
+  double paused_at = 0;
+  std::map<std::string, std::string> clients_at_resume;
   run_with(sentinels, fault_step(), [&](AgentCluster&) {
     const int old_port = sentinels.primary_port();
-    const int old_index = sentinels.data_index(old_port);
+    old_index = sentinels.data_index(old_port);
+    paused_at = unix_now();
     sentinels.pause_data(old_index);
     const int new_port = sentinels.wait_for_primary_change(old_port, 30s);
+    new_index = sentinels.data_index(new_port);
+    clients_at_resume = tcp_peers(old_port);
     sentinels.resume_data(old_index);
     EXPECT_TRUE(sentinels.wait_for_role(old_index, "slave", 45s)) << "the old primary was not demoted";
     std::cout << "primary " << old_port << " paused; " << new_port << " promoted; the old one is a replica again\n";
   });
+  for (auto& m : monitors) m->stop();
+  ASSERT_GE(old_index, 0);
+  ASSERT_GE(new_index, 0);
+
+  // A replica's MONITOR shows its primary's stream, as commands of a client whose address is the
+  // primary's: that is replication, not a client of the job.
+  auto primary_of = [&](const MonitorLine& line) {
+    for (int i = 0; i < sentinels.data_count(); ++i) {
+      if (line.client == sentinels.data_display(i)) return i;
+    }
+    return -1;
+  };
+  // The old primary, from its pause on: every command that read or wrote the keyspace for a client
+  // was for one that had closed its connection before the primary resumed (sent before the pause or
+  // during it, its sender had given up and resolved again): no live process was answered.
+  int for_gone = 0, replicated_to_it = 0;
+  for (const MonitorLine& line : monitors[old_index]->lines()) {
+    if (line.at < paused_at || line.client == "lua" || !is_data_command(line.command)) continue;
+    if (primary_of(line) >= 0) {
+      EXPECT_EQ(primary_of(line), new_index) << line.text;
+      ++replicated_to_it;
+      continue;
+    }
+    const auto state = clients_at_resume.find(line.client);
+    if (state != clients_at_resume.end() && state->second == "CLOSE_WAIT") {
+      ++for_gone;
+      continue;
+    }
+    ADD_FAILURE() << "the replaced primary answered a live client ("
+                  << (state == clients_at_resume.end() ? "connected after it resumed" : state->second)
+                  << "): " << line.text;
+  }
+  EXPECT_GT(replicated_to_it, 0) << "MONITOR saw no replication into the demoted primary";
+  // The other nodes: nothing came from the old primary's stream after its pause (no write it took
+  // then reached anyone); the new primary before the pause and the replica never promoted were
+  // replicas: no client of the job read or wrote them.
+  int seen = 0;
+  for (int i = 0; i < sentinels.data_count(); ++i) {
+    if (i == old_index) continue;
+    for (const MonitorLine& line : monitors[i]->lines()) {
+      if (line.client == "lua" || !is_data_command(line.command)) continue;
+      if (const int from = primary_of(line); from >= 0) {
+        if (from == old_index && line.at >= paused_at) ADD_FAILURE() << "node " << i << " applied the old primary's: " << line.text;
+        continue;
+      }
+      ++seen;
+      if (i != new_index || line.at < paused_at) ADD_FAILURE() << "replica " << i << " was read or written: " << line.text;
+    }
+  }
+  std::cout << "MONITOR: " << for_gone << " command(s) the old primary ran after its pause, all for clients gone; "
+            << seen << " on the new primary after the promotion; monitors restarted "
+            << monitors[0]->restarts() << "/" << monitors[1]->restarts() << "/" << monitors[2]->restarts() << "\n";
+}
+
+// A rollback through Sentinel: a replica several heartbeats behind is promoted while a membership
+// change is in flight. Replica 1 is SIGSTOPped and the primary, told `repl-timeout 2`, drops it
+// (stopping a replica alone lags nothing: what the primary sends waits in the replica's socket
+// buffer and is applied when it resumes); replica 2 (replica-priority 0: never promoted) keeps
+// `min-replicas-to-write 1` met. Behind replica 1's back: a checkpoint (`hdp checkpoint`, the job
+// saves no other) is committed and recorded, and a node is SIGKILLed; the moment the primary holds
+// the generation without it, the primary is SIGKILLed and replica 1 resumed and promoted: the new
+// primary knows neither. Asserted: the leader sees the rollback (`store_rollback`), no generation
+// number is published twice (so every number after the promotion is above every number before
+// it), no worker acts on a generation older than one it acted on, no worker is restarted; then the
+// whole job is SIGKILLed and started again: it resumes from the checkpoint the store lost (the
+// newest committed one in the directory), the `restore` event says so, and the job completes.
+TEST_F(StoreFailover, ALaggingReplicaPromotedDuringAMembershipChangeRepublishesAboveAndKeepsTheNewestCheckpoint) {
+  SentinelCluster sentinels(SentinelClusterOptions{.min_replicas_to_write = 1, .replica_priority = {100, 100, 0}});
+  TempDir dir;
+  AgentCluster cluster(options_for(dir.path(), sentinels.url(), 100000));
+  for (const auto& node : kNodes) cluster.start_agent(node);
+  ASSERT_GE(cluster.wait_until([&] { return cluster.step() >= 30; }, 120s), 0) << cluster.all_logs();
+  const int old_port = sentinels.primary_port();
+  ASSERT_EQ(old_port, sentinels.data_port(0));
+  auto primary = sentinels.connect_data(0);
+  auto replicas_of_primary = [&] {
+    const std::string info = primary->command({"INFO", "replication"}).str;
+    const auto at = info.find("connected_slaves:");
+    return at == std::string::npos ? -1 : std::stoi(info.substr(at + 17));
+  };
+  ASSERT_EQ(primary->command({"CONFIG", "SET", "repl-timeout", "2"}).type, elastic::RedisReply::Type::kStatus);
+  sentinels.pause_data(1);
+  ASSERT_GE(cluster.wait_until([&] { return replicas_of_primary() == 1; }, 15s), 0) << "the primary kept replica 1";
+
+  // A checkpoint only the primary knows about.
+  const CommandResult asked = run_command(
+      {cluster.hdp(), "checkpoint", "--job", cluster.job(), "--redis", cluster.redis_url()}, {}, 60s);
+  ASSERT_EQ(asked.exit_code, 0) << asked.out << asked.err;
+  std::int64_t saved = -1;
+  ASSERT_GE(cluster.wait_until(
+                [&] {
+                  const auto committed = checkpoint::list_committed(dir.path() / "ckpt");
+                  if (!committed.empty()) saved = committed.back().step;
+                  return saved > 0;
+                },
+                60s),
+            0)
+      << cluster.all_logs();
+
+  // A membership change the promoted replica will not know: a follower's node killed.
+  const std::int64_t before = cluster.generation();
+  const std::string leader = cluster.leader().value_or("");
+  const std::string victim = leader.starts_with("n3/") ? "n2" : "n3";
+  const std::vector<pid_t> workers = cluster.worker_pids(victim);
+  cluster.agent(victim).kill();
+  for (const pid_t pid : workers) ::kill(pid, SIGKILL);
+  const std::string gen_key = elastic::keys::job_namespace(cluster.job()) + elastic::keys::kGeneration;
+  std::int64_t published = before;
+  ASSERT_GE(cluster.wait_until(
+                [&] {
+                  const auto reply = primary->command({"GET", gen_key});
+                  if (reply.type == elastic::RedisReply::Type::kString) published = std::stoll(reply.str);
+                  return published > before;
+                },
+                30s),
+            0)
+      << cluster.all_logs();
+  sentinels.kill_data(0);
+  sentinels.resume_data(1);
+  const auto began = std::chrono::steady_clock::now();
+  const int new_port = sentinels.wait_for_primary_change(old_port, 30s);
+  ASSERT_EQ(new_port, sentinels.data_port(1)) << "the lagging replica was not the one promoted";
+  std::cout << "generation " << published << " (without " << victim << ") and checkpoint step " << saved
+            << " written while replica 1 lagged; it was promoted after "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count() << " s\n";
+
+  // The leader sees the rollback and republishes above; the job trains on.
+  const std::int64_t at_promotion = cluster.step();
+  ASSERT_GE(cluster.wait_until([&] { return cluster.generation() > published && cluster.step() >= at_promotion + 10; },
+                               90s),
+            0)
+      << cluster.all_logs();
+  bool rollback_seen = false;
+  for (const JobEvent& e : job_events(cluster)) rollback_seen |= e.at("type") == "store_rollback";
+  EXPECT_TRUE(rollback_seen) << "no store_rollback event: the promoted replica was not behind?\n" << cluster.all_logs();
+
+  // The whole job killed (no final checkpoint), then started again.
+  for (const auto& node : kNodes) {
+    if (node == victim) continue;
+    const std::vector<pid_t> pids = cluster.worker_pids(node);
+    cluster.agent(node).kill();
+    for (const pid_t pid : pids) ::kill(pid, SIGKILL);
+  }
+  const std::string first_logs = cluster.all_logs();
+  std::vector<std::int64_t> numbers;
+  for (auto at = first_logs.find("published generation "); at != std::string::npos;
+       at = first_logs.find("published generation ", at + 1)) {
+    numbers.push_back(std::stoll(first_logs.substr(at + 21)));
+  }
+  std::sort(numbers.begin(), numbers.end());
+  EXPECT_EQ(std::adjacent_find(numbers.begin(), numbers.end()), numbers.end())
+      << "a generation number was published twice\n" << first_logs;
+  expect_generations_increase_per_worker(first_logs);
+  expect_no_worker_restarted(first_logs, 6);
+  if (HasFailure()) std::cout << first_logs;
+  const auto committed = checkpoint::list_committed(dir.path() / "ckpt");
+  ASSERT_FALSE(committed.empty());
+  ASSERT_EQ(committed.back().step, saved) << "the job saved another checkpoint";
+  const std::int64_t reported = std::stoll(cluster.state()["step"]);
+
+  for (const auto& node : kNodes) cluster.start_agent(node);
+  for (const auto& node : kNodes) {
+    const auto status = cluster.agent(node).wait_for(240s);
+    EXPECT_TRUE(status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << node << "\n" << cluster.all_logs();
+  }
+  EXPECT_EQ(cluster.state()["status"], "completed");
+  int restores = 0;
+  for (const JobEvent& e : job_events(cluster)) {
+    if (e.at("type") != "restore" || e.at("source") != "checkpoint") continue;
+    ++restores;
+    EXPECT_EQ(e.at("step"), std::to_string(saved)) << "not resumed from the newest committed checkpoint";
+    EXPECT_EQ(e.at("lost_steps"), std::to_string(reported - saved));
+  }
+  EXPECT_EQ(restores, 1) << cluster.all_logs();
+  std::cout << "killed at step " << reported << "; resumed from step " << saved << "; generations published: "
+            << numbers.size() << ", the last " << (numbers.empty() ? 0 : numbers.back()) << "\n";
 }
 
 // Sentinels are needed only to find a primary: with all three killed mid-run and the primary
