@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
@@ -143,20 +144,38 @@ ResolvedPrimary SentinelResolver::connect_primary(Duration connect_timeout, Dura
     throw StoreUnavailable(what + ": " + primary.endpoint.display() + " answered ROLE " + said + " (a stale sentinel)");
   }
   // A primary that was paused while the sentinels failed over answers ROLE master once it resumes,
-  // until they demote it: a connection opened across that moment (asked before the failover,
-  // answered after) would write into data the demotion discards. So the sentinel that named it is
-  // asked again now; another answer means the failover happened meanwhile.
-  if (const auto again = ask_sentinel(0, connect_timeout, command_timeout, deadline);
-      again && (again->first != primary.endpoint.host || again->second != primary.endpoint.port)) {
-    throw StoreUnavailable(what + ": the primary moved from " + primary.endpoint.display() + " to " +
-                           host_port(again->first, again->second) + " while connecting");
+  // until they demote it, and a sentinel that was cut off or slow still names it then: a
+  // connection opened across that moment would read old data and write into data the demotion
+  // discards. So every sentinel is asked again now, and the primary is the address of the newest
+  // configuration (the highest config-epoch: each failover raises it): refused when a sentinel
+  // whose configuration is at least as new as any naming this node names another.
+  std::int64_t ours = -1;
+  std::optional<std::pair<std::size_t, SentinelView>> other;
+  for (std::size_t i = 0; i < sentinels.size(); ++i) {
+    const auto view = ask_sentinel(i, connect_timeout, command_timeout, deadline);
+    if (!view) continue;
+    if (view->host == primary.endpoint.host && view->port == primary.endpoint.port) {
+      ours = std::max(ours, view->epoch);
+    } else if (!other || view->epoch > other->second.epoch) {
+      other.emplace(i, *view);
+    }
+  }
+  if (other && other->second.epoch >= ours) {
+    std::rotate(sentinels.begin(), sentinels.begin() + static_cast<std::ptrdiff_t>(other->first),
+                sentinels.begin() + static_cast<std::ptrdiff_t>(other->first) + 1);
+    throw StoreUnavailable(what + ": " + primary.endpoint.display() + " answers ROLE master, but the sentinel at " +
+                           host_port(sentinels.front().first, sentinels.front().second) + " names " +
+                           host_port(other->second.host, other->second.port) + " (configuration epoch " +
+                           std::to_string(other->second.epoch) +
+                           (ours >= 0 ? ", against " + std::to_string(ours) : std::string()) +
+                           "): the primary moved, or is moving");
   }
   return primary;
 }
 
-std::optional<std::pair<std::string, int>> SentinelResolver::ask_sentinel(std::size_t i, Duration connect_timeout,
-                                                                          Duration command_timeout,
-                                                                          Clock::time_point deadline) const {
+std::optional<SentinelResolver::SentinelView> SentinelResolver::ask_sentinel(std::size_t i, Duration connect_timeout,
+                                                                            Duration command_timeout,
+                                                                            Clock::time_point deadline) const {
   const Duration remaining = left(deadline);
   if (remaining <= Duration(0) || i >= endpoint_.sentinels.size()) return std::nullopt;
   RedisEndpoint sentinel;
@@ -166,14 +185,24 @@ std::optional<std::pair<std::string, int>> SentinelResolver::ask_sentinel(std::s
   try {
     RedisConnection connection(sentinel, std::clamp(std::min(connect_timeout, kSentinelConnectTimeout), Duration(1), remaining),
                                std::clamp(std::min(command_timeout, kSentinelCommandTimeout), Duration(1), remaining));
-    const RedisReply reply = connection.command({"SENTINEL", "get-master-addr-by-name", endpoint_.master_name});
+    // One round trip: the address it gives clients, and its view's configuration epoch.
+    const auto replies = connection.pipeline({{"SENTINEL", "get-master-addr-by-name", endpoint_.master_name},
+                                              {"SENTINEL", "master", endpoint_.master_name}});
+    const RedisReply& address = replies.at(0);
     int port = 0;
-    if (reply.type != RedisReply::Type::kArray || reply.elements.size() != 2 ||
-        std::from_chars(reply.elements[1].str.data(), reply.elements[1].str.data() + reply.elements[1].str.size(), port)
+    if (address.type != RedisReply::Type::kArray || address.elements.size() != 2 ||
+        std::from_chars(address.elements[1].str.data(), address.elements[1].str.data() + address.elements[1].str.size(), port)
                 .ec != std::errc()) {
       return std::nullopt;
     }
-    return std::make_pair(reply.elements[0].str, port);
+    SentinelView view{address.elements[0].str, port, 0};
+    const RedisReply& master = replies.at(1);
+    for (std::size_t f = 0; master.type == RedisReply::Type::kArray && f + 1 < master.elements.size(); f += 2) {
+      if (master.elements[f].str != "config-epoch") continue;
+      const std::string& text = master.elements[f + 1].str;
+      if (std::from_chars(text.data(), text.data() + text.size(), view.epoch).ec != std::errc()) view.epoch = 0;
+    }
+    return view;
   } catch (const Error&) {
     return std::nullopt;  // cannot confirm: the ROLE check stands
   }

@@ -7,7 +7,12 @@
 //   2. `SENTINEL get-master-addr-by-name NAME` gives the primary's address (nil: that sentinel does
 //      not know the name; the next one is asked);
 //   3. connect to that address with the data nodes' credentials and db, and check that `ROLE`
-//      says "master" (a sentinel that has not yet seen a failover names the old, demoted primary).
+//      says "master" (a sentinel that has not yet seen a failover names the old, demoted primary);
+//   4. ask every sentinel again (`get-master-addr-by-name` and `SENTINEL master`'s config-epoch,
+//      one round trip each): refused when one whose configuration is at least as new as any that
+//      names this node names another (a primary paused through a failover answers ROLE master
+//      once resumed, until the sentinels demote it, and a sentinel that missed the failover still
+//      names it; each failover raises the epoch).
 // A sentinel that answered moves to the front of the list (it is asked first next time); one that
 // named a node that is not a master moves to the back.
 //
@@ -16,8 +21,9 @@
 //    mistyped name; not retried);
 //  - AuthError: the data node refused the credentials, or no sentinel answered and one refused the
 //    sentinel password (or required one that was not given); it is named;
-//  - StoreUnavailable: no sentinel answered (the last error is given), or the named node answered
-//    ROLE slave (a stale sentinel): the caller retries, after a pause (RedisStore::reconnect does);
+//  - StoreUnavailable: no sentinel answered (the last error is given), the named node answered
+//    ROLE slave (a stale sentinel), or a sentinel with a configuration as new names another node
+//    (step 4): the caller retries, after a pause (RedisStore::reconnect does);
 //  - RedisIoError (a StoreUnavailable): the named node could not be reached (a primary just lost,
 //    before the sentinels fail over): retried the same way.
 // Every reconnection must resolve again (a failover changes the address): RedisStore does.
@@ -27,6 +33,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -63,9 +70,15 @@ class SentinelResolver {
   const RedisEndpoint& endpoint() const { return endpoint_; }  // sentinels in the order they are asked
 
  private:
-  // Sentinel i's answer for the master, or nothing (unreachable, no answer, no time left).
-  std::optional<std::pair<std::string, int>> ask_sentinel(std::size_t i, Duration connect_timeout,
-                                                          Duration command_timeout, Clock::time_point deadline) const;
+  // What sentinel i says of the master: the address it gives and its configuration epoch (0 when it
+  // gives none); nothing when it does not answer (unreachable, no answer, no time left).
+  struct SentinelView {
+    std::string host;
+    int port = 0;
+    std::int64_t epoch = 0;
+  };
+  std::optional<SentinelView> ask_sentinel(std::size_t i, Duration connect_timeout, Duration command_timeout,
+                                           Clock::time_point deadline) const;
 
   RedisEndpoint endpoint_;
 };

@@ -11,6 +11,7 @@
 // printed; only upper bounds and orderings are asserted.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <thread>
@@ -147,6 +148,56 @@ TEST(Sentinel, APausedPrimaryIsReplacedAndComesBackAsAReplica) {
   std::cout << "[ measured ] a call made while the primary was SIGSTOPped succeeded on the promoted replica after "
             << call_s << " s; the resumed node was a replica after " << demoted_s << " s\n";
   EXPECT_LT(call_s, 30.0);
+}
+
+// A sentinel that missed a failover still names the old primary, and that primary, paused through
+// the failover and resumed, answers ROLE master until the sentinels demote it: a resolution that
+// asks the stale sentinel first must not end on the old primary (elastic/sentinel.h, step 4: the
+// other sentinels name the new one with a newer configuration epoch). Sentinel 2 is SIGKILLed
+// before the failover and started again, on its old configuration, once the old primary resumed.
+// Without step 4 the first resolution returned the old primary.
+TEST(Sentinel, AStaleSentinelDoesNotLeadBackToAResumedOldPrimary) {
+  SentinelCluster cluster;  // quorum 2: sentinels 0 and 1 fail over without 2
+  const int old_port = cluster.primary_port();
+  cluster.kill_sentinel(2);
+  cluster.pause_data(0);
+  const int new_port = cluster.wait_for_primary_change(old_port, 30s);
+  cluster.resume_data(0);
+  cluster.start_sentinel(2);
+  RedisEndpoint stale_first = cluster.endpoint();
+  auto& sentinels = stale_first.sentinels;
+  const auto stale = std::find_if(sentinels.begin(), sentinels.end(),
+                                  [&](const auto& s) { return s.second == cluster.sentinel_port(2); });
+  ASSERT_NE(stale, sentinels.end());
+  std::rotate(sentinels.begin(), stale, stale + 1);
+  const RedisReply named = cluster.connect_sentinel(2)->command(
+      {"SENTINEL", "get-master-addr-by-name", cluster.options().master_name});
+  const bool was_stale = named.elements.size() == 2 && named.elements[1].str == std::to_string(old_port);
+  const bool old_says_master = cluster.role(0) == "master";
+
+  elastic::SentinelResolver resolver(stale_first);
+  int refused = 0;
+  std::string why;
+  const auto deadline = Clock::now() + 20s;
+  std::optional<RedisEndpoint> found;
+  while (!found && Clock::now() < deadline) {
+    try {
+      found = resolver.connect_primary(500ms, 1000ms).endpoint;
+    } catch (const StoreUnavailable& e) {
+      ++refused;
+      why = e.what();
+      std::this_thread::sleep_for(50ms);
+    }
+  }
+  ASSERT_TRUE(found) << why;
+  EXPECT_EQ(found->port, new_port) << "resolved to the old primary " << old_port;
+  // What makes this test bite: the stale sentinel named the old primary, which said ROLE master.
+  EXPECT_TRUE(was_stale) << "sentinel 2 had already learned of the failover";
+  EXPECT_TRUE(old_says_master) << "the old primary was already demoted";
+  if (was_stale && old_says_master) {
+    EXPECT_GE(refused, 1) << "the old primary was never offered";
+  }
+  std::cout << "[ measured ] " << refused << " resolution(s) refused (" << why << "), then " << found->display() << "\n";
 }
 
 // (d) The sentinels are only needed to open a connection: with all of them gone, a store that is
