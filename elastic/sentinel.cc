@@ -50,10 +50,12 @@ ResolvedPrimary SentinelResolver::connect_primary(Duration connect_timeout, Dura
   std::size_t answered_by = 0;
   std::string knew_nothing;  // the sentinels that answered nil, "h1:p1,h2:p2"
   std::string last_error, auth_failure;
+  bool every_one_asked = true;
   for (std::size_t i = 0; i < sentinels.size() && !answer; ++i) {
     const Duration remaining = left(deadline);
     if (remaining <= Duration(0)) {
       last_error = "no time left to ask " + host_port(sentinels[i].first, sentinels[i].second);
+      every_one_asked = false;
       break;
     }
     RedisEndpoint sentinel;
@@ -104,7 +106,9 @@ ResolvedPrimary SentinelResolver::connect_primary(Duration connect_timeout, Dura
                             endpoint_.master_name + "'");
     }
     if (!auth_failure.empty()) throw AuthError(what + ": " + auth_failure);
-    throw StoreUnavailable(what + ": no sentinel of " + std::to_string(sentinels.size()) + " answered: " + last_error);
+    const std::string message = what + ": no sentinel of " + std::to_string(sentinels.size()) + " answered: " + last_error;
+    if (every_one_asked) throw SentinelsUnreachable(message);
+    throw StoreUnavailable(message);
   }
   // The one that answered is asked first next time.
   std::rotate(sentinels.begin(), sentinels.begin() + static_cast<std::ptrdiff_t>(answered_by),

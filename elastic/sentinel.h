@@ -21,7 +21,8 @@
 //    mistyped name; not retried);
 //  - AuthError: the data node refused the credentials, or no sentinel answered and one refused the
 //    sentinel password (or required one that was not given); it is named;
-//  - StoreUnavailable: no sentinel answered (the last error is given), the named node answered
+//  - StoreUnavailable: no sentinel answered (the last error is given; SentinelsUnreachable when
+//    every one was asked), the named node answered
 //    ROLE slave (a stale sentinel), or a sentinel with a configuration as new names another node
 //    (step 4): the caller retries, after a pause (RedisStore::reconnect does);
 //  - RedisIoError (a StoreUnavailable): the named node could not be reached (a primary just lost,
@@ -85,6 +86,15 @@ class SentinelResolver {
 
 // Whether a ROLE reply says the node is a primary ("master").
 bool says_master(const RedisReply& role);
+
+// Every sentinel was asked and none answered (each refused the connection, reset it or timed out):
+// what a store may take as "no failover can happen now" (RedisStore then falls back on the last
+// primary it found, if that still answers ROLE master). Not thrown when the deadline came before
+// every sentinel was asked: a sentinel not asked may be the one that saw a failover.
+class SentinelsUnreachable : public StoreUnavailable {
+ public:
+  using StoreUnavailable::StoreUnavailable;
+};
 
 // One resolution with a fresh SentinelResolver; returns the primary's endpoint (the connection that
 // checked it is closed).

@@ -47,6 +47,13 @@ bool is_data_command(const std::string& command) {
   return !control.contains(command);
 }
 
+bool is_write_command(const std::string& command) {
+  static const std::set<std::string> reads = {"GET",  "MGET", "HGET", "HGETALL", "HMGET", "EXISTS", "PTTL",
+                                              "TTL",  "TYPE", "STRLEN", "SCAN", "KEYS", "XREAD", "XRANGE",
+                                              "XREVRANGE", "XLEN", "XINFO"};
+  return is_data_command(command) && !reads.contains(command);
+}
+
 RedisMonitor::RedisMonitor(int port, std::filesystem::path file, std::string password)
     : port_(port), file_(std::move(file)), password_(std::move(password)) {
   thread_ = std::thread([this] { run(); });

@@ -42,6 +42,10 @@ std::vector<MonitorLine> parse_monitor(const std::string& text);
 // ECHO RESET and replication's REPLCONF/PSYNC/SYNC).
 bool is_data_command(const std::string& command);
 
+// Data commands that write (anything but the reads hdp's clients make: GET MGET HGET HGETALL HMGET
+// EXISTS PTTL TTL TYPE STRLEN SCAN KEYS XREAD XRANGE XREVRANGE XLEN XINFO).
+bool is_write_command(const std::string& command);
+
 class RedisMonitor {
  public:
   RedisMonitor(int port, std::filesystem::path file, std::string password = {});
