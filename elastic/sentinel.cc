@@ -155,14 +155,27 @@ ResolvedPrimary SentinelResolver::connect_primary(Duration connect_timeout, Dura
   // whose configuration is at least as new as any naming this node names another.
   std::int64_t ours = -1;
   std::optional<std::pair<std::size_t, SentinelView>> other;
+  bool answered = false, out_of_time = false;
   for (std::size_t i = 0; i < sentinels.size(); ++i) {
     const auto view = ask_sentinel(i, connect_timeout, command_timeout, deadline);
-    if (!view) continue;
+    if (!view) {
+      out_of_time |= left(deadline) <= Duration(0);
+      continue;
+    }
+    answered = true;
     if (view->host == primary.endpoint.host && view->port == primary.endpoint.port) {
       ours = std::max(ours, view->epoch);
     } else if (!other || view->epoch > other->second.epoch) {
       other.emplace(i, *view);
     }
+  }
+  // No sentinel confirmed because the time ran out (a connection that waited on a paused node
+  // leaves none; the failover test's MONITOR saw such an agent answered by the resumed old
+  // primary): not confirmed, refused. Every sentinel asked and none answering: no failover can
+  // happen now, the ROLE check stands (as RedisStore's fallback).
+  if (!answered && out_of_time) {
+    throw StoreUnavailable(what + ": " + primary.endpoint.display() +
+                           " answers ROLE master, but no time was left to confirm it with the sentinels");
   }
   if (other && other->second.epoch >= ours) {
     std::rotate(sentinels.begin(), sentinels.begin() + static_cast<std::ptrdiff_t>(other->first),

@@ -12,7 +12,9 @@
 //      one round trip each): refused when one whose configuration is at least as new as any that
 //      names this node names another (a primary paused through a failover answers ROLE master
 //      once resumed, until the sentinels demote it, and a sentinel that missed the failover still
-//      names it; each failover raises the epoch).
+//      names it; each failover raises the epoch). Refused too when no sentinel answered because
+//      the deadline passed (a connection that waited on a paused node leaves no time); with every
+//      sentinel asked and none answering, the ROLE check stands.
 // A sentinel that answered moves to the front of the list (it is asked first next time); one that
 // named a node that is not a master moves to the back.
 //
