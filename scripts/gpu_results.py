@@ -3,6 +3,8 @@
 
   gpu_results.py collect DIR [--dry-run 0|1]   the files gpu-check.sh wrote in DIR -> JSON on stdout
   gpu_results.py table FILE.json                that JSON -> Markdown rows on stdout
+  gpu_results.py kernels FILE.csv [--steps N]   Nsight Compute's per-kernel times (scripts/gpu-profile.sh)
+                                                -> a Markdown table of the kernels by time per step
 
 Each hdp figure is printed beside PyTorch's on the same shape, measured in the same run.
 """
@@ -175,6 +177,48 @@ def table(args):
     return 0
 
 
+def short_name(name):
+    """A kernel's name without namespaces, template arguments and parameter list."""
+    out, depth = [], 0
+    for ch in name.replace("(anonymous namespace)::", ""):
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    text = "".join(out).strip()
+    text = text.split(" ")[-1]  # the return type, if ncu printed one
+    return text.split("::")[-1] or name[:60]
+
+
+def kernels(args):
+    """Sums gpu__time_duration over every launch of each kernel in ncu's --csv output."""
+    import csv
+    totals, counts = {}, {}
+    with open(args.file, newline="") as f:
+        lines = [ln for ln in f if ln.startswith('"')]  # ncu prints its own progress lines too
+    for row in csv.DictReader(lines):
+        if row.get("Metric Name") != "gpu__time_duration.sum":
+            continue
+        value = float(row["Metric Value"].replace(",", ""))
+        unit = row.get("Metric Unit", "nsecond")
+        ns = value * {"nsecond": 1, "usecond": 1e3, "msecond": 1e6, "second": 1e9}.get(unit, 1)
+        name = short_name(row["Kernel Name"])
+        totals[name] = totals.get(name, 0.0) + ns
+        counts[name] = counts.get(name, 0) + 1
+    if not totals:
+        print(f"{args.file}: no gpu__time_duration.sum rows", file=sys.stderr)
+        return 1
+    whole = sum(totals.values())
+    print(f"| kernel | launches per step | ms per step | share |")
+    print("|---|---|---|---|")
+    for name, ns in sorted(totals.items(), key=lambda kv: -kv[1]):
+        print(f"| `{name}` | {counts[name] / args.steps:g} | {ns / 1e6 / args.steps:.2f} | {100 * ns / whole:.1f}% |")
+    print(f"| all kernels | {sum(counts.values()) / args.steps:g} | {whole / 1e6 / args.steps:.2f} | 100% |")
+    return 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -183,8 +227,11 @@ def main():
     c.add_argument("--dry-run", default="0")
     t = sub.add_parser("table")
     t.add_argument("file")
+    k = sub.add_parser("kernels")
+    k.add_argument("file")
+    k.add_argument("--steps", type=int, default=1, help="model steps the profile covers")
     args = p.parse_args()
-    return collect(args) if args.command == "collect" else table(args)
+    return {"collect": collect, "table": table, "kernels": kernels}[args.command](args)
 
 
 if __name__ == "__main__":

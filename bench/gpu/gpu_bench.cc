@@ -124,7 +124,9 @@ int main(int argc, char** argv) {
   config.n_kv_heads = 4;
   config.ffn_dim = 5632;
   app.add_option("--device", device_name, "cuda or cpu (the rehearsal)")->check(CLI::IsMember({"cuda", "cpu"}));
-  app.add_option("--attention-tokens", attention_tokens, "sequence lengths, comma-separated")->delimiter(',');
+  app.add_option("--attention-tokens", attention_tokens, "sequence lengths, comma-separated; 0 for none")
+      ->delimiter(',')
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--heads", heads, "attention heads (and KV heads) of the attention benchmark");
   app.add_option("--head-dim", head_dim, "head dimension of the attention benchmark");
   app.add_option("--model-tokens", model_tokens, "tokens per micro-batch of the model step, comma-separated")->delimiter(',');
@@ -140,6 +142,7 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "timed runs per figure (the median is reported)")->check(CLI::Range(1, 100));
   app.add_option("--budget-s", budget_s, "skip a size whose predicted time passes this");
   CLI11_PARSE(app, argc, argv);
+  std::erase(attention_tokens, int64_t{0});  // "--attention-tokens 0": the model step alone (scripts/gpu-profile.sh)
 
   const Device device = device_name == "cuda" ? Device::kCuda : Device::kCpu;
   if (device == Device::kCuda && !hdp::ops::cuda_available()) {

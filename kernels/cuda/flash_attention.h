@@ -3,9 +3,10 @@
 // Tensor-core packed varlen attention with GQA: bf16 q, k, v (and dout), fp32 accumulation, fp32
 // out, LSE and gradients. The same layout and contract as kernels/cuda/attention.h (the readable
 // fp32 kernel it is checked against): a query block against an offset key block, causal or not.
-// FlashAttention-2's tiling: the forward keeps a 64-query tile's output in shared memory and streams
-// 64-key tiles through it with an online softmax; the backward owns a 64-key tile per block, walks
-// the query tiles that see it, keeps dK and dV in registers and adds dQ with atomics.
+// FlashAttention-2's tiling on mma.sync tensor-core instructions (the .cu file's opening comment
+// has the details): the forward keeps a 128-query tile's output in registers and streams 64-key
+// tiles past it with an online softmax; the backward owns a 128-key tile per block, walks the
+// 64-query tiles that see it, keeps dK and dV in registers and adds dQ with atomics.
 //
 // bf16 values are passed as their 16-bit patterns (uint16_t), so no CUDA type reaches a header
 // outside this directory. head_dim must be 64 or 128; pointers must be 16-byte aligned.

@@ -55,6 +55,10 @@ void copy_host_to_device(void* dst, const void* src, size_t bytes) {
   if (bytes > 0) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
 }
 
+void copy_host_to_device(void* dst, const void* src, size_t bytes, Stream stream) {
+  if (bytes > 0) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, native(stream)));
+}
+
 void copy_device_to_host(void* dst, const void* src, size_t bytes) {
   if (bytes > 0) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
 }

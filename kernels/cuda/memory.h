@@ -17,6 +17,9 @@ int device_count();
 void* device_alloc(size_t bytes);
 void device_free(void* ptr) noexcept;
 void copy_host_to_device(void* dst, const void* src, size_t bytes);
+// Queued on `stream` instead: the host does not wait for the device's earlier work. `src` may be
+// reused once this returns (the driver stages pageable memory before returning).
+void copy_host_to_device(void* dst, const void* src, size_t bytes, Stream stream);
 void copy_device_to_host(void* dst, const void* src, size_t bytes);
 void copy_device_to_host(void* dst, const void* src, size_t bytes, Stream stream);
 void copy_device_to_device(void* dst, const void* src, size_t bytes);
