@@ -1,5 +1,7 @@
 #include "elastic/redis_store.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -125,6 +127,26 @@ std::string ttl_ms(Store::Duration ttl, std::string_view what) {
 // without its master refusing anything (MASTERDOWN), or a primary without the replicas
 // `min-replicas-to-write` asks for (NOREPLICAS: a demoted primary that resumed after a failover,
 // its replicas gone to the new one). Either way the command did not run.
+// "ip:port" of a socket's own end (a client connection as the server's CLIENT LIST and MONITOR
+// name it); "?" when it cannot be read.
+std::string local_address(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (fd < 0 || getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "?";
+  char text[INET6_ADDRSTRLEN] = {};
+  if (addr.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
+    inet_ntop(AF_INET, &a->sin_addr, text, sizeof(text));
+    return std::string(text) + ":" + std::to_string(ntohs(a->sin_port));
+  }
+  if (addr.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&addr);
+    inet_ntop(AF_INET6, &a->sin6_addr, text, sizeof(text));
+    return "[" + std::string(text) + "]:" + std::to_string(ntohs(a->sin6_port));
+  }
+  return "?";
+}
+
 bool from_a_replica(const RedisReply& reply) {
   return reply.type == RedisReply::Type::kError &&
          (reply.str.starts_with("READONLY") || reply.str.starts_with("MASTERDOWN") ||
@@ -197,6 +219,11 @@ int RedisStore::failovers() const {
   return failovers_;
 }
 
+int RedisStore::late_replies_dropped() const {
+  std::lock_guard lock(mutex_);
+  return late_replies_dropped_;
+}
+
 ResolvedPrimary RedisStore::open_connection(Duration connect_timeout, Clock::time_point deadline) {
   if (!resolver_) return {endpoint_, std::make_unique<RedisConnection>(endpoint_, connect_timeout, options_.command_timeout)};
   try {
@@ -240,6 +267,7 @@ void RedisStore::reconnect(Clock::time_point deadline) {
         log()->info("redis at {}: reconnected after {} attempt(s)", primary_->display(), backoff.attempts() + 1);
       }
       connected_once_ = true;
+      confirmed_at_ = Clock::now();
       return;
     } catch (const StoreUnavailable& e) {
       // RedisIoError (refused, reset, timed out) and, through the sentinels, no sentinel answering
@@ -253,6 +281,18 @@ void RedisStore::reconnect(Clock::time_point deadline) {
       std::this_thread::sleep_for(pause);
     }
   }
+}
+
+std::optional<Store::Duration> RedisStore::failover_check_after() const {
+  if (!resolver_ || !primary_) return std::nullopt;
+  if (const auto down_after = resolver_->down_after()) return std::max(Duration(1), *down_after / 2);
+  return options_.late_reply;
+}
+
+std::optional<std::string> RedisStore::primary_moved() {
+  // Within a connect timeout of its own: the call's deadline may be gone already.
+  return resolver_->named_instead(*primary_, options_.connect_timeout, options_.command_timeout,
+                                  Clock::now() + options_.connect_timeout);
 }
 
 RedisReply RedisStore::command(const std::vector<std::string_view>& args, bool idempotent) {
@@ -271,8 +311,45 @@ std::vector<RedisReply> RedisStore::pipeline(const std::vector<std::vector<std::
       // heartbeat interval, elastic/lease_timing.h) bounds the whole call, not each attempt.
       const auto remaining = std::chrono::duration_cast<Duration>(deadline - Clock::now());
       connection_->set_command_timeout(std::clamp(remaining, Duration(1), options_.command_timeout));
+      // Sentinel endpoints: a connection unused for half of down-after may have sat through a
+      // failover (RedisStoreOptions::late_reply); asked before anything is sent on it.
+      if (const auto check = failover_check_after(); check && Clock::now() - confirmed_at_ >= *check) {
+        if (const auto moved = primary_moved()) {
+          const auto unused = std::chrono::duration_cast<Duration>(Clock::now() - confirmed_at_).count();
+          log()->warn("redis at {}: the connection was unused for {} ms and the sentinels name {} now; "
+                      "resolving the primary again",
+                      primary_->display(), unused, *moved);
+          connection_.reset();
+          ++late_replies_dropped_;
+          continue;
+        }
+        confirmed_at_ = Clock::now();
+      }
+      const auto sent = Clock::now();
       auto replies = connection_->pipeline(commands);
       last_used_ = Clock::now();
+      if (const auto check = failover_check_after(); check && last_used_ - sent >= *check) {
+        // Late: the primary may have been paused through a failover and answered as it resumed,
+        // before the sentinels demote it (which discards what it did).
+        if (const auto moved = primary_moved()) {
+          const auto waited = std::chrono::duration_cast<Duration>(last_used_ - sent).count();
+          const std::string reason = "redis at " + primary_->display() + " answered " +
+                                     std::string(commands.front().front()) + " after " + std::to_string(waited) +
+                                     " ms on the connection from " + local_address(connection_->socket()) +
+                                     ", but the sentinels name " + *moved + " now";
+          connection_.reset();
+          ++late_replies_dropped_;
+          if (Clock::now() >= deadline) {
+            throw StoreUnavailable(reason + ": the answer of a demoted primary, dropped (gave up after " +
+                                   std::to_string(options_.retry_timeout.count()) + " ms of retries)");
+          }
+          log()->warn("{}: the answer of a demoted primary (what it did is discarded when it turns replica), "
+                      "dropped; running it again on the new primary",
+                      reason);
+          continue;
+        }
+      }
+      confirmed_at_ = last_used_;
       const auto refused = std::find_if(replies.begin(), replies.end(), from_a_replica);
       if (refused == replies.end()) return replies;
       // Not the primary (any more): the next connection goes to the one the sentinels name now.

@@ -65,6 +65,17 @@ struct RedisStoreOptions {
   // change, then holds no connection while it trains: a job's connections stay near its number of
   // nodes (its agents), not of its ranks.
   std::chrono::milliseconds idle_close{0};
+  // Sentinel endpoints: a primary paused through a failover answers, as it resumes and until the
+  // sentinels demote it (seconds), what was sent to it and what comes on the connections it still
+  // has, and its writes are discarded at the demotion. A failover needs the primary unreachable
+  // for the sentinels' down-after-milliseconds, so a connection that crossed one either waited
+  // that long for a reply or sat unused that long. Past half of down-after (as the sentinels
+  // report it; this value until they have), the store asks the sentinels (elastic/sentinel.h,
+  // step 4): before it sends on a connection unused that long (when they name another primary,
+  // nothing is sent there), and after a reply that took that long (when they name another, the
+  // reply is dropped and the command runs again on the new primary, also one that is not
+  // idempotent: what the old one did with it is discarded at the demotion).
+  std::chrono::milliseconds late_reply{500};
 };
 
 class RedisStore final : public Store {
@@ -84,6 +95,9 @@ class RedisStore final : public Store {
   // How many times a new connection went to another primary than the previous one (a failover
   // seen through the sentinels); each is logged ("redis: primary moved from A to B").
   int failovers() const;
+  // How many replies were dropped as a demoted primary's, and connections left unused because the
+  // sentinels named another primary when they were checked (RedisStoreOptions::late_reply).
+  int late_replies_dropped() const;
 
   void set(std::string_view key, std::string_view value) override;
   void set_with_ttl(std::string_view key, std::string_view value, Duration ttl) override;
@@ -119,6 +133,11 @@ class RedisStore final : public Store {
   // Opens a connection (after resolving the primary, for a sentinel endpoint), retrying until
   // `deadline`. Requires mutex_.
   void reconnect(std::chrono::steady_clock::time_point deadline);
+  // Sentinel endpoints: how long a reply may take, or a connection sit unused, before the sentinels
+  // are asked whether the primary moved (RedisStoreOptions::late_reply); nothing otherwise.
+  std::optional<Duration> failover_check_after() const;
+  // "host:port" of the primary the sentinels name instead of primary_, or nothing (step 4).
+  std::optional<std::string> primary_moved();
   // One attempt of reconnect(): the connection and the endpoint it went to. Requires mutex_.
   // Through the sentinels; when none answers, the last primary found if it still says ROLE master.
   ResolvedPrimary open_connection(std::chrono::milliseconds connect_timeout,
@@ -138,6 +157,10 @@ class RedisStore final : public Store {
   std::optional<SentinelResolver> resolver_;     // guarded by mutex_; set for a sentinel endpoint
   std::optional<RedisEndpoint> primary_;         // guarded by mutex_: where the last connection went
   int failovers_ = 0;                            // guarded by mutex_
+  int late_replies_dropped_ = 0;                 // guarded by mutex_
+  // guarded by mutex_: when the current connection was last known to reach the primary (its last
+  // reply, or the resolution that opened it)
+  std::chrono::steady_clock::time_point confirmed_at_{};
   std::chrono::steady_clock::time_point last_used_{};  // guarded by mutex_: when the last call ended
   bool idle_closed_ = false;                     // guarded by mutex_: the connection was closed for idleness
   int idle_closes_ = 0;                          // guarded by mutex_

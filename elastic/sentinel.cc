@@ -153,41 +153,58 @@ ResolvedPrimary SentinelResolver::connect_primary(Duration connect_timeout, Dura
   // discards. So every sentinel is asked again now, and the primary is the address of the newest
   // configuration (the highest config-epoch: each failover raises it): refused when a sentinel
   // whose configuration is at least as new as any naming this node names another.
-  std::int64_t ours = -1;
-  std::optional<std::pair<std::size_t, SentinelView>> other;
-  bool answered = false, out_of_time = false;
-  for (std::size_t i = 0; i < sentinels.size(); ++i) {
-    const auto view = ask_sentinel(i, connect_timeout, command_timeout, deadline);
-    if (!view) {
-      out_of_time |= left(deadline) <= Duration(0);
-      continue;
-    }
-    answered = true;
-    if (view->host == primary.endpoint.host && view->port == primary.endpoint.port) {
-      ours = std::max(ours, view->epoch);
-    } else if (!other || view->epoch > other->second.epoch) {
-      other.emplace(i, *view);
-    }
-  }
+  const Confirmation c = confirm(primary.endpoint, connect_timeout, command_timeout, deadline);
   // No sentinel confirmed because the time ran out (a connection that waited on a paused node
   // leaves none; the failover test's MONITOR saw such an agent answered by the resumed old
   // primary): not confirmed, refused. Every sentinel asked and none answering: no failover can
   // happen now, the ROLE check stands (as RedisStore's fallback).
-  if (!answered && out_of_time) {
+  if (!c.answered && c.out_of_time) {
     throw StoreUnavailable(what + ": " + primary.endpoint.display() +
                            " answers ROLE master, but no time was left to confirm it with the sentinels");
   }
-  if (other && other->second.epoch >= ours) {
-    std::rotate(sentinels.begin(), sentinels.begin() + static_cast<std::ptrdiff_t>(other->first),
-                sentinels.begin() + static_cast<std::ptrdiff_t>(other->first) + 1);
+  if (c.moved()) {
+    std::rotate(sentinels.begin(), sentinels.begin() + static_cast<std::ptrdiff_t>(c.other->first),
+                sentinels.begin() + static_cast<std::ptrdiff_t>(c.other->first) + 1);
     throw StoreUnavailable(what + ": " + primary.endpoint.display() + " answers ROLE master, but the sentinel at " +
                            host_port(sentinels.front().first, sentinels.front().second) + " names " +
-                           host_port(other->second.host, other->second.port) + " (configuration epoch " +
-                           std::to_string(other->second.epoch) +
-                           (ours >= 0 ? ", against " + std::to_string(ours) : std::string()) +
+                           host_port(c.other->second.host, c.other->second.port) + " (configuration epoch " +
+                           std::to_string(c.other->second.epoch) +
+                           (c.ours >= 0 ? ", against " + std::to_string(c.ours) : std::string()) +
                            "): the primary moved, or is moving");
   }
   return primary;
+}
+
+SentinelResolver::Confirmation SentinelResolver::confirm(const RedisEndpoint& primary, Duration connect_timeout,
+                                                         Duration command_timeout, Clock::time_point deadline) {
+  Confirmation c;
+  std::optional<Duration> down_after;
+  for (std::size_t i = 0; i < endpoint_.sentinels.size(); ++i) {
+    const auto view = ask_sentinel(i, connect_timeout, command_timeout, deadline);
+    if (!view) {
+      c.out_of_time |= left(deadline) <= Duration(0);
+      continue;
+    }
+    c.answered = true;
+    if (view->down_after_ms > 0) down_after = std::min(down_after.value_or(Duration::max()), Duration(view->down_after_ms));
+    if (view->host == primary.host && view->port == primary.port) {
+      c.ours = std::max(c.ours, view->epoch);
+    } else if (!c.other || view->epoch > c.other->second.epoch) {
+      c.other.emplace(i, *view);
+    }
+  }
+  if (down_after) down_after_ = down_after;
+  return c;
+}
+
+std::optional<std::string> SentinelResolver::named_instead(const RedisEndpoint& primary, Duration connect_timeout,
+                                                           Duration command_timeout, Clock::time_point deadline) {
+  const Confirmation c = confirm(primary, connect_timeout, command_timeout, deadline);
+  if (!c.moved()) return std::nullopt;
+  auto& sentinels = endpoint_.sentinels;  // the newest-configured sentinel is asked first next time
+  std::rotate(sentinels.begin(), sentinels.begin() + static_cast<std::ptrdiff_t>(c.other->first),
+              sentinels.begin() + static_cast<std::ptrdiff_t>(c.other->first) + 1);
+  return host_port(c.other->second.host, c.other->second.port);
 }
 
 std::optional<SentinelResolver::SentinelView> SentinelResolver::ask_sentinel(std::size_t i, Duration connect_timeout,
@@ -215,9 +232,13 @@ std::optional<SentinelResolver::SentinelView> SentinelResolver::ask_sentinel(std
     SentinelView view{address.elements[0].str, port, 0};
     const RedisReply& master = replies.at(1);
     for (std::size_t f = 0; master.type == RedisReply::Type::kArray && f + 1 < master.elements.size(); f += 2) {
-      if (master.elements[f].str != "config-epoch") continue;
+      const std::string& name = master.elements[f].str;
+      std::int64_t* field = name == "config-epoch"              ? &view.epoch
+                            : name == "down-after-milliseconds" ? &view.down_after_ms
+                                                                : nullptr;
+      if (!field) continue;
       const std::string& text = master.elements[f + 1].str;
-      if (std::from_chars(text.data(), text.data() + text.size(), view.epoch).ec != std::errc()) view.epoch = 0;
+      if (std::from_chars(text.data(), text.data() + text.size(), *field).ec != std::errc()) *field = 0;
     }
     return view;
   } catch (const Error&) {

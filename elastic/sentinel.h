@@ -70,7 +70,17 @@ class SentinelResolver {
   ResolvedPrimary connect_primary(Duration connect_timeout, Duration command_timeout,
                                   Clock::time_point deadline = Clock::time_point::max());
 
+  // Step 4 alone, for an answer that came late from `primary` (RedisStore: one slower than
+  // RedisStoreOptions::late_reply may have waited out a failover on a paused node): "host:port" of
+  // the node that a sentinel whose configuration is at least as new as any naming `primary` names
+  // instead; nothing when the sentinels that answered confirm it, or none answered.
+  std::optional<std::string> named_instead(const RedisEndpoint& primary, Duration connect_timeout,
+                                           Duration command_timeout, Clock::time_point deadline);
+
   const RedisEndpoint& endpoint() const { return endpoint_; }  // sentinels in the order they are asked
+  // The smallest down-after-milliseconds the sentinels reported at the last confirmation (step 4):
+  // no failover happens before the primary has been unreachable about that long. Nothing before one.
+  std::optional<Duration> down_after() const { return down_after_; }
 
  private:
   // What sentinel i says of the master: the address it gives and its configuration epoch (0 when it
@@ -79,11 +89,24 @@ class SentinelResolver {
     std::string host;
     int port = 0;
     std::int64_t epoch = 0;
+    std::int64_t down_after_ms = 0;  // 0 when it gives none
   };
   std::optional<SentinelView> ask_sentinel(std::size_t i, Duration connect_timeout, Duration command_timeout,
                                            Clock::time_point deadline) const;
+  // Every sentinel asked about `primary` (step 4): the newest epoch of those naming it (-1: none),
+  // the newest-configured one naming another, whether any answered, whether time ran out.
+  struct Confirmation {
+    std::int64_t ours = -1;
+    std::optional<std::pair<std::size_t, SentinelView>> other;
+    bool answered = false;
+    bool out_of_time = false;
+    bool moved() const { return other && other->second.epoch >= ours; }
+  };
+  Confirmation confirm(const RedisEndpoint& primary, Duration connect_timeout, Duration command_timeout,
+                       Clock::time_point deadline);
 
   RedisEndpoint endpoint_;
+  std::optional<Duration> down_after_;
 };
 
 // Whether a ROLE reply says the node is a primary ("master").

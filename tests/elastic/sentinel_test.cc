@@ -150,6 +150,54 @@ TEST(Sentinel, APausedPrimaryIsReplacedAndComesBackAsAReplica) {
   EXPECT_LT(call_s, 30.0);
 }
 
+// A primary SIGSTOPped through a failover answers, as it resumes and until the sentinels demote it
+// (seconds later), both what was in flight to it and what arrives on connections it still has; the
+// demotion then discards its writes. Two stores cross the pause: one with a command in flight (its
+// command timeout outlives the pause), one with a connection left unused. The first finds its
+// reply late and the second its connection unused for half of down-after; each asks the sentinels
+// (RedisStoreOptions::late_reply), which name the new primary: the late reply is dropped and the
+// command runs again there, and nothing is sent on the unused connection. Without the checks both
+// writes went to the old primary and were lost with it (the new one still held 10 and 0).
+TEST(Sentinel, APrimaryReplacedWhilePausedIsNotUsedAfterItResumes) {
+  SentinelCluster cluster;
+  RedisStoreOptions options = store_options(60s);
+  options.command_timeout = 30s;  // outlives the pause, the failover and the resume
+  RedisStore waiting(cluster.endpoint(), options), unused(cluster.endpoint(), options);
+  waiting.set("counter", "10");
+  unused.set("flag", "0");
+  EXPECT_EQ(waiting.command({"WAIT", "2", "5000"}, true).integer, 2);
+  const int old_port = cluster.primary_port();
+  const int old_index = cluster.data_index(old_port);
+
+  cluster.pause_data(old_index);
+  std::int64_t result = 0;
+  std::thread caller([&] { result = waiting.add("counter", 1); });  // waits on the paused node
+  const int new_port = cluster.wait_for_primary_change(old_port, 20s);
+  const int promoted = cluster.data_index(new_port);
+  ASSERT_GE(promoted, 0);
+  std::this_thread::sleep_for(200ms);  // the caller is still waiting on the old primary
+  const auto resumed = Clock::now();
+  cluster.resume_data(old_index);
+  caller.join();
+  const double answered_s = seconds_since(resumed);
+  unused.set("flag", "1");  // before the demotion: the old primary would still take it
+  EXPECT_EQ(cluster.role(old_index), "master") << "demoted already: the unused connection was not put to the test";
+
+  EXPECT_EQ(result, 11);
+  EXPECT_EQ(waiting.late_replies_dropped(), 1);
+  EXPECT_EQ(unused.late_replies_dropped(), 1);
+  EXPECT_EQ(get_on(cluster, promoted, "counter"), "11") << "the increment was lost with the old primary's data";
+  EXPECT_EQ(get_on(cluster, promoted, "flag"), "1") << "the write went to the old primary";
+  EXPECT_EQ(waiting.primary(), cluster.data_display(promoted));
+  EXPECT_EQ(unused.primary(), cluster.data_display(promoted));
+  ASSERT_TRUE(cluster.wait_for_role(old_index, "slave", 45s)) << cluster.sentinel_log_tail(0);
+  EXPECT_EQ(waiting.get("counter"), "11");
+  EXPECT_EQ(unused.get("flag"), "1");
+  std::cout << "[ measured ] the call paused with the primary returned " << answered_s
+            << " s after the resume, run again on the promoted replica\n";
+  EXPECT_LT(answered_s, 10.0);
+}
+
 // A sentinel that missed a failover still names the old primary, and that primary, paused through
 // the failover and resumed, answers ROLE master until the sentinels demote it: a resolution that
 // asks the stale sentinel first must not end on the old primary (elastic/sentinel.h, step 4: the
