@@ -14,12 +14,15 @@
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <map>
+#include <optional>
 #include <thread>
 
 #include "common/error.h"
 #include "elastic/redis_store.h"
 #include "elastic/sentinel.h"
 #include "tests/elastic/store_conformance.h"
+#include "tests/support/redis_monitor.h"
 #include "tests/support/redis_server.h"
 #include "tests/support/sentinel_cluster.h"
 
@@ -196,6 +199,41 @@ TEST(Sentinel, APrimaryReplacedWhilePausedIsNotUsedAfterItResumes) {
   std::cout << "[ measured ] the call paused with the primary returned " << answered_s
             << " s after the resume, run again on the promoted replica\n";
   EXPECT_LT(answered_s, 10.0);
+}
+
+// Step 4's last rule (elastic/sentinel.h): a resolution whose time ran out before any sentinel could
+// confirm the primary is refused, not taken on ROLE alone (a connection that waited on a paused node
+// leaves no time, and that node may be a replaced primary that just resumed). The primary's
+// clients are paused for 2 s (CLIENT PAUSE: its ROLE answers at the end), and once the resolver's
+// connection to it is made every sentinel is SIGSTOPped: step 4 finds the 300 ms left run out.
+TEST(Sentinel, AResolutionWithNoTimeLeftToConfirmWithTheSentinelsIsRefused) {
+  SentinelCluster cluster({.down_after = std::chrono::milliseconds(10000)});  // the pause must not fail it over
+  const int port = cluster.primary_port();
+  const auto admin = cluster.connect_data(cluster.data_index(port));
+  const std::map<std::string, std::string> before = tcp_peers(port);
+  ASSERT_EQ(admin->command({"CLIENT", "PAUSE", "2000", "ALL"}).str, "OK");
+  const auto start = Clock::now();
+  elastic::SentinelResolver resolver(cluster.endpoint());
+  std::optional<std::string> refused;
+  std::thread resolving([&] {
+    try {
+      resolver.connect_primary(5000ms, 5000ms, start + 2300ms);
+    } catch (const StoreUnavailable& e) {
+      refused = e.what();
+    }
+  });
+  bool connected = false;  // the resolver's connection to the primary: steps 1 and 2 are done
+  while (!connected && Clock::now() - start < 1500ms) {
+    for (const auto& [peer, state] : tcp_peers(port)) connected |= !before.contains(peer) && state == "ESTABLISHED";
+    if (!connected) std::this_thread::sleep_for(10ms);
+  }
+  for (int j = 0; j < 3; ++j) cluster.pause_sentinel(j);
+  resolving.join();
+  for (int j = 0; j < 3; ++j) cluster.resume_sentinel(j);
+  ASSERT_TRUE(connected) << "the resolver did not connect to the primary within 1.5 s";
+  ASSERT_TRUE(refused.has_value()) << "a primary was accepted without any sentinel confirming it";
+  EXPECT_NE(refused->find("no time was left to confirm it with the sentinels"), std::string::npos) << *refused;
+  EXPECT_LT(seconds_since(start), 3.0);
 }
 
 // A sentinel that missed a failover still names the old primary, and that primary, paused through
