@@ -123,10 +123,6 @@ std::string ttl_ms(Store::Duration ttl, std::string_view what) {
   return std::to_string(ttl.count());
 }
 
-// A reply saying the node is not the primary: a replica refusing a write (READONLY), a replica
-// without its master refusing anything (MASTERDOWN), or a primary without the replicas
-// `min-replicas-to-write` asks for (NOREPLICAS: a demoted primary that resumed after a failover,
-// its replicas gone to the new one). Either way the command did not run.
 // "ip:port" of a socket's own end (a client connection as the server's CLIENT LIST and MONITOR
 // name it); "?" when it cannot be read.
 std::string local_address(int fd) {
@@ -147,6 +143,10 @@ std::string local_address(int fd) {
   return "?";
 }
 
+// A reply saying the node is not the primary: a replica refusing a write (READONLY), a replica
+// without its master refusing anything (MASTERDOWN), or a primary without the replicas
+// `min-replicas-to-write` asks for (NOREPLICAS: a demoted primary that resumed after a failover,
+// its replicas gone to the new one). Either way the command did not run.
 bool from_a_replica(const RedisReply& reply) {
   return reply.type == RedisReply::Type::kError &&
          (reply.str.starts_with("READONLY") || reply.str.starts_with("MASTERDOWN") ||

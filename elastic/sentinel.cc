@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -28,6 +29,12 @@ std::string host_port(const std::string& host, int port) {
 Duration left(Clock::time_point deadline) {
   if (deadline == Clock::time_point::max()) return Duration::max();
   return std::chrono::duration_cast<Duration>(deadline - Clock::now());
+}
+
+// Sentinel i is asked first next time (the others keep their order).
+void ask_first(std::vector<std::pair<std::string, int>>& sentinels, std::size_t i) {
+  std::rotate(sentinels.begin(), sentinels.begin() + static_cast<std::ptrdiff_t>(i),
+              sentinels.begin() + static_cast<std::ptrdiff_t>(i) + 1);
 }
 
 bool auth_error(const std::string& text) {
@@ -111,8 +118,7 @@ ResolvedPrimary SentinelResolver::connect_primary(Duration connect_timeout, Dura
     throw StoreUnavailable(message);
   }
   // The one that answered is asked first next time.
-  std::rotate(sentinels.begin(), sentinels.begin() + static_cast<std::ptrdiff_t>(answered_by),
-              sentinels.begin() + static_cast<std::ptrdiff_t>(answered_by) + 1);
+  ask_first(sentinels, answered_by);
 
   ResolvedPrimary primary;
   primary.endpoint = endpoint_;
@@ -163,8 +169,7 @@ ResolvedPrimary SentinelResolver::connect_primary(Duration connect_timeout, Dura
                            " answers ROLE master, but no time was left to confirm it with the sentinels");
   }
   if (c.moved()) {
-    std::rotate(sentinels.begin(), sentinels.begin() + static_cast<std::ptrdiff_t>(c.other->first),
-                sentinels.begin() + static_cast<std::ptrdiff_t>(c.other->first) + 1);
+    ask_first(sentinels, c.other->first);
     throw StoreUnavailable(what + ": " + primary.endpoint.display() + " answers ROLE master, but the sentinel at " +
                            host_port(sentinels.front().first, sentinels.front().second) + " names " +
                            host_port(c.other->second.host, c.other->second.port) + " (configuration epoch " +
@@ -201,9 +206,7 @@ std::optional<std::string> SentinelResolver::named_instead(const RedisEndpoint& 
                                                            Duration command_timeout, Clock::time_point deadline) {
   const Confirmation c = confirm(primary, connect_timeout, command_timeout, deadline);
   if (!c.moved()) return std::nullopt;
-  auto& sentinels = endpoint_.sentinels;  // the newest-configured sentinel is asked first next time
-  std::rotate(sentinels.begin(), sentinels.begin() + static_cast<std::ptrdiff_t>(c.other->first),
-              sentinels.begin() + static_cast<std::ptrdiff_t>(c.other->first) + 1);
+  ask_first(endpoint_.sentinels, c.other->first);  // the newest-configured one
   return host_port(c.other->second.host, c.other->second.port);
 }
 

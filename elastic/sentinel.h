@@ -70,8 +70,8 @@ class SentinelResolver {
   ResolvedPrimary connect_primary(Duration connect_timeout, Duration command_timeout,
                                   Clock::time_point deadline = Clock::time_point::max());
 
-  // Step 4 alone, for an answer that came late from `primary` (RedisStore: one slower than
-  // RedisStoreOptions::late_reply may have waited out a failover on a paused node): "host:port" of
+  // Step 4 alone, for a connection to `primary` that may have crossed a failover (RedisStore: a
+  // reply that came late, or a connection long unused; RedisStoreOptions::late_reply): "host:port" of
   // the node that a sentinel whose configuration is at least as new as any naming `primary` names
   // instead; nothing when the sentinels that answered confirm it, or none answered.
   std::optional<std::string> named_instead(const RedisEndpoint& primary, Duration connect_timeout,

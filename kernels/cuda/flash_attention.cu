@@ -207,6 +207,45 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c0)[4],
   a[3] = pack_bf16(c1[2], c1[3]);
 }
 
+// acc (16 rows x N, as N/8 accumulator tiles) = A B^T: A is rows a_row0.. of a row-major tile (K
+// columns), B the first N rows of another (K columns). Scores by rows: S^T = K Q^T, dP^T = V dO^T.
+template <int LD, int K, int N>
+__device__ __forceinline__ void rows_by_rows(float (&acc)[N / 8][4], const bf16* a_tile, int a_row0, const bf16* b_tile) {
+#pragma unroll
+  for (int n = 0; n < N / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+    uint32_t a[4];
+    load_a<LD>(a, a_tile, a_row0, kk * 16);
+#pragma unroll
+    for (int n = 0; n < N / 16; ++n) {
+      uint32_t b[4];
+      load_bt<LD>(b, b_tile, n * 16, kk * 16);
+      mma(acc[2 * n], a, b[0], b[1]);
+      mma(acc[2 * n + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// acc (16 rows x N) += P B: P (16 rows x K) is held as K/8 accumulator tiles (so it never leaves
+// registers), B is the first K rows of a row-major tile (N columns). O += P V, dV += P^T dO,
+// dK += dS^T Q.
+template <int LD, int K, int N>
+__device__ __forceinline__ void acc_by_rows(float (&acc)[N / 8][4], const float (&p)[K / 8][4], const bf16* b_tile) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+    uint32_t pa[4];
+    acc_to_a(pa, p[2 * kk], p[2 * kk + 1]);
+#pragma unroll
+    for (int n = 0; n < N / 16; ++n) {
+      uint32_t b[4];
+      load_b<LD>(b, b_tile, kk * 16, n * 16);
+      mma(acc[2 * n], pa, b[0], b[1]);
+      mma(acc[2 * n + 1], pa, b[2], b[3]);
+    }
+  }
+}
+
 // ---- forward --------------------------------------------------------------------------------------
 
 template <int D>
@@ -324,18 +363,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       o[n][2] *= alpha1;
       o[n][3] *= alpha1;
     }
-#pragma unroll
-    for (int kk = 0; kk < kFwdKeys / 16; ++kk) {  // O += P V, P's 16 keys kk*16.. from registers
-      uint32_t pa[4];
-      acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-      for (int n = 0; n < D / 16; ++n) {
-        uint32_t bv[4];
-        load_b<LD>(bv, vs, kk * 16, n * 16);
-        mma(o[2 * n], pa, bv[0], bv[1]);
-        mma(o[2 * n + 1], pa, bv[2], bv[3]);
-      }
-    }
+    acc_by_rows<LD, kFwdKeys, D>(o, s, vs);  // O += P V, P from registers
     __syncthreads();  // every warp is done with this buffer before step + 2's tile goes into it
   }
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
@@ -450,20 +478,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     // S^T = K Q^T for the warp's 16 keys and the tile's queries, then P^T in place.
     float st[kBwdRows / 8][4];
-#pragma unroll
-    for (int n = 0; n < kBwdRows / 8; ++n) st[n][0] = st[n][1] = st[n][2] = st[n][3] = 0.0f;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t a[4];
-      load_a<LD>(a, ks, warp * 16, kk * 16);
-#pragma unroll
-      for (int n = 0; n < kBwdRows / 16; ++n) {
-        uint32_t bq[4];
-        load_bt<LD>(bq, qs, n * 16, kk * 16);
-        mma(st[2 * n], a, bq[0], bq[1]);
-        mma(st[2 * n + 1], a, bq[2], bq[3]);
-      }
-    }
+    rows_by_rows<LD, D, kBwdRows>(st, ks, warp * 16, qs);
 #pragma unroll
     for (int n = 0; n < kBwdRows / 8; ++n) {
 #pragma unroll
@@ -474,35 +489,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         st[n][e] = pv;
       }
     }
-    // dV += P^T dO.
-#pragma unroll
-    for (int kq = 0; kq < kBwdRows / 16; ++kq) {
-      uint32_t pa[4];
-      acc_to_a(pa, st[2 * kq], st[2 * kq + 1]);
-#pragma unroll
-      for (int n = 0; n < D / 16; ++n) {
-        uint32_t bo[4];
-        load_b<LD>(bo, dos, kq * 16, n * 16);
-        mma(acc_dv[2 * n], pa, bo[0], bo[1]);
-        mma(acc_dv[2 * n + 1], pa, bo[2], bo[3]);
-      }
-    }
+    acc_by_rows<LD, kBwdRows, D>(acc_dv, st, dos);  // dV += P^T dO
     // dP^T = V dO^T, then dS^T = P^T (dP^T - delta) scale, in place.
     float dpt[kBwdRows / 8][4];
-#pragma unroll
-    for (int n = 0; n < kBwdRows / 8; ++n) dpt[n][0] = dpt[n][1] = dpt[n][2] = dpt[n][3] = 0.0f;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t a[4];
-      load_a<LD>(a, vs, warp * 16, kk * 16);
-#pragma unroll
-      for (int n = 0; n < kBwdRows / 16; ++n) {
-        uint32_t bo[4];
-        load_bt<LD>(bo, dos, n * 16, kk * 16);
-        mma(dpt[2 * n], a, bo[0], bo[1]);
-        mma(dpt[2 * n + 1], a, bo[2], bo[3]);
-      }
-    }
+    rows_by_rows<LD, D, kBwdRows>(dpt, vs, warp * 16, dos);
 #pragma unroll
     for (int n = 0; n < kBwdRows / 8; ++n) {
       const int qc = n * 8 + 2 * (lane % 4);
@@ -515,19 +505,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       *reinterpret_cast<uint32_t*>(dst_s + kr0 * kLdS + qc) = pack_bf16(dpt[n][0], dpt[n][1]);
       *reinterpret_cast<uint32_t*>(dst_s + (kr0 + 8) * kLdS + qc) = pack_bf16(dpt[n][2], dpt[n][3]);
     }
-    // dK += dS^T Q.
-#pragma unroll
-    for (int kq = 0; kq < kBwdRows / 16; ++kq) {
-      uint32_t da[4];
-      acc_to_a(da, dpt[2 * kq], dpt[2 * kq + 1]);
-#pragma unroll
-      for (int n = 0; n < D / 16; ++n) {
-        uint32_t bq[4];
-        load_b<LD>(bq, qs, kq * 16, n * 16);
-        mma(acc_dk[2 * n], da, bq[0], bq[1]);
-        mma(acc_dk[2 * n + 1], da, bq[2], bq[3]);
-      }
-    }
+    acc_by_rows<LD, kBwdRows, D>(acc_dk, dpt, qs);  // dK += dS^T Q
     __syncthreads();  // every warp's dS^T is in shared memory
     // dQ = dS K: warp w takes query rows (w % 4) * 16.. and head-dim columns (w / 4) * D/2...
     {
