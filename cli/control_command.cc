@@ -36,6 +36,16 @@ std::shared_ptr<elastic::Store> existing_job(const ControlFlags& flags) {
   return store;
 }
 
+// A job that has ended (its `outcome` key: completed, or stopped until an agent starts it again)
+// has no rank to take up a stop, a checkpoint or a setting: such a request would stay pending.
+void refuse_if_ended(elastic::Store& store, const ControlFlags& flags, const std::string& what) {
+  const auto outcome = store.get(elastic::keys::kOutcome);
+  if (outcome == "completed" || outcome == "stopped") {
+    throw InvalidArgument("job '" + flags.job.job_id() + "' has " + *outcome + ": no rank to " + what +
+                          (*outcome == "stopped" ? " (start its agents again to resume it)" : ""));
+  }
+}
+
 // The incarnation of `node` that a drain would take out: the one its claim names, with a live lease.
 std::string live_incarnation(elastic::Store& store, const std::string& node, const std::string& job) {
   const auto incarnation = store.get(elastic::keys::node(node));
@@ -109,6 +119,7 @@ void add_control_commands(CLI::App& app) {
     add_wait(*command, *flags, "the job has stopped");
     command->callback([flags] {
       auto store = existing_job(*flags);
+      refuse_if_ended(*store, *flags, "stop");
       const elastic::Request r = elastic::JobControl(store, elastic::requester()).stop();
       std::cout << "stop of job " << flags->job.job_id() << " requested by " << r.by << " (" << r.id
                 << "); the ranks stop at their next step boundary (or the agents at their next heartbeat)" << std::endl;
@@ -122,6 +133,7 @@ void add_control_commands(CLI::App& app) {
     add_wait(*command, *flags, "the checkpoint is committed");
     command->callback([flags] {
       auto store = existing_job(*flags);
+      refuse_if_ended(*store, *flags, "save a checkpoint");
       const elastic::Request r = elastic::JobControl(store, elastic::requester()).checkpoint();
       std::cout << "checkpoint of job " << flags->job.job_id() << " requested by " << r.by << " (" << r.id
                 << "); rank 0 takes it up at its next step" << std::endl;
@@ -145,6 +157,7 @@ void add_control_commands(CLI::App& app) {
       auto store = existing_job(*flags);
       elastic::JobControl control(store, elastic::requester());
       if (set->parsed()) {
+        if (elastic::job_completed(*store)) refuse_if_ended(*store, *flags, "take up a setting");
         const elastic::LiveSettings now = control.set(*assignments);
         std::cout << "job " << flags->job.job_id() << ": settings set by " << control.by() << ": " << now.describe()
                   << "; rank 0 takes them up at its next step" << std::endl;

@@ -518,14 +518,21 @@ std::optional<std::int64_t> MembershipController::tick(std::int64_t seen_by_lead
     pending_since_.reset();
     // The nodes standing by changed (a spare registered or left): the state lists them.
     const std::string standby = standby_list(wanted.standby);
-    if (standby != standby_written_) {
-      extra.push_back(Write::hash_set(keys::kState, {{"standby", standby}, {"updated_at_ms", std::to_string(now_ms())}}));
+    Fields state;
+    if (standby != standby_written_) state.emplace_back("standby", standby);
+    for (auto& field : missing_state_fields(standby)) {
+      if (field.first != "standby" || state.empty() || state.front().first != "standby") state.push_back(std::move(field));
+    }
+    if (!state.empty()) {
+      state.emplace_back("updated_at_ms", std::to_string(now_ms()));
+      extra.push_back(Write::hash_set(keys::kState, std::move(state)));
     }
     if (!extra.empty()) {
-      // Readmissions of workers already back (a cool-down cut short), the standby list: fenced
-      // like a publication.
+      // Readmissions of workers already back (a cool-down cut short), the standby list, the
+      // state's generation fields put back: fenced like a publication.
       Transaction txn;
       txn.require(keys::kGeneration, std::to_string(current_.number)).require(keys::kLeader, leader_id_);
+      txn.require_absent(keys::kOutcome);  // an ended job's state is final
       for (auto& write : extra) txn.add(std::move(write));
       if (commit_with_job_state(*store_, txn)) standby_written_ = standby;
     }
@@ -545,6 +552,29 @@ std::optional<std::int64_t> MembershipController::tick(std::int64_t seen_by_lead
   auto published = publish(std::move(desired), wanted.newest_seen, wanted.standby, std::move(extra));
   if (published) requests_handled_ = handled;
   return published;
+}
+
+Fields MembershipController::missing_state_fields(const std::string& standby) {
+  const auto now = Clock::now();
+  if (now < next_state_check_) return {};
+  next_state_check_ = now + full_read_every_;
+  const auto state = store_->hash_get_all(keys::kState);
+  // What the publication of the current generation wrote; a field another writer keeps (rank 0's
+  // status while it trains, a drain's) is put back only when it is missing.
+  const Fields published = {{"status", encode(current_.status)},
+                            {"generation", std::to_string(current_.number)},
+                            {"world_size", std::to_string(current_.world_size())},
+                            {"nodes", std::to_string(current_.members.size())},
+                            {"standby", standby}};
+  Fields missing;
+  for (const auto& [field, value] : published) {
+    if (!state.count(field)) missing.emplace_back(field, value);
+  }
+  if (!missing.empty()) {
+    log()->warn("the job's state hash lacks {} field(s) of generation {} (deleted by hand?); writing them again",
+                missing.size(), current_.number);
+  }
+  return missing;
 }
 
 std::optional<std::int64_t> MembershipController::publish(std::vector<Member> members, std::int64_t newest_seen,

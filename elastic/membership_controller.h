@@ -105,6 +105,11 @@ class MembershipController {
   bool hold_for_store_trouble(Clock::time_point began, std::int64_t number, std::int64_t newest_known,
                               const std::map<std::string, NodeLease>& leases);
   Cordons read_cordons(const std::optional<std::string>& value);
+  // The state hash's fields that the current generation's publication wrote and that are missing
+  // now (the hash deleted or edited by hand: `hdp status` and the dashboard would lose the status
+  // and generation until the next publication), with the values to put back. Reads the hash at
+  // most every full_read_every (a heartbeat for an agent); empty in between.
+  Fields missing_state_fields(const std::string& standby);
   // The leases under `keys` that are live and well-formed, by key. Reading every lease value each
   // tick costs the store one lookup and a value per node five times a second (at 12,500 nodes,
   // about 5% of a Redis core); a live lease's value changes only when its agent rewrites it at a
@@ -133,6 +138,7 @@ class MembershipController {
   std::int64_t requests_handled_ = 0;          // the generation whose straggler requests were applied
   std::optional<std::pair<std::int64_t, Clock::time_point>> broken_seen_;  // generation, first seen broken
   std::string standby_written_;               // the state's `standby` as this leader last wrote it
+  Clock::time_point next_state_check_{};      // missing_state_fields() reads the hash again from then
   std::optional<std::string> bad_cordons_;     // the last undecodable `cordons` value, logged once
   std::optional<std::string> bad_evictions_;   // the last undecodable `evictions` value, logged once
   std::map<std::string, std::int64_t> steps_;  // this tick's new evictions: the step a request named (-1: none)

@@ -11,6 +11,7 @@
 #include "elastic/leader_lease.h"
 #include "elastic/membership.h"
 #include "tests/agents/agent_cluster.h"
+#include "tests/support/child_process.h"
 
 namespace hdp::test {
 namespace {
@@ -92,6 +93,62 @@ TEST(BadValues, GarbageInTheLeaderKeyIsLoggedAndReplacedAndMembershipGoesOn) {
   EXPECT_LE(left, (cluster.options().lease + 1s).count() / 1000.0);
   EXPECT_TRUE(elastic::is_leader_id(cluster.leader().value_or("")));
   EXPECT_NE(cluster.all_logs().find("'leader' holds 'garbage-leader'"), std::string::npos) << cluster.all_logs();
+  EXPECT_FALSE(some_worker_exited(cluster)) << cluster.all_logs();
+}
+
+// A value of another type in `leader` (a list, written with redis-cli): logged once per agent,
+// naming the key, and replaced as a garbage string is; a node killed meanwhile leaves within
+// lease + 1 s.
+TEST(BadValues, AListInTheLeaderKeyIsNamedAndReplacedAndMembershipGoesOn) {
+  AgentCluster cluster({.nproc = 1});
+  const std::vector<std::string> nodes = {"n1", "n2", "n3"};
+  for (const auto& node : nodes) cluster.start_agent(node);
+  ASSERT_GE(cluster.wait_for_members(nodes, 15s), 0) << cluster.all_logs();
+
+  const std::string key = "hdp:" + cluster.job() + ":" + elastic::keys::kLeader;
+  const std::string port = std::to_string(cluster.redis().port());
+  const std::string victim = kill_a_follower(cluster, nodes);
+  const CommandResult written = run_command(
+      {"redis-cli", "-p", port, "eval",
+       "redis.call('del', KEYS[1]); return redis.call('rpush', KEYS[1], 'x', 'y')", "1", key},
+      {}, 10s);
+  ASSERT_EQ(written.exit_code, 0) << written.err;
+  ASSERT_EQ(written.out, "2\n") << written.out << written.err;
+  std::vector<std::string> survivors = nodes;
+  std::erase(survivors, victim);
+  const double left = cluster.wait_for_members(survivors, 10s);
+  ASSERT_GE(left, 0) << cluster.all_logs();
+  EXPECT_LE(left, (cluster.options().lease + 1s).count() / 1000.0);
+  EXPECT_TRUE(elastic::is_leader_id(cluster.leader().value_or("")));
+  const std::string logs = cluster.all_logs();
+  EXPECT_NE(logs.find("'" + key + "' holds a list"), std::string::npos) << logs;
+  EXPECT_FALSE(some_worker_exited(cluster)) << logs;
+}
+
+// The state hash deleted by hand while the job runs (smoke workers, which write no state): the
+// leader puts the current generation's fields back at its next check, a heartbeat (lease/3)
+// apart; `hdp status` and the dashboard have them again. Bound: a heartbeat, a tick, and 1 s for
+// load.
+TEST(BadValues, ADeletedStateHashGetsItsGenerationFieldsBackWithinAHeartbeat) {
+  AgentCluster cluster({.nproc = 1});
+  const std::vector<std::string> nodes = {"n1", "n2"};
+  for (const auto& node : nodes) cluster.start_agent(node);
+  ASSERT_GE(cluster.wait_for_members(nodes, 15s), 0) << cluster.all_logs();
+  const std::string generation = std::to_string(cluster.generation());
+  ASSERT_TRUE(cluster.store()->erase(elastic::keys::kState));
+  const double back = cluster.wait_until(
+      [&] {
+        auto state = cluster.state();
+        return state["status"] == "running" && state["generation"] == generation && state["world_size"] == "2" &&
+               state["nodes"] == "2";
+      },
+      10s);
+  ASSERT_GE(back, 0) << "state: status '" << cluster.state()["status"] << "', generation '"
+                     << cluster.state()["generation"] << "'\n"
+                     << cluster.all_logs();
+  EXPECT_LE(back, (cluster.options().lease / 3 + 1200ms).count() / 1000.0);
+  EXPECT_NE(cluster.all_logs().find("lacks 5 field(s) of generation " + generation), std::string::npos)
+      << cluster.all_logs();
   EXPECT_FALSE(some_worker_exited(cluster)) << cluster.all_logs();
 }
 

@@ -71,6 +71,28 @@ TEST(JobControlCli, RequestsThatMakeNoSenseAreRefusedWithOneClearLine) {
   std::this_thread::sleep_for(cluster.options().lease);
   EXPECT_TRUE(cluster.agent("n1").running());
   EXPECT_NE(cluster.agent_log("n1").find("ignoring the pending requests"), std::string::npos) << cluster.all_logs();
+
+  // A job that has ended has no rank to take up a stop, a checkpoint or (once completed) a setting:
+  // refused, where it would otherwise stay pending for ever. A stopped job may still be given
+  // settings for its resumption.
+  cluster.store()->erase(elastic::keys::kControl);
+  for (const std::string outcome : {"stopped", "completed"}) {
+    cluster.store()->set(elastic::keys::kOutcome, outcome);
+    std::vector<std::vector<std::string>> refused = {{"stop", "--job", cluster.job()},
+                                                     {"checkpoint", "--job", cluster.job()}};
+    if (outcome == "completed") refused.push_back({"config", "--job", cluster.job(), "set", "log_every=5"});
+    for (const auto& args : refused) {
+      const CommandResult ended = hdp(cluster, args);
+      EXPECT_EQ(ended.exit_code, 2) << args[0] << " on a " << outcome << " job: " << ended.err;
+      EXPECT_EQ(lines(ended.err), 1) << ended.err;
+      EXPECT_NE(ended.err.find("has " + outcome), std::string::npos) << ended.err;
+    }
+    if (outcome == "stopped") {
+      const CommandResult set = hdp(cluster, {"config", "--job", cluster.job(), "set", "log_every=5"});
+      EXPECT_EQ(set.exit_code, 0) << set.err;
+    }
+  }
+  EXPECT_FALSE(cluster.get(elastic::keys::kControl).has_value()) << "a refused request was written";
 }
 
 // `hdp drain n2`: n2's agent acts at its next heartbeat (lease/3), its workers leave, it exits 4 and
