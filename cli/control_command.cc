@@ -157,6 +157,8 @@ void add_control_commands(CLI::App& app) {
       auto store = existing_job(*flags);
       elastic::JobControl control(store, elastic::requester());
       if (set->parsed()) {
+        elastic::LiveSettings checked;  // bad names and values are named first
+        for (const auto& assignment : *assignments) elastic::assign_setting(checked, assignment);
         if (elastic::job_completed(*store)) refuse_if_ended(*store, *flags, "take up a setting");
         const elastic::LiveSettings now = control.set(*assignments);
         std::cout << "job " << flags->job.job_id() << ": settings set by " << control.by() << ": " << now.describe()
@@ -168,12 +170,19 @@ void add_control_commands(CLI::App& app) {
                                                    : elastic::LiveSettings{};
       std::cout << "set with hdp config set: " << (settings.empty() ? "nothing (the job's flags)" : settings.describe())
                 << std::endl;
-      std::string in_force = "not reported yet (no change applied since the job started)";
+      // Every value in force, as rank 0 reports it with each step; the last change, from its event.
+      auto state = store->hash_get_all(elastic::keys::kState);
+      std::cout << "in force: "
+                << (state.count("settings_in_force")
+                        ? state["settings_in_force"] + " (reported with step " + state["step"] + ")"
+                        : std::string("not reported yet (no step since the job started)"))
+                << std::endl;
+      std::string changed;
       for (const auto& entry : store->stream_tail(elastic::keys::kEvents, elastic::kEventsKept)) {
         std::map<std::string, std::string> fields(entry.fields.begin(), entry.fields.end());
-        if (fields["type"] == "settings_applied") in_force = fields["settings"] + " (from step " + fields["step"] + ")";
+        if (fields["type"] == "settings_applied") changed = "from step " + fields["step"] + ": " + fields["settings"];
       }
-      std::cout << "in force: " << in_force << std::endl;
+      if (!changed.empty()) std::cout << "last change in force " << changed << std::endl;
     });
   }
   for (const bool on : {true, false}) {

@@ -66,6 +66,7 @@ std::string to_table(const std::string& job, const elastic::JobSnapshot& s) {
     out << "validation: eval_loss " << field_or_dash(s.state, "eval_loss") << " at step "
         << field_or_dash(s.state, "eval_step") << "\n";
   }
+  if (s.state.count("settings_in_force")) out << "settings: " << s.state.at("settings_in_force") << "\n";
   out << "leader: " << s.leader.value_or("-") << "    last checkpoint: step " << field_or_dash(s.state, "last_ckpt_step")
       << " at " << field_or_dash(s.state, "last_ckpt_path") << "\n";
   // The Redis node the agents last saw as the primary, and the failovers they recorded.

@@ -92,7 +92,8 @@ void StepReporter::step(const elastic::Membership& m, std::int64_t step, const m
                            {"step", std::to_string(step)},
                            {"tokens", std::to_string(step * config_.batch_tokens)},
                            {"world_size", std::to_string(world)},
-                           {"speeds", speeds_text}};
+                           {"speeds", speeds_text},
+                           {"settings_in_force", describe_live_settings(config_)}};
   state.insert(state.end(), figures.begin(), figures.end());
   if (eval) state.emplace_back("eval_step", std::to_string(step));
   elastic::Fields sample = {{"step", std::to_string(step)},

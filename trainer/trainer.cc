@@ -87,16 +87,6 @@ struct Live {
   static Live from_row(const std::int64_t* f) {
     return {std::bit_cast<double>(f[0]), f[1], f[2] != 0, f[3], f[4], f[5], f[6]};
   }
-  std::string describe() const {
-    char text[256];
-    std::snprintf(text, sizeof text,
-                  "straggler_threshold=%g, straggler_strikes=%lld, evict_stragglers=%s, evict_cooldown_s=%g, "
-                  "checkpoint_every=%lld, log_every=%lld",
-                  straggler_threshold, static_cast<long long>(straggler_strikes), evict_stragglers ? "true" : "false",
-                  static_cast<double>(cooldown_ms) / 1000.0, static_cast<long long>(checkpoint_every),
-                  static_cast<long long>(log_every));
-    return text;
-  }
 };
 
 // What rank 0 read in the job's pending requests (elastic/control.h) with its last step report.
@@ -481,9 +471,10 @@ class Trainer {
     const std::int64_t step = recovery_.step();
     live.apply_to(config_);
     monitor_.threshold_changed();
+    const std::string in_force = describe_live_settings(config_);
     log()->info("worker {}/{}: live settings in force from step {}: {}", ctx_.identity().node,
-                ctx_.identity().local_rank, step + 1, live.describe());
-    if (m.rank == 0) reporter_.settings_applied(m, step + 1, live.describe());
+                ctx_.identity().local_rank, step + 1, in_force);
+    if (m.rank == 0) reporter_.settings_applied(m, step + 1, in_force);
   }
 
   // Rank 0: what its last step report read in the pending requests, as the boundary carries it.

@@ -5,6 +5,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -22,6 +23,17 @@ bool parse_number(std::string_view text, T& out) {
 std::string mib(std::int64_t bytes) { return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB"; }
 
 }  // namespace
+
+std::string describe_live_settings(const TrainerConfig& c) {
+  char text[256];
+  std::snprintf(text, sizeof text,
+                "straggler_threshold=%g, straggler_strikes=%d, evict_stragglers=%s, evict_cooldown_s=%g, "
+                "checkpoint_every=%lld, log_every=%d",
+                c.straggler_threshold, c.straggler_strikes, c.evict_stragglers ? "true" : "false",
+                static_cast<double>(c.cooldown.base_ms) / 1000.0, static_cast<long long>(c.checkpoint_every),
+                c.log_every);
+  return text;
+}
 
 Fault parse_fault(std::string_view spec) {
   const std::string quoted = "--fault '" + std::string(spec) + "'";

@@ -147,6 +147,11 @@ struct TrainerConfig {
 
 // Bytes one rank of a `world_size`-rank job needs at most: the full parameters and gradients, its
 // shard of both AdamW moments, and the activations of a full micro-batch of C tokens.
+// The settings `hdp config set` may change (elastic/control.h), as `config` holds them now:
+// "straggler_threshold=0.35, straggler_strikes=5, evict_stragglers=true, evict_cooldown_s=60,
+// checkpoint_every=50, log_every=1". Rank 0 reports it in the job state (`settings_in_force`).
+std::string describe_live_settings(const TrainerConfig& config);
+
 std::int64_t estimate_rank_bytes(const TrainerConfig& config, int world_size);
 
 // InvalidArgument when estimate_rank_bytes exceeds config.max_rank_memory_bytes (> 0); part of

@@ -55,6 +55,8 @@ constexpr const char* kReadPage = R"JS((() => {
           requests: [...document.querySelectorAll('#control li.request')].map(r => ({op: r.dataset.op, node: r.dataset.node})),
           eventTypes: [...document.querySelectorAll('#events li.event')].map(e => e.dataset.type),
           settings: [...document.querySelectorAll('#control li.setting')].map(e => e.dataset.name + '=' + e.dataset.value),
+          standby: [...document.querySelectorAll('#control li.standby')].map(e => e.dataset.node),
+          inForce: [...document.querySelectorAll('#control li.in-force span.why')].map(e => e.textContent),
           store: document.querySelector('#store').hidden ? '' : document.querySelector('#store').dataset.primary,
           storeFailovers: document.querySelector('#store').dataset.failovers,
           notFound: document.querySelector('#not-found').hidden ? '' : document.querySelector('#not-found').textContent};
@@ -204,6 +206,26 @@ TEST_F(DashboardInABrowser, ShowsTheJobStateAndMarksAResize) {
   for (const auto& t : acted["eventTypes"]) types.insert(t.get<std::string>());
   EXPECT_TRUE(types.contains("cordon")) << acted.dump();
   EXPECT_TRUE(types.contains("request")) << acted.dump();
+
+  // Requests done and a standby: `hdp checkpoint` taken up by rank 0 (its request_done event),
+  // the setting in force (settings_applied, and every value in force as rank 0 reports it), and
+  // with n3 a member again (MAX 2), n4 waits as a standby.
+  control.checkpoint();
+  cluster_->start_agent("n3");
+  cluster_->start_agent("n4");
+  ASSERT_GE(cluster_->wait_until([&] { return state()["standby"] == "n4" || state()["standby"] == "n3"; }, 60s), 0)
+      << "no standby: " << state()["standby"];
+  const std::string standby = state()["standby"];
+  const json done = browse(url, "document.body.dataset.loaded === 'true' && document.querySelectorAll('#control li.standby').length === 1 && [...document.querySelectorAll('#events li.event')].some(e => e.dataset.type === 'request_done') && [...document.querySelectorAll('#control li.in-force span.why')].some(e => e.textContent.includes('straggler_threshold=0.25'))",
+                           "dashboard-done.png");
+  ASSERT_TRUE(done.is_object());
+  EXPECT_EQ(done["standby"], json::array({standby})) << done.dump();
+  ASSERT_EQ(done["inForce"].size(), 1u) << done.dump();
+  EXPECT_NE(done["inForce"][0].get<std::string>().find("checkpoint_every=10,"), std::string::npos) << done.dump();
+  types.clear();
+  for (const auto& t : done["eventTypes"]) types.insert(t.get<std::string>());
+  EXPECT_TRUE(types.contains("request_done")) << done.dump();
+  EXPECT_TRUE(types.contains("settings_applied")) << done.dump();
 }
 
 TEST_F(DashboardInABrowser, AJobThatDoesNotExistIsSaidSoAndAPortInUseExitsTwo) {

@@ -95,6 +95,28 @@ TEST(SpeedTracker, StrikesCountConsecutiveStepsBelowTheThresholdOfTheMedian) {
   EXPECT_EQ(tracker.strikes("slow"), 0);
 }
 
+// `hdp config set straggler_threshold=…` (set_slow_below): a worker at 0.4 of the median strikes
+// from the next step on once the threshold is 0.5, and stops striking when it is 0.35 again.
+TEST(SpeedTracker, ANewThresholdCountsStrikesFromTheNextStep) {
+  SpeedTracker tracker({.slow_below = 0.35});
+  const std::vector<std::string> four = {"a", "b", "c", "slow"};
+  auto step = [&] {
+    for (const auto& w : four) tracker.report(w, 100, w == "slow" ? 100 / 0.4 : 100);
+    tracker.end_step(four);
+  };
+  for (int i = 0; i < 3; ++i) step();
+  EXPECT_EQ(tracker.strikes("slow"), 0);
+  tracker.set_slow_below(0.5);
+  step();
+  step();
+  EXPECT_EQ(tracker.strikes("slow"), 2);
+  EXPECT_EQ(tracker.strikes("a"), 0);
+  tracker.set_slow_below(0.35);
+  step();
+  EXPECT_EQ(tracker.strikes("slow"), 0);
+  EXPECT_THROW(tracker.set_slow_below(1.0), InvalidArgument);
+}
+
 TEST(SpeedTracker, AnIdleStepSaysNothing) {
   SpeedTracker tracker;
   tracker.report("a", 0, 3);  // ran nothing, yet the step took 3 ms (waiting on rings)

@@ -177,6 +177,7 @@ enum class DrainBy { kSignals, kCommand };
 class RecoveryCluster : public ::testing::Test {
  protected:
   void drain_goes_on_from_memory(DrainBy by);
+  void drain_and_stop_at_once(DrainBy by);
   static void SetUpTestSuite() {
     reference_ = std::make_unique<ReferenceRun>([](const fs::path& dir) { return options(dir, "2:2", 1); },
                                                 std::vector<std::string>{"n1", "n2"}, 240s);
@@ -448,6 +449,40 @@ TEST_F(RecoveryCluster, SigusrOneToEveryAgentStopsTheJobAndARestartResumesIt) {
             << ", completed\n";
 }
 
+// A node's drain and a job stop at once, by signals (SIGTERM to n2's agent and workers, SIGUSR1
+// to both agents) or by requests (drain n2 and stop written back to back, so that one step report
+// reads both): whichever acts first, the job ends one of the two ways docs/deploy.md allows and
+// here only as a stop (nothing is left to train on): status `stopped`, a final checkpoint of the
+// step it stopped at, every agent exits 4; never `running` with no worker.
+void RecoveryCluster::drain_and_stop_at_once(DrainBy by) {
+  TempDir dir;
+  AgentCluster cluster(options(dir.path(), "1:2", 1000));
+  ASSERT_TRUE(reach_fault_step(cluster, by == DrainBy::kCommand ? command_step() : fault_step()));
+  if (by == DrainBy::kCommand) {
+    elastic::JobControl control(cluster.store(), "test@localhost");
+    const std::string incarnation = cluster.get(elastic::keys::node("n2")).value_or("");
+    control.drain("n2", incarnation);
+    control.stop();
+  } else {
+    const std::vector<pid_t> workers = cluster.worker_pids("n2");
+    cluster.agent("n2").signal(SIGTERM);
+    for (const pid_t pid : workers) kill(pid, SIGTERM);
+    cluster.agent("n1").signal(SIGUSR1);
+    cluster.agent("n2").signal(SIGUSR1);
+  }
+  EXPECT_EQ(exit_code(cluster, "n2", 60s), 4) << cluster.all_logs();
+  EXPECT_EQ(exit_code(cluster, "n1", 60s), 4) << cluster.all_logs();
+  const std::int64_t step = expect_stopped(cluster, dir.path());
+  EXPECT_LT(step, kSteps);
+  bool left = false;
+  for (const Event& e : events(cluster)) left = left || e.at("type") == "nodes_leave";
+  std::cout << (left ? "n2 left first, then the job stopped" : "the job stopped with n2 in it") << " at step " << step
+            << "\n";
+}
+
+TEST_F(RecoveryCluster, ADrainAndAJobStopSignalledAtOnceEndStopped) { drain_and_stop_at_once(DrainBy::kSignals); }
+TEST_F(RecoveryCluster, ADrainAndAJobStopRequestedAtOnceEndStopped) { drain_and_stop_at_once(DrainBy::kCommand); }
+
 // `hdp stop`: the agents act at their next heartbeat as on SIGUSR1: the job stops at one step with
 // a final checkpoint, every agent exits 4, and the request's outcome is `stopped`.
 TEST_F(RecoveryCluster, HdpStopStopsTheJobAtOneStepWithAFinalCheckpoint) {
@@ -513,10 +548,14 @@ TEST_F(RecoveryCluster, HdpCheckpointSavesAtTheNextStepAndReportsWhere) {
 TEST_F(RecoveryCluster, HdpConfigSetTakesEffectAtOneStepOnEveryRank) {
   TempDir dir;
   AgentCluster cluster(options(dir.path(), "2:2", 1000));
-  ASSERT_TRUE(reach_fault_step(cluster));
-  // Written from here, to know the step it came at (the command's own start-up takes steps).
+  ASSERT_TRUE(reach_fault_step(cluster, command_step()));
+  // Before any change, rank 0 reports every value in force with each step: the job's flags.
+  EXPECT_EQ(cluster.state()["settings_in_force"].rfind("straggler_threshold=0.35, straggler_strikes=", 0), 0u)
+      << cluster.state()["settings_in_force"];
   const std::int64_t asked_at = cluster.step();
-  elastic::JobControl(cluster.store(), "test@localhost").set({"straggler_threshold=0.5", "log_every=2"});
+  CommandResult r = hdp(cluster, {"config", "set", "straggler_threshold=0.5", "log_every=2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::int64_t set_at = cluster.step();  // the command's own start-up takes steps
   std::int64_t step = -1;
   std::string in_force;
   ASSERT_GE(cluster.wait_until([&] {
@@ -528,7 +567,7 @@ TEST_F(RecoveryCluster, HdpConfigSetTakesEffectAtOneStepOnEveryRank) {
     return step > 0;
   }, 60s), 0) << cluster.all_logs();
   EXPECT_GT(step, asked_at);
-  EXPECT_LE(step, asked_at + 3) << "taken up later than the next steps";
+  EXPECT_LE(step, set_at + 3) << "taken up later than the next steps";
   EXPECT_NE(in_force.find("straggler_threshold=0.5"), std::string::npos) << in_force;
   EXPECT_NE(in_force.find("log_every=2"), std::string::npos) << in_force;
   EXPECT_EQ(exit_code(cluster, "n1", 240s), 0) << cluster.all_logs();
@@ -544,17 +583,25 @@ TEST_F(RecoveryCluster, HdpConfigSetTakesEffectAtOneStepOnEveryRank) {
   for (auto at = logs.find(line); at != std::string::npos; at = logs.find(line, at + 1)) ++at_step;
   EXPECT_EQ(ranks, 4) << logs;
   EXPECT_EQ(at_step, ranks) << logs;
-  CommandResult r = hdp(cluster, {"config"});
+  r = hdp(cluster, {"config"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("from step " + std::to_string(step)), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("in force: straggler_threshold=0.5, "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("straggler_threshold=0.5"), std::string::npos) << r.out;
-  // The command: a bad name or value is refused before anything is written; a good one merges.
+  // The command: a bad name or value is refused before anything is written, naming it; on the
+  // completed job a good one is refused too, and on a stopped one (its settings for the resumption)
+  // it merges with those set before.
   for (const std::string bad : {"nosuch=1", "straggler_threshold=2", "straggler_strikes=0.5", "log_every"}) {
     r = hdp(cluster, {"config", "set", "checkpoint_every=7", bad});
     EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find(bad.substr(0, bad.find_first_of("=_"))), std::string::npos) << r.err;
   }
+  r = hdp(cluster, {"config", "set", "checkpoint_every=7"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("has completed"), std::string::npos) << r.err;
   EXPECT_EQ(cluster.get(elastic::keys::kSettings).value_or("").find("checkpoint_every"), std::string::npos);
+  cluster.store()->set(elastic::keys::kOutcome, "stopped");
   r = hdp(cluster, {"config", "set", "checkpoint_every=7"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   const std::string key = cluster.get(elastic::keys::kSettings).value_or("");
