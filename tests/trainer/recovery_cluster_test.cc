@@ -177,7 +177,7 @@ enum class DrainBy { kSignals, kCommand };
 class RecoveryCluster : public ::testing::Test {
  protected:
   void drain_goes_on_from_memory(DrainBy by);
-  void drain_and_stop_at_once(DrainBy by);
+  void drain_and_stop_at_once(DrainBy by, bool stop_after_leave = false);
   static void SetUpTestSuite() {
     reference_ = std::make_unique<ReferenceRun>([](const fs::path& dir) { return options(dir, "2:2", 1); },
                                                 std::vector<std::string>{"n1", "n2"}, 240s);
@@ -451,10 +451,11 @@ TEST_F(RecoveryCluster, SigusrOneToEveryAgentStopsTheJobAndARestartResumesIt) {
 
 // A node's drain and a job stop at once, by signals (SIGTERM to n2's agent and workers, SIGUSR1
 // to both agents) or by requests (drain n2 and stop written back to back, so that one step report
-// reads both): whichever acts first, the job ends one of the two ways docs/deploy.md allows and
-// here only as a stop (nothing is left to train on): status `stopped`, a final checkpoint of the
-// step it stopped at, every agent exits 4; never `running` with no worker.
-void RecoveryCluster::drain_and_stop_at_once(DrainBy by) {
+// reads both), or the stop (SIGUSR1) once n2 has left, while the job re-forms without it: whichever
+// acts first, the job ends one of the two ways docs/deploy.md allows and here only as a stop (the
+// stop is for the job): status `stopped`, a final checkpoint of the step it stopped at, every agent
+// exits 4; never `running` with no worker.
+void RecoveryCluster::drain_and_stop_at_once(DrainBy by, bool stop_after_leave) {
   TempDir dir;
   AgentCluster cluster(options(dir.path(), "1:2", 1000));
   ASSERT_TRUE(reach_fault_step(cluster, by == DrainBy::kCommand ? command_step() : fault_step()));
@@ -467,8 +468,20 @@ void RecoveryCluster::drain_and_stop_at_once(DrainBy by) {
     const std::vector<pid_t> workers = cluster.worker_pids("n2");
     cluster.agent("n2").signal(SIGTERM);
     for (const pid_t pid : workers) kill(pid, SIGTERM);
-    cluster.agent("n1").signal(SIGUSR1);
-    cluster.agent("n2").signal(SIGUSR1);
+    if (stop_after_leave) {
+      ASSERT_GE(cluster.wait_until(
+                    [&] {
+                      const auto all = events(cluster);
+                      return std::any_of(all.begin(), all.end(), [](const Event& e) { return e.at("type") == "nodes_leave"; });
+                    },
+                    60s),
+                0)
+          << cluster.all_logs();
+      cluster.agent("n1").signal(SIGUSR1);
+    } else {
+      cluster.agent("n1").signal(SIGUSR1);
+      cluster.agent("n2").signal(SIGUSR1);
+    }
   }
   EXPECT_EQ(exit_code(cluster, "n2", 60s), 4) << cluster.all_logs();
   EXPECT_EQ(exit_code(cluster, "n1", 60s), 4) << cluster.all_logs();
@@ -482,6 +495,9 @@ void RecoveryCluster::drain_and_stop_at_once(DrainBy by) {
 
 TEST_F(RecoveryCluster, ADrainAndAJobStopSignalledAtOnceEndStopped) { drain_and_stop_at_once(DrainBy::kSignals); }
 TEST_F(RecoveryCluster, ADrainAndAJobStopRequestedAtOnceEndStopped) { drain_and_stop_at_once(DrainBy::kCommand); }
+TEST_F(RecoveryCluster, AJobStopWhileTheJobReformsAfterADrainEndsStopped) {
+  drain_and_stop_at_once(DrainBy::kSignals, true);
+}
 
 // `hdp stop`: the agents act at their next heartbeat as on SIGUSR1: the job stops at one step with
 // a final checkpoint, every agent exits 4, and the request's outcome is `stopped`.
