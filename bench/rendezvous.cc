@@ -9,7 +9,9 @@
 //   1. time until every node is registered and the first generation with all of them is published;
 //   2. steady-state Redis commands per second, Redis CPU as a fraction of one core (INFO), Redis
 //      connections and clients blocked on the stream: with the leader ticking, then with the agents
-//      alone (the leader idle for that window);
+//      alone (the leader idle for that window); and, as a yardstick measured in the same run, the
+//      Redis CPU of one plain GET round trip, so that the steady state is also given in round
+//      trips per second (a figure a slower or shared core does not move);
 //   3. after one agent dies (its connection closed, its heartbeats stopped): the time from its lease
 //      expiring to the generation without it (detection + publication), to every live agent
 //      knowing that generation (notification), and to every live agent knowing its record: derived
@@ -266,6 +268,21 @@ int main(int argc, char** argv) {
   };
   const Window steady = measure(true);
   const Window agents_only = measure(false);
+  // The yardstick, in the same run: Redis' CPU for one plain GET round trip (one connection, one
+  // command at a time), the agents' share (the window above) subtracted. A core that is slower or
+  // shared (a VM's neighbours) costs more per round trip and more per steady second alike, so the
+  // steady state in round trips per second is what holds from one run, day or machine to another.
+  const double round_trip_cpu_s = [&] {
+    constexpr int kTrips = 20000;
+    const RedisCounters before = read_counters(monitor);
+    const auto start = Clock::now();
+    for (int i = 0; i < kTrips; ++i) monitor.command({"GET", "calibration"}, true);
+    const RedisCounters after = read_counters(monitor);
+    const double wall = seconds(Clock::now() - start);
+    return std::max(0.0, (after.cpu - before.cpu) - agents_only.core_fraction * wall) / kTrips;
+  }();
+  const double steady_trips = round_trip_cpu_s > 0 ? steady.core_fraction / round_trip_cpu_s : 0;
+  const double agents_only_trips = round_trip_cpu_s > 0 ? agents_only.core_fraction / round_trip_cpu_s : 0;
 
   // One agent dies: its lease expires `lease` after its last refresh; the leader publishes the
   // generation without it, and every live agent must learn it.
@@ -343,6 +360,9 @@ int main(int argc, char** argv) {
                            {"steady_blocked_clients", steady.blocked},
                            {"agents_only_commands_per_s", agents_only.commands_per_s},
                            {"agents_only_redis_core_fraction", agents_only.core_fraction},
+                           {"get_round_trip_redis_us", round_trip_cpu_s * 1e6},
+                           {"steady_get_round_trips_equivalent_per_s", steady_trips},
+                           {"agents_only_get_round_trips_equivalent_per_s", agents_only_trips},
                            {"lease_expiry_to_next_generation_s", detect_publish_s},
                            {"lease_expiry_to_every_agent_knows_s", every_agent_knows_s},
                            {"lease_expiry_to_every_agent_read_the_record_s", every_agent_read_record_s},
@@ -370,6 +390,8 @@ int main(int argc, char** argv) {
               << steady.blocked << " blocked on the stream\n"
               << "  agents alone (leader idle)        " << agents_only.commands_per_s << " commands/s, "
               << agents_only.core_fraction * 100 << "% of one Redis core\n"
+              << "  one GET round trip (yardstick)    " << round_trip_cpu_s * 1e6 << " us of Redis CPU: the steady state costs "
+              << steady_trips << " of them per second, the agents alone " << agents_only_trips << "\n"
               << "  lease expiry -> next generation   " << detect_publish_s << " s\n"
               << "  lease expiry -> every agent knows " << every_agent_knows_s << " s (" << known.by_stream << " of "
               << agents.live() << " told by the stream)\n"
