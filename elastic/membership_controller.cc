@@ -519,7 +519,10 @@ std::optional<std::int64_t> MembershipController::tick(std::int64_t seen_by_lead
     // The nodes standing by changed (a spare registered or left): the state lists them.
     const std::string standby = standby_list(wanted.standby);
     Fields state;
-    if (standby != standby_written_) state.emplace_back("standby", standby);
+    if (standby != standby_written_) {
+      state.emplace_back("standby", standby);
+      extra.push_back(Write::set(keys::kStandby, standby));
+    }
     for (auto& field : missing_state_fields(standby)) {
       if (field.first != "standby" || state.empty() || state.front().first != "standby") state.push_back(std::move(field));
     }
@@ -625,6 +628,7 @@ std::optional<std::int64_t> MembershipController::publish(std::vector<Member> me
                                          {"nodes", std::to_string(next.members.size())},
                                          {"standby", standby_nodes},
                                          {"updated_at_ms", std::to_string(now_ms())}}));
+  txn.add(Write::set(keys::kStandby, standby_nodes));
   txn.add(event_write("resize", {{"generation", std::to_string(next.number)},
                                  {"world_size", world},
                                  {"status", encode(next.status)},

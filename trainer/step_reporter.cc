@@ -105,7 +105,7 @@ void StepReporter::step(const elastic::Membership& m, std::int64_t step, const m
   // report written, a step or more behind.
   if (!state_report_) {
     state_report_ = std::make_unique<StateReport>(
-        store_, std::vector<std::string>{elastic::keys::kControl, elastic::keys::kSettings});
+        store_, std::vector<std::string>{elastic::keys::kControl, elastic::keys::kSettings, elastic::keys::kStandby});
   }
   state_report_->post(m.generation, std::move(state), {elastic::sample_write(std::move(sample))});
   take_reads();
@@ -113,10 +113,15 @@ void StepReporter::step(const elastic::Membership& m, std::int64_t step, const m
 
 void StepReporter::take_reads() {
   StateReport::Reads reads = state_report_->reads();
-  if (reads.serial == reads_serial_ || reads.values.size() != 2) return;
+  if (reads.serial == reads_serial_ || reads.values.size() != 3) return;
   reads_serial_ = reads.serial;
   read_requests(reads.values[0]);
   read_settings(reads.values[1]);
+  standby_ = 0;
+  if (reads.values[2]) {
+    const std::string& nodes = *reads.values[2];
+    if (!nodes.empty()) standby_ = 1 + static_cast<int>(std::count(nodes.begin(), nodes.end(), ','));
+  }
 }
 
 bool StepReporter::flush_reports() {

@@ -88,6 +88,8 @@ class StepReporter {
   // Rank 0: the live settings (`hdp config set`) its last step report read; a value that does not
   // decode keeps the ones read before (logged once).
   const elastic::LiveSettings& settings() const { return settings_; }
+  // Rank 0: how many nodes stood by (`standby`, written by the leader) at its last step report.
+  int standby() const { return standby_; }
   // Rank 0, at a generation's start: reads them now rather than with the first step report.
   void read_settings_now();
   // Rank 0: the settings in force changed at `step` (an event).
@@ -124,6 +126,7 @@ class StepReporter {
   std::string checkpoint_taken_;            // the id of the last checkpoint request acted on
   std::optional<std::string> bad_control_;  // the last `control` value that did not decode
   elastic::LiveSettings settings_;
+  int standby_ = 0;
   std::optional<std::string> bad_settings_;  // the last `settings` value that did not decode
   EventLog& events_;
   WorkerMetrics metrics_;                           // every rank, for its agent's /metrics

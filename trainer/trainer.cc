@@ -94,16 +94,18 @@ struct Asked {
   bool stop = false;        // `hdp stop`
   bool checkpoint = false;  // `hdp checkpoint`
   int drain_member = -1;    // `hdp drain`: the index of a member node of this generation
+  int standby = 0;          // nodes standing by to take a leaving member's place
   Live live;                // the settings in force from the next step on (rank 0's)
 };
 
 struct Boundary {
   // per rank: job stop, leave, changed, compute µs, plan digest; rank 0 also: checkpoint asked
-  // for, the member asked to drain + 1, and the live settings (Live::kFields)
-  static constexpr std::size_t kFields = 7 + Live::kFields;
+  // for, the member asked to drain + 1, the nodes standing by, and the live settings (Live::kFields)
+  static constexpr std::size_t kFields = 8 + Live::kFields;
   bool stop = false;     // some rank was asked to stop the job
   bool checkpoint = false;  // rank 0 read a `hdp checkpoint` request
   int drained_member = -1;  // rank 0 read a `hdp drain` of this member
+  int standby = 0;          // rank 0 read this many nodes standing by
   Live live;                // rank 0's settings: in force on every rank from this step on
   std::vector<bool> leaving;  // by rank: asked to leave (its node drains)
   bool changed = false;  // some rank saw a newer generation (or rank 0 asked for an eviction)
@@ -115,7 +117,8 @@ Boundary agree(Communicator& comm, const StopRequest& request, bool changed, std
                std::uint64_t digest, const Asked& asked) {
   const bool stop = request.job.load() || asked.stop, leave = request.requested.load() && !stop;
   std::vector<std::int64_t> mine = {stop ? 1 : 0, leave ? 1 : 0, changed ? 1 : 0, compute_us,
-                                    static_cast<std::int64_t>(digest), asked.checkpoint ? 1 : 0, asked.drain_member + 1};
+                                    static_cast<std::int64_t>(digest), asked.checkpoint ? 1 : 0, asked.drain_member + 1,
+                                    asked.standby};
   const auto live = asked.live.row();
   mine.insert(mine.end(), live.begin(), live.end());
   const std::vector<std::int64_t> rows = mesh::allgather_rows<std::int64_t>(comm, mine);
@@ -130,7 +133,8 @@ Boundary agree(Communicator& comm, const StopRequest& request, bool changed, std
     if (r == 0) {
       b.checkpoint = row[5] > 0;
       b.drained_member = static_cast<int>(row[6]) - 1;
-      b.live = Live::from_row(row + 7);
+      b.standby = static_cast<int>(row[7]);
+      b.live = Live::from_row(row + 8);
     }
   }
   return b;
@@ -327,10 +331,13 @@ class Trainer {
                                       monitor_.compute_us(), digest, asked(m));
       apply_live_settings(m, boundary.live);
       const Leave leave = leaving_nodes(boundary, node_of_rank(m), m.record);
-      if (!boundary.stop && !leave.nodes.empty() && leave.staying < min_nodes_.value_or(1)) {
+      // A node standing by takes a leaving member's place in the next generation (the leader picks
+      // it): only what neither the staying nodes nor the standbys make up is a leave below MIN.
+      if (!boundary.stop && !leave.nodes.empty() && leave.staying + boundary.standby < min_nodes_.value_or(1)) {
         if (m.rank == 0) {
-          log()->info("step {}: node(s) {} leaving would leave {} node(s), below the job's minimum of {}: the job stops",
-                      recovery_.step(), join(leave.nodes), leave.staying, min_nodes_.value_or(1));
+          log()->info("step {}: node(s) {} leaving would leave {} node(s) and {} standing by, below the job's minimum "
+                      "of {}: the job stops",
+                      recovery_.step(), join(leave.nodes), leave.staying, boundary.standby, min_nodes_.value_or(1));
         }
         drain(m, comm, saver);
         return BodyResult::kFinished;
@@ -485,6 +492,7 @@ class Trainer {
     const elastic::ControlRequests& requests = reporter_.requests();
     a.stop = requests.stop.has_value();
     a.checkpoint = reporter_.checkpoint_request().has_value();
+    a.standby = reporter_.standby();
     for (std::size_t i = 0; i < m.record.members.size(); ++i) {
       if (requests.drain_of(m.record.members[i].node, m.record.members[i].incarnation)) {
         a.drain_member = static_cast<int>(i);  // one node per boundary; the next at the next

@@ -178,6 +178,7 @@ class RecoveryCluster : public ::testing::Test {
  protected:
   void drain_goes_on_from_memory(DrainBy by);
   void drain_and_stop_at_once(DrainBy by, bool stop_after_leave = false);
+  void standby_replaces(bool drained);
   static void SetUpTestSuite() {
     reference_ = std::make_unique<ReferenceRun>([](const fs::path& dir) { return options(dir, "2:2", 1); },
                                                 std::vector<std::string>{"n1", "n2"}, 240s);
@@ -633,10 +634,15 @@ TEST_F(RecoveryCluster, HdpConfigSetTakesEffectAtOneStepOnEveryRank) {
 // A member's agent is SIGKILLed (its workers die with it) at a random step: within the lease + 1 s
 // the standby is a member in its place, the world size stays 4, the job goes on from memory (0
 // steps lost, nothing read from disk) and, the world being the same size, equals the fault-free
-// run bit for bit: every step's loss and the final state.
-TEST_F(RecoveryCluster, AStandbyNodeReplacesAKilledMemberFromMemory) {
+// run bit for bit: every step's loss and the final state. Drained instead (SIGTERM to its agent and
+// workers), the member leaves at a step boundary (its agent exits 4) and the standby takes its
+// place the same way: a leave that a standby makes up is not a leave below MIN.
+TEST_F(RecoveryCluster, AStandbyNodeReplacesAKilledMemberFromMemory) { standby_replaces(false); }
+TEST_F(RecoveryCluster, AStandbyNodeReplacesADrainedMemberFromMemory) { standby_replaces(true); }
+
+void RecoveryCluster::standby_replaces(bool drained) {
   TempDir dir;
-  std::cout << "the kill comes at step " << fault_step() << " (HDP_FAULT_STEP)\n";
+  std::cout << "the " << (drained ? "drain" : "kill") << " comes at step " << fault_step() << " (HDP_FAULT_STEP)\n";
   AgentCluster cluster(options(dir.path(), "2:2", 1000));
   cluster.start_agent("n1");
   cluster.start_agent("n2");
@@ -652,8 +658,17 @@ TEST_F(RecoveryCluster, AStandbyNodeReplacesAKilledMemberFromMemory) {
   const std::string victim = leader.rfind("n1/", 0) == 0 ? "n2" : "n1";
   const std::string survivor = victim == "n1" ? "n2" : "n1";
   const auto killed = std::chrono::steady_clock::now();
-  cluster.agent(victim).kill();
+  if (drained) {
+    const std::vector<pid_t> workers = cluster.worker_pids(victim);
+    cluster.agent(victim).signal(SIGTERM);
+    for (const pid_t pid : workers) kill(pid, SIGTERM);
+  } else {
+    cluster.agent(victim).kill();
+  }
   ASSERT_GE(cluster.wait_for_members({survivor, "n3"}, 60s), 0) << cluster.all_logs();
+  if (drained) {
+    EXPECT_EQ(exit_code(cluster, victim, 30s), 4) << cluster.all_logs();
+  }
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
   const double bound = std::chrono::duration<double>(cluster.options().lease).count() + 1.0;
   EXPECT_LE(took, bound) << "the standby took its place " << took << " s after the kill";
@@ -673,7 +688,7 @@ TEST_F(RecoveryCluster, AStandbyNodeReplacesAKilledMemberFromMemory) {
   EXPECT_TRUE(a.params == r.params) << "parameters differ";
   EXPECT_TRUE(a.m == r.m) << "exp_avg differs";
   EXPECT_TRUE(a.v == r.v) << "exp_avg_sq differs";
-  std::cout << victim << " killed; n3 a member " << took << " s later (bound " << bound << " s); went on from step " << t
+  std::cout << victim << (drained ? " drained" : " killed") << "; n3 a member " << took << " s later (bound " << bound << " s); went on from step " << t
             << "\n";
 }
 
