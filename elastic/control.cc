@@ -3,6 +3,7 @@
 #include <pwd.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -229,6 +230,25 @@ std::string LiveSettings::describe() const {
   std::string text;
   for (const auto& [name, value] : setting_values(*this)) text += (text.empty() ? "" : ", ") + name + "=" + value.dump();
   return text;
+}
+
+std::optional<int> count_node_list(std::string_view list) {
+  if (list.empty()) return 0;
+  int nodes = 1;
+  bool entry = false;  // the current entry has a character
+  for (const char c : list) {
+    if (c == ',') {
+      if (!entry) return std::nullopt;
+      ++nodes;
+      entry = false;
+    } else if (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_') {
+      entry = true;
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (!entry) return std::nullopt;
+  return nodes;
 }
 
 const std::vector<std::string>& setting_names() {

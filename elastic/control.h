@@ -86,6 +86,10 @@ LiveSettings decode_settings(std::string_view text, std::string_view what);
 // name and its range, or the names there are.
 void assign_setting(LiveSettings& settings, std::string_view assignment);
 
+// The number of node ids in a comma-separated list ("n4,n7"; "" is 0), nullopt when it is not
+// one (an empty entry, a character other than letters, digits, '.', '-', '_').
+std::optional<int> count_node_list(std::string_view list);
+
 // The writes of the `hdp` subcommands. Each is a read-modify-write of one key, committed only if
 // the key still holds what was read (retried a bounded number of times against concurrent
 // writers), with its `request` event in the same commit. A `control` or `cordons` value that does

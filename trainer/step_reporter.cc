@@ -117,11 +117,7 @@ void StepReporter::take_reads() {
   reads_serial_ = reads.serial;
   read_requests(reads.values[0]);
   read_settings(reads.values[1]);
-  standby_ = 0;
-  if (reads.values[2]) {
-    const std::string& nodes = *reads.values[2];
-    if (!nodes.empty()) standby_ = 1 + static_cast<int>(std::count(nodes.begin(), nodes.end(), ','));
-  }
+  read_standby(reads.values[2]);
 }
 
 bool StepReporter::flush_reports() {
@@ -157,6 +153,20 @@ void StepReporter::read_settings(const std::optional<std::string>& value) {
   } catch (const InvalidArgument& e) {
     if (bad_settings_ != *value) log()->warn("keeping the settings in force: {}", e.what());
     bad_settings_ = *value;
+  }
+}
+
+// The leader's list of nodes standing by: "n4,n7" (empty: none). Anything else reads as none,
+// logged once: the conservative side (a leave that only a standby would make up stops the job).
+void StepReporter::read_standby(const std::optional<std::string>& value) {
+  standby_ = 0;
+  if (!value) return;
+  if (const auto nodes = elastic::count_node_list(*value)) {
+    standby_ = *nodes;
+    bad_standby_.reset();
+  } else if (bad_standby_ != *value) {
+    log()->warn("'{}' is not a list of node ids: counting no node standing by", elastic::keys::kStandby);
+    bad_standby_ = *value;
   }
 }
 

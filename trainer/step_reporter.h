@@ -113,6 +113,7 @@ class StepReporter {
   bool flush_reports();
   void read_requests(const std::optional<std::string>& value);
   void read_settings(const std::optional<std::string>& value);
+  void read_standby(const std::optional<std::string>& value);
 
   static constexpr std::chrono::milliseconds kFlushTimeout{3000};
 
@@ -127,6 +128,7 @@ class StepReporter {
   std::optional<std::string> bad_control_;  // the last `control` value that did not decode
   elastic::LiveSettings settings_;
   int standby_ = 0;
+  std::optional<std::string> bad_standby_;  // the last `standby` value that was not a list of ids
   std::optional<std::string> bad_settings_;  // the last `settings` value that did not decode
   EventLog& events_;
   WorkerMetrics metrics_;                           // every rank, for its agent's /metrics

@@ -52,6 +52,16 @@ TEST(Control, EncodeAndDecodeAgree) {
   EXPECT_EQ(cordons.at("n3").by, "dee@h4");
 }
 
+// The leader's `standby` list as rank 0 counts it: garbage is not a count (read as none).
+TEST(Control, ANodeListIsCountedAndGarbageIsNot) {
+  EXPECT_EQ(count_node_list(""), 0);
+  EXPECT_EQ(count_node_list("n4"), 1);
+  EXPECT_EQ(count_node_list("n4,gpu-07.example,node_9"), 3);
+  for (const char* bad : {",", "n4,", ",n4", "n4,,n5", "n4 n5", "n4;n5", "{\"n4\": 1}"}) {
+    EXPECT_FALSE(count_node_list(bad).has_value()) << bad;
+  }
+}
+
 TEST(Control, GarbageIsRefusedNamingTheKeyAndTheField) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"[1]", "not a JSON object"},
