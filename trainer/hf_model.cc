@@ -100,6 +100,8 @@ ops::model::LlamaConfig read_hf_config(const fs::path& path) {
   }
   m.rope_theta = theta;
   m.norm_eps = real_field(c, path, "rms_norm_eps", 0, 1, 1e-6);
+  // Carried to the export (the larger of it and the trained context), never a limit on --context.
+  m.max_positions = int_field(c, path, "max_position_embeddings", 1, 1 << 30, 0);
   if (m.d_model % m.n_heads != 0) refuse(path, "hidden_size must be a multiple of num_attention_heads");
   const int head_dim = int_field(c, path, "head_dim", 1, 1 << 16, m.d_model / m.n_heads);
   if (head_dim != m.d_model / m.n_heads) {
@@ -115,7 +117,7 @@ ops::model::LlamaConfig read_hf_config(const fs::path& path) {
 }
 
 json hf_config(const ops::model::LlamaConfig& m, TensorDtype dtype) {
-  return {{"architectures", {"LlamaForCausalLM"}},
+  json config = {{"architectures", {"LlamaForCausalLM"}},
           {"model_type", "llama"},
           {"vocab_size", m.vocab_size},
           {"hidden_size", m.d_model},
@@ -132,6 +134,8 @@ json hf_config(const ops::model::LlamaConfig& m, TensorDtype dtype) {
           {"attention_bias", false},
           {"mlp_bias", false},
           {"torch_dtype", dtype == TensorDtype::kBF16 ? "bfloat16" : "float32"}};
+  if (m.max_positions > 0) config["max_position_embeddings"] = m.max_positions;
+  return config;
 }
 
 ops::model::LlamaConfig model_from_manifest(const json& j) {
@@ -145,6 +149,7 @@ ops::model::LlamaConfig model_from_manifest(const json& j) {
     m.ffn_dim = j.at("ffn_dim").get<int>();
     m.rope_theta = j.at("rope_theta").get<double>();
     m.norm_eps = j.at("norm_eps").get<double>();
+    m.max_positions = j.value("max_position_embeddings", 0);  // absent in checkpoints of older builds
     m.validate();
     return m;
   } catch (const json::exception& e) {

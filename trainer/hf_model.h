@@ -22,12 +22,15 @@ namespace hdp::trainer {
 // Reads a LlamaConfig from `config.json`. Refused (InvalidArgument naming the file and the field):
 // another model_type, rope_scaling, attention or MLP biases, an activation other than silu, tied
 // word embeddings (hdp trains lm_head apart), a head_dim other than hidden_size / heads, and any
-// field of the wrong type or out of range.
+// field of the wrong type or out of range. max_position_embeddings (a positive integer, optional)
+// becomes max_positions; a longer --context is no error (the job extends the model's context).
 ops::model::LlamaConfig read_hf_config(const std::filesystem::path& config_json);
-// The `config.json` of a LlamaForCausalLM with `config`'s shape, weights saved in `dtype`.
+// The `config.json` of a LlamaForCausalLM with `config`'s shape, weights saved in `dtype`;
+// max_position_embeddings is config.max_positions (left out when 0: not known).
 nlohmann::json hf_config(const ops::model::LlamaConfig& config, checkpoint::TensorDtype dtype);
 
-// The model config a checkpoint's manifest records (TrainerConfig::model_json()).
+// The model config a checkpoint's manifest records (TrainerConfig::model_json()); its
+// max_position_embeddings becomes max_positions (0 in checkpoints of builds that did not record it).
 ops::model::LlamaConfig model_from_manifest(const nlohmann::json& model_config);
 
 // Fills `params` (the flat buffer, ops/model/llama_params.h's order) from `dir`'s

@@ -141,7 +141,9 @@ struct TrainerConfig {
   // generation, see check_world in trainer/training_setup.h).
   void validate() const;
   // The model's shape as recorded in a checkpoint's manifest: a checkpoint of another shape is
-  // refused at restore.
+  // refused at restore. With it, max_position_embeddings: the larger of the model's max_positions
+  // and `context`, what `hdp export` writes (not compared at restore: a job may resume at another
+  // --context).
   nlohmann::json model_json() const;
 };
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <random>
 #include <fstream>
 
@@ -143,11 +144,19 @@ TEST(HfConfig, ALlamaConfigIsReadAndWhatHdpCannotTrainIsRefusedByName) {
   EXPECT_EQ(m.ffn_dim, 192);
   EXPECT_EQ(m.rope_theta, 500000.0);
   EXPECT_EQ(m.norm_eps, 1e-5);
+  EXPECT_EQ(m.max_positions, 4096);
   // What hdp writes, it reads back.
   std::ofstream(dir.path() / "back.json") << hf_config(m, TensorDtype::kBF16).dump();
   const auto back = read_hf_config(dir.path() / "back.json");
   EXPECT_EQ(back.d_model, m.d_model);
   EXPECT_EQ(back.rope_theta, m.rope_theta);
+  EXPECT_EQ(back.max_positions, 4096);
+  // max_position_embeddings is optional (0: not known), and left out of what hdp writes then.
+  nlohmann::json unknown = llama_config();
+  unknown.erase("max_position_embeddings");
+  const auto without = read_hf_config(write_config(dir.path(), unknown));
+  EXPECT_EQ(without.max_positions, 0);
+  EXPECT_FALSE(hf_config(without, TensorDtype::kF32).contains("max_position_embeddings"));
   const std::vector<std::pair<nlohmann::json, std::string>> refused = {
       {{{"model_type", "mistral"}}, "'model_type'"},
       {{{"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}}}, "'rope_scaling'"},
@@ -160,6 +169,9 @@ TEST(HfConfig, ALlamaConfigIsReadAndWhatHdpCannotTrainIsRefusedByName) {
       {{{"hidden_size", "64"}}, "'hidden_size'"},
       {{{"num_attention_heads", 0}}, "'num_attention_heads'"},
       {{{"rms_norm_eps", -1}}, "'rms_norm_eps'"},
+      {{{"max_position_embeddings", 0}}, "'max_position_embeddings'"},
+      {{{"max_position_embeddings", "4096"}}, "'max_position_embeddings'"},
+      {{{"max_position_embeddings", 4096.5}}, "'max_position_embeddings'"},
   };
   for (const auto& [change, field] : refused) {
     nlohmann::json c = llama_config();
@@ -247,6 +259,7 @@ TEST(HfExport, AnIndependentNumpyForwardOfTheExportGivesHdpsLogits) {
   nlohmann::json hf;
   std::ifstream(out / "config.json") >> hf;
   EXPECT_EQ(hf["rope_theta"], 500000.0);
+  EXPECT_EQ(hf["max_position_embeddings"], config.context) << "the reader above was given the field and ignored it";
   hf["rope_theta"] = 10000.0;
   std::ofstream(out / "config.json", std::ios::trunc) << hf.dump();
   ASSERT_EQ(hdp::test::run_command({"/usr/bin/python3", std::string(HDP_SOURCE_DIR) + "/tests/trainer/numpy_llama.py",
@@ -349,6 +362,47 @@ TEST(HfExport, ACheckpointExportedLoadsBackBitwise) {
   // Old checkpoints' rotary buffers are ignored.
   write_without(dir.path() / "rotary", "", "model.layers.0.self_attn.rotary_emb.inv_freq", false);
   EXPECT_NO_THROW(load_hf_weights(dir.path() / "rotary", config.model, loaded));
+}
+
+// max_position_embeddings in `hdp export`'s config.json: the larger of the config's value the job
+// was given and the context it trained at (the manifest records it), so a model trained past its
+// config's positions says so; the trained context alone for a job without a config value; left out
+// for a checkpoint of a build that did not record it.
+TEST(HfExport, MaxPositionEmbeddingsIsTheLargerOfTheConfigsAndTheTrainedContext) {
+  hdp::test::TempDir dir;
+  const std::string hdp = std::string(std::getenv("HDP_BIN_DIR")) + "/hdp";
+  struct Case {
+    int config_value;
+    std::int64_t context;
+    bool recorded;
+    std::optional<std::int64_t> exported;
+  };
+  const std::vector<Case> cases = {{4096, 1024, true, 4096}, {4096, 8192, true, 8192}, {0, 64, true, 64},
+                                   {2048, 512, false, std::nullopt}};
+  int i = 0;
+  for (const Case& c : cases) {
+    TrainerConfig config;
+    config.model = model_preset("tiny");
+    config.model.max_positions = c.config_value;
+    config.context = c.context;
+    const checkpoint::FlatLayout layout = checkpoint_layout(config.model);
+    checkpoint::CheckpointOptions options;
+    options.root = dir.path() / ("ckpt" + std::to_string(i));
+    options.model_config = config.model_json();
+    if (!c.recorded) options.model_config.erase("max_position_embeddings");
+    checkpoint::test::save_on(1, options, layout, checkpoint::test::make_state(layout, 3), 4);
+    const fs::path out = dir.path() / ("out" + std::to_string(i++));
+    const auto r = hdp::test::run_command({hdp, "export", options.root.string(), "--out", out.string()});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    nlohmann::json hf;
+    std::ifstream(out / "config.json") >> hf;
+    if (c.exported) {
+      EXPECT_EQ(hf.value("max_position_embeddings", -1), *c.exported) << "config " << c.config_value << ", context " << c.context;
+      EXPECT_EQ(read_hf_config(out / "config.json").max_positions, *c.exported);
+    } else {
+      EXPECT_FALSE(hf.contains("max_position_embeddings")) << hf.dump();
+    }
+  }
 }
 
 // `hdp sample` on a checkpoint and on its export: greedy decoding (temperature 0) gives exactly the
