@@ -165,7 +165,8 @@ void load_hf_weights(const fs::path& dir, const ops::model::LlamaConfig& config,
   // Which file holds each tensor.
   std::map<std::string, fs::path> where;
   std::map<fs::path, std::unique_ptr<checkpoint::SafetensorsFile>> files;
-  if (fs::exists(dir / kIndexFile)) {
+  const bool sharded = fs::exists(dir / kIndexFile);
+  if (sharded) {
     const json index = read_json_file(dir / kIndexFile);
     const auto map = index.find("weight_map");
     if (map == index.end() || !map->is_object()) refuse(dir / kIndexFile, "field 'weight_map' is not an object");
@@ -187,6 +188,25 @@ void load_hf_weights(const fs::path& dir, const ops::model::LlamaConfig& config,
     if (!slot) slot = std::make_unique<checkpoint::SafetensorsFile>(path);
     return *slot;
   };
+  // Sharded: every shard holds only what the index places in it (a tensor it does not list, or
+  // lists in another shard, is refused naming the shard).
+  std::set<fs::path> shards;
+  if (sharded) {
+    for (const auto& [name, path] : where) shards.insert(path);
+  }
+  for (const fs::path& path : shards) {
+    for (const auto& [held, info] : file_of(path).tensors()) {
+      if (held.ends_with("rotary_emb.inv_freq")) continue;
+      const auto listed = where.find(held);
+      if (listed == where.end()) {
+        refuse(path, "holds tensor " + quote_value(held) + ", which " + kIndexFile + " does not list");
+      }
+      if (listed->second != path) {
+        refuse(path, "holds tensor " + quote_value(held) + ", which " + kIndexFile + " places in " +
+                         quote_value(listed->second.filename().string()));
+      }
+    }
+  }
   std::set<std::string> expected;
   for (const auto& p : layout) {
     expected.insert(p.name);

@@ -36,7 +36,8 @@ ops::model::LlamaConfig model_from_manifest(const nlohmann::json& model_config);
 // Fills `params` (the flat buffer, ops/model/llama_params.h's order) from `dir`'s
 // model.safetensors, or its model.safetensors.index.json and the shards it names. Every tensor of
 // the layout must be there with its shape, and no other (old `rotary_emb.inv_freq` buffers are
-// ignored); F32, BF16 and F16 convert to f32. InvalidArgument names the file and the tensor.
+// ignored); a shard may hold only the tensors the index places in it. F32, BF16 and F16 convert to
+// f32. InvalidArgument names the file and the tensor.
 void load_hf_weights(const std::filesystem::path& dir, const ops::model::LlamaConfig& config, std::span<float> params);
 
 // A model to run: its shape and its parameters (the flat f32 buffer), and the step it was trained

@@ -1,7 +1,8 @@
 // The user's model in and out (trainer/hf_model.h, checkpoint/safetensors.h): safetensors written
 // and read back (f32 bitwise, bf16 within its rounding), every malformed file refused naming the
 // file and what is wrong, Hugging Face configs read and refused field by field, and a real
-// checkpoint exported by `hdp export` (one file and sharded) loaded back bitwise.
+// checkpoint exported by `hdp export` (one file and sharded) loaded back bitwise; a shard holding a
+// tensor its index does not place there refused.
 #include "trainer/hf_model.h"
 
 #include <gtest/gtest.h>
@@ -362,6 +363,61 @@ TEST(HfExport, ACheckpointExportedLoadsBackBitwise) {
   // Old checkpoints' rotary buffers are ignored.
   write_without(dir.path() / "rotary", "", "model.layers.0.self_attn.rotary_emb.inv_freq", false);
   EXPECT_NO_THROW(load_hf_weights(dir.path() / "rotary", config.model, loaded));
+}
+
+// A sharded directory (model.safetensors.index.json and two shards) loads bitwise when every shard
+// holds exactly what the index places in it; a shard holding a tensor the index does not list, or
+// places in the other shard, is refused naming the shard and the tensor.
+TEST(HfWeights, AShardHoldingATensorItsIndexDoesNotPlaceThereIsRefused) {
+  hdp::test::TempDir dir;
+  const ops::model::LlamaConfig model = model_preset("tiny");
+  const checkpoint::FlatLayout layout = checkpoint_layout(model);
+  const std::vector<float> params = checkpoint::test::make_state(layout, 5).buffers[0];
+  const auto entries = ops::model::param_layout(model);
+  const std::string names[2] = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
+  const std::vector<float> spare(3, 0.5f);
+  // The layout's tensors, the first half in shard 1 and the rest in shard 2, the index listing each
+  // where it is; `extra` (name, shard) is added to a shard but not to the index.
+  auto write = [&](const fs::path& out, const std::optional<std::pair<std::string, int>>& extra) {
+    fs::create_directories(out);
+    std::vector<checkpoint::TensorToWrite> shards[2];
+    nlohmann::json weight_map = nlohmann::json::object();
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const auto& p = entries[i];
+      const int shard = i < entries.size() / 2 ? 0 : 1;
+      std::int64_t n = 1;
+      for (auto d : p.shape) n *= d;
+      shards[shard].push_back({p.name, std::vector<std::int64_t>(p.shape.begin(), p.shape.end()),
+                               std::span<const float>(params).subspan(static_cast<std::size_t>(p.offset), static_cast<std::size_t>(n))});
+      weight_map[p.name] = names[shard];
+      if (extra && extra->first == p.name && extra->second != shard) shards[extra->second].push_back(shards[shard].back());
+    }
+    if (extra && weight_map.find(extra->first) == weight_map.end()) shards[extra->second].push_back({extra->first, {3}, spare});
+    for (int k = 0; k < 2; ++k) checkpoint::write_safetensors(out / names[k], shards[k], TensorDtype::kF32);
+    std::ofstream(out / "model.safetensors.index.json") << nlohmann::json{{"weight_map", weight_map}}.dump();
+  };
+  std::vector<float> loaded(params.size());
+  write(dir.path() / "good", std::nullopt);
+  load_hf_weights(dir.path() / "good", model, loaded);
+  EXPECT_EQ(0, std::memcmp(loaded.data(), params.data(), params.size() * 4)) << "not bitwise";
+
+  const std::vector<std::tuple<std::string, std::pair<std::string, int>, int, std::string>> bad = {
+      {"unlisted", {"model.layers.0.self_attn.q_proj.bias", 1}, 1,
+       "holds tensor 'model.layers.0.self_attn.q_proj.bias', which model.safetensors.index.json does not list"},
+      {"elsewhere", {"lm_head.weight", 0}, 0,
+       "holds tensor 'lm_head.weight', which model.safetensors.index.json places in '" + names[1] + "'"},
+  };
+  for (const auto& [name, extra, shard, reason] : bad) {
+    write(dir.path() / name, extra);
+    try {
+      load_hf_weights(dir.path() / name, model, loaded);
+      ADD_FAILURE() << name << ": accepted";
+    } catch (const InvalidArgument& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("'" + (dir.path() / name / names[shard]).string() + "'"), std::string::npos) << what;
+      EXPECT_NE(what.find(reason), std::string::npos) << what;
+    }
+  }
 }
 
 // max_position_embeddings in `hdp export`'s config.json: the larger of the config's value the job
