@@ -371,7 +371,7 @@ TEST_F(Tokenize, BadInputsExitTwoWithOneLineNamingTheFile) {
     const auto run = tokenize({"--tokenizer", c.tokenizer, "--input", c.input, "--output", c.output});
     EXPECT_EQ(run.exit_code, 2) << c.name << ": " << run.err;
     EXPECT_EQ(run.err.rfind("hdp: error: ", 0), 0u) << c.name << ": " << run.err;
-    EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << c.name << ": " << run.err;
+    EXPECT_EQ(hdp::test::line_count(run.err), 1) << c.name << ": " << run.err;
     EXPECT_NE(run.err.find(c.must_contain), std::string::npos) << c.name << ": " << run.err;
     EXPECT_FALSE(fs::exists(out + ".bin") || fs::exists(out + ".idx")) << c.name;
   }
