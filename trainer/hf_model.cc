@@ -211,7 +211,7 @@ void load_hf_weights(const fs::path& dir, const ops::model::LlamaConfig& config,
   for (const auto& p : layout) {
     expected.insert(p.name);
     const auto it = where.find(p.name);
-    if (it == where.end()) throw InvalidArgument("'" + dir.string() + "': tensor " + quote_value(p.name) + " is missing");
+    if (it == where.end()) refuse(dir / (sharded ? kIndexFile : kWeightsFile), "tensor " + quote_value(p.name) + " is missing");
     const auto& file = file_of(it->second);
     const auto t = file.tensors().find(p.name);
     if (t == file.tensors().end()) refuse(it->second, "has no tensor " + quote_value(p.name) + " (the index names it)");

@@ -12,6 +12,7 @@
 #include <optional>
 #include <random>
 #include <fstream>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -190,6 +191,25 @@ TEST(HfConfig, ALlamaConfigIsReadAndWhatHdpCannotTrainIsRefusedByName) {
   EXPECT_THROW(read_hf_config(write_config(dir.path(), missing)), InvalidArgument);
 }
 
+// model.safetensors in `out` (created) holding `model`'s tensors from the flat `params`, but for
+// `skip`, with an `extra` tensor of 3 elements, and model.norm.weight shaped [1, d] when `reshape`.
+void write_weights(const fs::path& out, const ops::model::LlamaConfig& model, std::span<const float> params,
+                   const std::string& skip = "", const std::string& extra = "", bool reshape = false) {
+  fs::create_directories(out);
+  std::vector<checkpoint::TensorToWrite> tensors;
+  const std::vector<float> spare(3, 0.5f);
+  for (const auto& p : ops::model::param_layout(model)) {
+    if (p.name == skip) continue;
+    std::int64_t n = 1;
+    for (auto d : p.shape) n *= d;
+    std::vector<std::int64_t> shape(p.shape.begin(), p.shape.end());
+    if (reshape && p.name == "model.norm.weight") shape = {1, shape[0]};
+    tensors.push_back({p.name, shape, params.subspan(static_cast<std::size_t>(p.offset), static_cast<std::size_t>(n))});
+  }
+  if (!extra.empty()) tensors.push_back({extra, {3}, spare});
+  checkpoint::write_safetensors(out / "model.safetensors", tensors, TensorDtype::kF32);
+}
+
 // A checkpoint under `root` of `model`'s parameters (moments of a pattern), saved by `ranks` ranks at
 // `step`; its options.
 checkpoint::CheckpointOptions save_model(const fs::path& root, const TrainerConfig& config,
@@ -327,21 +347,8 @@ TEST(HfExport, ACheckpointExportedLoadsBackBitwise) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
 
   // Missing, extra and misshapen tensors.
-  const auto entries = ops::model::param_layout(config.model);
   auto write_without = [&](const fs::path& out, const std::string& skip, const std::string& extra, bool reshape) {
-    fs::create_directories(out);
-    std::vector<checkpoint::TensorToWrite> tensors;
-    std::vector<float> spare(3, 0.5f);
-    for (const auto& p : entries) {
-      if (p.name == skip) continue;
-      std::int64_t n = 1;
-      for (auto d : p.shape) n *= d;
-      std::vector<std::int64_t> shape(p.shape.begin(), p.shape.end());
-      if (reshape && p.name == "model.norm.weight") shape = {1, shape[0]};
-      tensors.push_back({p.name, shape, std::span<const float>(params).subspan(static_cast<std::size_t>(p.offset), static_cast<std::size_t>(n))});
-    }
-    if (!extra.empty()) tensors.push_back({extra, {3}, spare});
-    checkpoint::write_safetensors(out / "model.safetensors", tensors, TensorDtype::kF32);
+    write_weights(out, config.model, params, skip, extra, reshape);
   };
   std::vector<float> loaded(params.size());
   const std::vector<std::tuple<std::string, std::string, bool, std::string>> bad = {
@@ -458,6 +465,90 @@ TEST(HfExport, MaxPositionEmbeddingsIsTheLargerOfTheConfigsAndTheTrainedContext)
     } else {
       EXPECT_FALSE(hf.contains("max_position_embeddings")) << hf.dump();
     }
+  }
+}
+
+// What a user gets wrong, through the binary (so under the sanitizers too): `hdp train
+// --model-config` of a config hdp cannot train, and `hdp sample` of a corrupt export (a truncated
+// model.safetensors, a header that lies about the offsets, a missing and an extra tensor), each exit
+// 2 with one line on stderr naming the file and the fault.
+TEST(HfCli, ABadConfigOrACorruptExportExitsTwoWithOneLineNamingTheFile) {
+  hdp::test::TempDir dir;
+  const std::string hdp = std::string(std::getenv("HDP_BIN_DIR")) + "/hdp";
+  auto expect_refused = [](const hdp::test::CommandResult& r, const fs::path& file, const std::string& fault) {
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_EQ(hdp::test::line_count(r.err), 1) << r.err;
+    EXPECT_EQ(r.err.rfind("hdp: error: ", 0), 0u) << r.err;
+    EXPECT_NE(r.err.find("'" + file.string() + "'"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(fault), std::string::npos) << r.err;
+  };
+  const std::vector<std::tuple<std::string, nlohmann::json, std::string>> configs = {
+      {"mistral", {{"model_type", "mistral"}}, "field 'model_type' is \"mistral\": hdp trains LLaMA models only"},
+      {"rope_scaling", {{"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}}}, "field 'rope_scaling' is {"},
+      {"attention_bias", {{"attention_bias", true}}, "field 'attention_bias' is true: hdp's attention has no biases"},
+      {"positions", {{"max_position_embeddings", -8}}, "field 'max_position_embeddings' must be an integer in [1, "},
+  };
+  for (const auto& [name, change, fault] : configs) {
+    nlohmann::json c = llama_config();
+    c.update(change);
+    fs::create_directories(dir.path() / name);
+    const fs::path config = write_config(dir.path() / name, c);
+    SCOPED_TRACE(name);
+    expect_refused(hdp::test::run_command({hdp, "train", "--model-config", config.string()}), config, fault);
+  }
+
+  // A real export of the tiny model, then copies of it spoiled one way each.
+  TrainerConfig config;
+  config.model = model_preset("tiny");
+  const checkpoint::FlatLayout layout = checkpoint_layout(config.model);
+  const checkpoint::test::FullState state = checkpoint::test::make_state(layout, 9);
+  const std::vector<float>& params = state.buffers[0];
+  checkpoint::CheckpointOptions options;
+  options.root = dir.path() / "ckpt";
+  options.model_config = config.model_json();
+  checkpoint::test::save_on(1, options, layout, state, 3);
+  const fs::path good = dir.path() / "export";
+  ASSERT_EQ(hdp::test::run_command({hdp, "export", options.root.string(), "--out", good.string()}).exit_code, 0);
+  const std::vector<std::string> sample = {"--prompt", "int", "--max-new-tokens", "2", "--temperature", "0"};
+  auto run_sample = [&](const fs::path& model) {
+    std::vector<std::string> argv = {hdp, "sample", model.string()};
+    argv.insert(argv.end(), sample.begin(), sample.end());
+    return hdp::test::run_command(argv);
+  };
+  const auto fine = run_sample(good);
+  ASSERT_EQ(fine.exit_code, 0) << fine.err;
+
+  const std::string bytes = read_bytes(good / "model.safetensors");
+  std::uint64_t header_length = 0;
+  for (int i = 7; i >= 0; --i) header_length = (header_length << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)]);
+  // The header with the first tensor's data_offsets moved 4 bytes on: it claims bytes of its
+  // neighbour and leaves a hole where it begins.
+  auto lying = [&] {
+    nlohmann::json header = nlohmann::json::parse(bytes.substr(8, header_length));
+    for (auto& [name, entry] : header.items()) {
+      if (name == "__metadata__" || entry["data_offsets"][0] != 0) continue;
+      entry["data_offsets"] = {4, entry["data_offsets"][1].get<std::int64_t>() + 4};
+    }
+    std::string text = header.dump();
+    text.append((8 - text.size() % 8) % 8, ' ');
+    return header_of(text) + bytes.substr(8 + header_length);
+  };
+  const std::vector<std::tuple<std::string, std::function<void(const fs::path&)>, std::string>> exports = {
+      {"truncated", [&](const fs::path& d) { write_bytes(d / "model.safetensors", bytes.substr(0, bytes.size() - 100)); },
+       "outside the data section"},
+      {"lying", [&](const fs::path& d) { write_bytes(d / "model.safetensors", lying()); },
+       "begins at data byte 4, expected 0 (a hole or an overlap)"},
+      {"missing", [&](const fs::path& d) { write_weights(d, config.model, params, "lm_head.weight"); },
+       "tensor 'lm_head.weight' is missing"},
+      {"extra", [&](const fs::path& d) { write_weights(d, config.model, params, "", "model.layers.0.mlp.up_proj.bias"); },
+       "tensor 'model.layers.0.mlp.up_proj.bias' is not part of the model the config describes"},
+  };
+  for (const auto& [name, spoil, fault] : exports) {
+    const fs::path copy = dir.path() / name;
+    fs::copy(good, copy, fs::copy_options::recursive);
+    spoil(copy);
+    SCOPED_TRACE(name);
+    expect_refused(run_sample(copy), copy / "model.safetensors", fault);
   }
 }
 
