@@ -22,8 +22,8 @@
 //    trains on it and completes; resumed over a rewritten dataset it is refused (the checkpoint's
 //    data fingerprint differs), and goes on with --allow-data-change; one holding a token id outside the model's vocabulary stops the
 //    job (agent exit 3) with one line naming the file and the byte;
-//  - validation: --eval-data every 4 steps reported in the metrics file, the log, the state and
-//    TensorBoard; with parameters that do not move the held-out loss on 2 and 4 ranks agrees within 1e-6; a flag without
+//  - validation: --eval-data every 4 steps reported in the metrics file, the log (in each step's
+//    line), the state (and `hdp status`) and TensorBoard; with parameters that do not move the held-out loss on 2 and 4 ranks agrees within 1e-6; a flag without
 //    its partner stops the job (exit 2 in every worker, 3 from the agent) naming both;
 //  - mixed precision across a resume: an f32 job's checkpoint resumed by a `--dtype bf16` job, whose
 //    own checkpoint holds f32 master weights (most are not bf16 values) and is resumed by an f32 job.
@@ -34,6 +34,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -380,11 +381,12 @@ TEST(TrainerQuick, TheHeldOutLossIsReportedEveryNStepsAndIsTheSameOnTwoAndFourRa
   // Held out from the training corpus (C headers): Debian's license texts.
   const std::string eval_data = "/usr/share/common-licenses";
   {
-    // Training (lr as usual): eval_loss at steps 4, 8, ..., 24 in the metrics file, the log, the
-    // state (with eval_step) and the TensorBoard events.
+    // Training (lr as usual): eval_loss at steps 4, 8, ..., 24 in the metrics file, the log (in the
+    // step's line, logged although --log-every 5 skips most of those steps), the state (with
+    // eval_step; `hdp status` shows it) and the TensorBoard events.
     AgentCluster cluster(quick(dir.path(), {"--eval-data", eval_data, "--eval-every", "4", "--eval-tokens", "2000",
                                             "--metrics-file", (dir.path() / "m.jsonl").string(), "--tensorboard-dir",
-                                            (dir.path() / "tb").string()}));
+                                            (dir.path() / "tb").string(), "--log-every", "5"}));
     cluster.start_agent("n1");
     const auto status = cluster.agent("n1").wait_for(180s);
     ASSERT_TRUE(status.has_value() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << cluster.all_logs();
@@ -399,7 +401,24 @@ TEST(TrainerQuick, TheHeldOutLossIsReportedEveryNStepsAndIsTheSameOnTwoAndFourRa
     auto state = cluster.state();
     EXPECT_EQ(state["eval_step"], "24");
     EXPECT_NEAR(std::stod(state["eval_loss"]), evals.at(24), 1e-5);
-    EXPECT_NE(cluster.all_logs().find("eval_loss"), std::string::npos);
+    // Each evaluation in its step's one line: "step 4/24  loss ...  tokens/s ...  eval_loss ...".
+    std::vector<std::int64_t> logged;
+    std::istringstream logs(cluster.all_logs());
+    for (std::string line; std::getline(logs, line);) {
+      const auto at = line.find("eval_loss ");
+      if (at == std::string::npos) continue;
+      const auto begin = line.find("step ");
+      ASSERT_NE(begin, std::string::npos) << "eval_loss outside a step line: " << line;
+      EXPECT_NE(line.find("  loss "), std::string::npos) << line;
+      EXPECT_LT(line.find(" tokens/s "), at) << line;
+      logged.push_back(std::stoll(line.substr(begin + 5)));
+    }
+    EXPECT_EQ(logged, steps) << cluster.all_logs();
+    const CommandResult shown =
+        run_command({cluster.hdp(), "status", "--job", cluster.job(), "--redis", cluster.redis().url()});
+    ASSERT_EQ(shown.exit_code, 0) << shown.err;
+    EXPECT_NE(shown.out.find("validation: eval_loss " + state["eval_loss"] + " at step 24\n"), std::string::npos)
+        << shown.out;
     std::string events;
     for (const auto& e : std::filesystem::directory_iterator(dir.path() / "tb")) {
       std::ifstream f(e.path(), std::ios::binary);
