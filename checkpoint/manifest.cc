@@ -198,7 +198,13 @@ std::vector<std::string> structural_faults(const Manifest& m) {
 void check_compatible(const Manifest& m, const FlatLayout& layout, const json& model_config,
                       const std::filesystem::path& where) {
   const std::string prefix = "checkpoint " + where.string() + " cannot be restored into this job: ";
-  if (m.model_config != model_config) {
+  // max_position_embeddings records the context a job trained at, not the model's shape: a job
+  // may resume at another --context (and a checkpoint of a build that did not record it restores).
+  const auto shape = [](json config) {
+    if (config.is_object()) config.erase("max_position_embeddings");
+    return config;
+  };
+  if (shape(m.model_config) != shape(model_config)) {
     throw InvalidArgument(prefix + "its model config " + m.model_config.dump() + " differs from the job's " +
                           model_config.dump());
   }

@@ -82,7 +82,8 @@ Manifest manifest_from_json(const nlohmann::json& json);
 std::vector<std::string> structural_faults(const Manifest& manifest);
 
 // Throws InvalidArgument, naming the first difference, unless the checkpoint holds exactly the
-// tensors of `layout` (names, order, shapes) for the same model config.
+// tensors of `layout` (names, order, shapes) for the same model config (its
+// max_position_embeddings, the context trained at, aside).
 void check_compatible(const Manifest& manifest, const FlatLayout& layout, const nlohmann::json& model_config,
                       const std::filesystem::path& where);
 

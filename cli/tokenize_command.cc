@@ -1,6 +1,7 @@
 // `hdp tokenize --tokenizer M.model --input DIR|FILE.jsonl [--jsonl-key text] --output PREFIX
-// [--threads N]`: text to a Megatron-LM indexed dataset (PREFIX.bin + PREFIX.idx) with a
-// SentencePiece model (trainer/data/tokenize.h), progress on stderr, a summary on stdout.
+// [--threads N] [--progress-every S]`: text to a Megatron-LM indexed dataset (PREFIX.bin +
+// PREFIX.idx) with a SentencePiece model (trainer/data/tokenize.h), progress on stderr (a bar on a
+// terminal, plain lines otherwise), a summary on stdout.
 //
 // This file is linked into the helper binary `hdp-tokenize` (cli/tokenize_main.cc), not into `hdp`:
 // Debian's libsentencepiece carries its own copy of protobuf-lite 3.14 with exported symbols, and
@@ -12,6 +13,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -55,6 +57,7 @@ std::string count_text(double value) {
 
 std::string megabytes(double bytes) { return fixed(bytes / 1e6, 1) + " MB"; }
 
+// Where a log (stderr not a terminal) reads the run: one plain line a report.
 std::string progress_line(const TokenizeProgress& p) {
   const double seconds = std::max(p.seconds, 1e-9);
   std::string line = "tokenize: ";
@@ -64,6 +67,19 @@ std::string progress_line(const TokenizeProgress& p) {
           ", " + fixed(static_cast<double>(p.input_bytes) / 1e6 / seconds, 1) + " MB/s, " +
           count_text(static_cast<double>(p.tokens) / seconds) + " tokens/s, " + fixed(p.seconds, 0) + " s";
   return line;
+}
+
+// On a terminal, one line rewritten in place:
+//   [#########.....................]  30%  1.23M tokens  815.2k tok/s  12.3 of 41.0 MB  8 s
+std::string progress_bar(const TokenizeProgress& p) {
+  constexpr int kWidth = 30;
+  const double seconds = std::max(p.seconds, 1e-9);
+  const double done = p.total_bytes > 0 ? std::clamp(static_cast<double>(p.input_bytes) / static_cast<double>(p.total_bytes), 0.0, 1.0) : 0.0;
+  const auto filled = static_cast<std::size_t>(done * kWidth);
+  return "[" + std::string(filled, '#') + std::string(kWidth - filled, '.') + "] " + fixed(std::floor(100 * done), 0) +
+         "%  " + count_text(static_cast<double>(p.tokens)) + " tokens  " +
+         count_text(static_cast<double>(p.tokens) / seconds) + " tok/s  " + fixed(static_cast<double>(p.input_bytes) / 1e6, 1) +
+         " of " + megabytes(static_cast<double>(p.total_bytes)) + "  " + fixed(p.seconds, 0) + " s";
 }
 
 void print_summary(const TokenizeResult& r, const std::string& input, std::ostream& out) {
@@ -121,6 +137,7 @@ void add_tokenize_command(CLI::App& app) {
     std::string tokenizer, input, output;  // as typed
   };
   auto paths = std::make_shared<Paths>();
+  auto progress_every = std::make_shared<double>(0);  // 0: 1 s on a terminal, 10 s otherwise
   CLI::App* command = app.add_subcommand(
       "tokenize", "Tokenize text with a SentencePiece model into a Megatron indexed dataset (PREFIX.bin + PREFIX.idx)");
   command->add_option("--tokenizer", paths->tokenizer, "A SentencePiece model (.model), e.g. from spm_train")->required();
@@ -135,16 +152,21 @@ void add_tokenize_command(CLI::App& app) {
   command->add_option("--threads", options->threads, "Encoding threads (default: every core)")->check(CLI::Range(1, 4096));
   command->add_flag("--whole-documents", options->whole_documents,
                     "Encode every document as one string, never in chunks of lines (the same ids, slower on long documents)");
-  command->callback([options, paths] {
+  command->add_option("--progress-every", *progress_every,
+                      "Seconds between progress reports on stderr (default: 1 on a terminal, 10 otherwise)")
+      ->check(CLI::Range(0.05, 86400.0));
+  command->callback([options, paths, progress_every] {
     options->tokenizer = paths->tokenizer;
     options->input = paths->input;
     options->output = paths->output;
-    // On a terminal one line rewritten every second; in a log a line every 10 s.
+    // On a terminal a bar rewritten in place every second; in a log a plain line every 10 s. Both
+    // end with the run's totals.
     const bool tty = ::isatty(STDERR_FILENO) == 1;
-    bool printed = false;
+    const double interval = *progress_every > 0 ? *progress_every : (tty ? 1.0 : 10.0);
+    bool printed = false;  // a bar is on the terminal's line, not ended yet
     auto progress = [&](const TokenizeProgress& p) {
       if (tty) {
-        std::cerr << "\r\033[K" << progress_line(p) << std::flush;
+        std::cerr << "\r\033[K" << progress_bar(p) << std::flush;
         printed = true;
       } else {
         std::cerr << progress_line(p) << "\n";
@@ -164,7 +186,7 @@ void add_tokenize_command(CLI::App& app) {
     options->stop = &g_stop;
     TokenizeResult result;
     try {
-      result = trainer::data::tokenize_to_indexed(*options, progress, tty ? 1.0 : 10.0);
+      result = trainer::data::tokenize_to_indexed(*options, progress, interval);
     } catch (const Error&) {
       if (!g_stop.load()) throw;
       if (printed) std::cerr << "\n";
@@ -173,9 +195,11 @@ void add_tokenize_command(CLI::App& app) {
                 << options->output.string() << "\n";
       throw CLI::RuntimeError(128 + static_cast<int>(g_signal));
     }
-    if (printed) {
-      std::cerr << "\r\033[K" << progress_line(result.totals) << "\n";
+    if (tty) {
+      std::cerr << "\r\033[K" << progress_bar(result.totals) << "\n";
       printed = false;
+    } else {
+      std::cerr << progress_line(result.totals) << "\n";
     }
     print_summary(result, paths->input, std::cout);
   });

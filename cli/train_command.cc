@@ -176,7 +176,7 @@ void add_train_command(CLI::App& app) {
       "HDP_METRICS_FILE");
   opt("--tensorboard-dir", f.tensorboard_dir, "Rank 0 writes the training curves here as TensorBoard event files",
       "HDP_TENSORBOARD_DIR");
-  opt("--log-every", c.log_every, "Rank 0 prints a line every this many steps", "HDP_LOG_EVERY");
+  opt("--log-every", c.log_every, "Rank 0 prints a line every this many steps (and at every evaluation)", "HDP_LOG_EVERY");
   command->add_flag("--speed-aware,!--no-speed-aware", c.speed_aware,
                     "Plan every step with the ranks' measured speeds (default on; off: equal speeds, the "
                     "benchmark's speed-blind baseline)")

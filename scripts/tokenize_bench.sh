@@ -8,9 +8,10 @@
 #   2. hdp tokenize --threads 1 and --threads THREADS (default: nproc) over the directory tree;
 #   3. hdp tokenize --threads THREADS over the same documents as one JSON-lines file;
 #   4. hdp tokenize --threads THREADS --whole-documents over the tree (no chunks of lines);
-# (ROUNDS rounds, default 3, each run's fastest kept) and prints tokens/s of each and the ratios. The script fails unless the token counts agree (hdp's
-# tokens minus its documents, one eos each, equal spm_encode's ids) and runs 1, 2, 3 and 4 wrote
-# byte-identical .bin files (and 1, 2, 4 identical .idx files).
+# (ROUNDS rounds, default 3, each run's fastest kept) and prints tokens/s of each and the ratios. The
+# script fails unless the tokens agree id by id (run 2's documents, each without the eos it ends
+# with, read from PREFIX.idx and PREFIX.bin, are spm_encode's ids in order) and runs 1, 2, 3 and 4
+# wrote byte-identical .bin files (and 1, 2, 4 identical .idx files).
 # Usage: scripts/tokenize_bench.sh [WORK_DIR] (build hdp first; needs python3 and spm_train/spm_encode)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -98,6 +99,44 @@ if [ $((tn_tokens - tn_docs)) -ne "$spm_tokens" ]; then
   echo "tokenize_bench: token counts differ: hdp $tn_tokens - $tn_docs eos != spm_encode $spm_tokens" >&2
   exit 1
 fi
+# Id by id: the indexed dataset read from its layout (MMIDIDX version 1: the header, sequence
+# lengths as int32, byte pointers as int64, the document index), each document's last id the eos,
+# the rest equal to spm_encode's ids of the same text, in order.
+python3 - "$work/out_tn" "$work/spm_ids.txt" <<'EOF'
+import array, bisect, struct, sys
+prefix, spm_path = sys.argv[1], sys.argv[2]
+idx = open(prefix + '.idx', 'rb').read()
+if idx[:9] != b'MMIDIDX\x00\x00' or struct.unpack_from('<Q', idx, 9)[0] != 1:
+    sys.exit(f'tokenize_bench: {prefix}.idx is not an MMIDIDX version 1 index')
+code, (count, _) = idx[17], struct.unpack_from('<QQ', idx, 18)
+typecode = {8: 'H', 4: 'i'}[code]
+sizes = array.array('i', idx[34:34 + 4 * count])
+pointers = array.array('q', idx[34 + 4 * count:34 + 12 * count])
+tokens = array.array(typecode, open(prefix + '.bin', 'rb').read())
+if sys.byteorder != 'little':
+    for a in (sizes, pointers, tokens):
+        a.byteswap()
+ours, starts = array.array(typecode), []
+eos = tokens[pointers[0] // tokens.itemsize + sizes[0] - 1]
+for d in range(count):
+    at = pointers[d] // tokens.itemsize
+    if tokens[at + sizes[d] - 1] != eos:
+        sys.exit(f'tokenize_bench: document {d} does not end with the eos id {eos}')
+    starts.append(len(ours))
+    ours.extend(tokens[at:at + sizes[d] - 1])
+n = 0
+with open(spm_path) as spm:
+    for line in spm:
+        for word in line.split():
+            if n >= len(ours) or ours[n] != int(word):
+                d = bisect.bisect_right(starts, n) - 1
+                got = ours[n] if n < len(ours) else 'nothing'
+                sys.exit(f'tokenize_bench: id {n} (document {d}, its id {n - starts[d]}) is {got} in hdp, {word} in spm_encode')
+            n += 1
+if n != len(ours):
+    sys.exit(f'tokenize_bench: hdp has {len(ours) - n} ids after the last of spm_encode')
+print(f'ids equal: {n} of spm_encode, id by id, in {count} documents (each ending with eos {eos})')
+EOF
 
 rate() { echo "scale=0; $1 / $2" | bc; }
 ratio() { echo "scale=2; $1 / $2" | bc; }
@@ -112,6 +151,6 @@ for row in "hdp tokenize dir --threads 1|$t1_s|$t1_tokens|$t1_docs" "hdp tokeniz
   r=$(rate "$((tokens - docs))" "$s")
   printf '%-52s %8.2f %12d %14d %10s\n' "$label" "$s" "$((tokens - docs))" "$r" "$(ratio "$r" "$spm_rate")"
 done
-echo "token counts agree: hdp $tn_tokens tokens = $spm_tokens spm_encode ids + $tn_docs eos; byte-identical:" \
+echo "tokens agree id by id: hdp $tn_tokens tokens = $spm_tokens spm_encode ids + $tn_docs eos; byte-identical:" \
   "1 and $threads threads, directory and JSON lines, chunks of lines and whole documents"
 echo "work dir: $work"

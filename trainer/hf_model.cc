@@ -100,6 +100,8 @@ ops::model::LlamaConfig read_hf_config(const fs::path& path) {
   }
   m.rope_theta = theta;
   m.norm_eps = real_field(c, path, "rms_norm_eps", 0, 1, 1e-6);
+  // Carried to the export (the larger of it and the trained context), never a limit on --context.
+  m.max_positions = int_field(c, path, "max_position_embeddings", 1, 1 << 30, 0);
   if (m.d_model % m.n_heads != 0) refuse(path, "hidden_size must be a multiple of num_attention_heads");
   const int head_dim = int_field(c, path, "head_dim", 1, 1 << 16, m.d_model / m.n_heads);
   if (head_dim != m.d_model / m.n_heads) {
@@ -115,7 +117,7 @@ ops::model::LlamaConfig read_hf_config(const fs::path& path) {
 }
 
 json hf_config(const ops::model::LlamaConfig& m, TensorDtype dtype) {
-  return {{"architectures", {"LlamaForCausalLM"}},
+  json config = {{"architectures", {"LlamaForCausalLM"}},
           {"model_type", "llama"},
           {"vocab_size", m.vocab_size},
           {"hidden_size", m.d_model},
@@ -132,6 +134,8 @@ json hf_config(const ops::model::LlamaConfig& m, TensorDtype dtype) {
           {"attention_bias", false},
           {"mlp_bias", false},
           {"torch_dtype", dtype == TensorDtype::kBF16 ? "bfloat16" : "float32"}};
+  if (m.max_positions > 0) config["max_position_embeddings"] = m.max_positions;
+  return config;
 }
 
 ops::model::LlamaConfig model_from_manifest(const json& j) {
@@ -145,6 +149,7 @@ ops::model::LlamaConfig model_from_manifest(const json& j) {
     m.ffn_dim = j.at("ffn_dim").get<int>();
     m.rope_theta = j.at("rope_theta").get<double>();
     m.norm_eps = j.at("norm_eps").get<double>();
+    m.max_positions = j.value("max_position_embeddings", 0);  // absent in checkpoints of older builds
     m.validate();
     return m;
   } catch (const json::exception& e) {
@@ -160,7 +165,8 @@ void load_hf_weights(const fs::path& dir, const ops::model::LlamaConfig& config,
   // Which file holds each tensor.
   std::map<std::string, fs::path> where;
   std::map<fs::path, std::unique_ptr<checkpoint::SafetensorsFile>> files;
-  if (fs::exists(dir / kIndexFile)) {
+  const bool sharded = fs::exists(dir / kIndexFile);
+  if (sharded) {
     const json index = read_json_file(dir / kIndexFile);
     const auto map = index.find("weight_map");
     if (map == index.end() || !map->is_object()) refuse(dir / kIndexFile, "field 'weight_map' is not an object");
@@ -182,11 +188,30 @@ void load_hf_weights(const fs::path& dir, const ops::model::LlamaConfig& config,
     if (!slot) slot = std::make_unique<checkpoint::SafetensorsFile>(path);
     return *slot;
   };
+  // Sharded: every shard holds only what the index places in it (a tensor it does not list, or
+  // lists in another shard, is refused naming the shard).
+  std::set<fs::path> shards;
+  if (sharded) {
+    for (const auto& [name, path] : where) shards.insert(path);
+  }
+  for (const fs::path& path : shards) {
+    for (const auto& [held, info] : file_of(path).tensors()) {
+      if (held.ends_with("rotary_emb.inv_freq")) continue;
+      const auto listed = where.find(held);
+      if (listed == where.end()) {
+        refuse(path, "holds tensor " + quote_value(held) + ", which " + kIndexFile + " does not list");
+      }
+      if (listed->second != path) {
+        refuse(path, "holds tensor " + quote_value(held) + ", which " + kIndexFile + " places in " +
+                         quote_value(listed->second.filename().string()));
+      }
+    }
+  }
   std::set<std::string> expected;
   for (const auto& p : layout) {
     expected.insert(p.name);
     const auto it = where.find(p.name);
-    if (it == where.end()) throw InvalidArgument("'" + dir.string() + "': tensor " + quote_value(p.name) + " is missing");
+    if (it == where.end()) refuse(dir / (sharded ? kIndexFile : kWeightsFile), "tensor " + quote_value(p.name) + " is missing");
     const auto& file = file_of(it->second);
     const auto t = file.tensors().find(p.name);
     if (t == file.tensors().end()) refuse(it->second, "has no tensor " + quote_value(p.name) + " (the index names it)");

@@ -22,18 +22,22 @@ namespace hdp::trainer {
 // Reads a LlamaConfig from `config.json`. Refused (InvalidArgument naming the file and the field):
 // another model_type, rope_scaling, attention or MLP biases, an activation other than silu, tied
 // word embeddings (hdp trains lm_head apart), a head_dim other than hidden_size / heads, and any
-// field of the wrong type or out of range.
+// field of the wrong type or out of range. max_position_embeddings (a positive integer, optional)
+// becomes max_positions; a longer --context is no error (the job extends the model's context).
 ops::model::LlamaConfig read_hf_config(const std::filesystem::path& config_json);
-// The `config.json` of a LlamaForCausalLM with `config`'s shape, weights saved in `dtype`.
+// The `config.json` of a LlamaForCausalLM with `config`'s shape, weights saved in `dtype`;
+// max_position_embeddings is config.max_positions (left out when 0: not known).
 nlohmann::json hf_config(const ops::model::LlamaConfig& config, checkpoint::TensorDtype dtype);
 
-// The model config a checkpoint's manifest records (TrainerConfig::model_json()).
+// The model config a checkpoint's manifest records (TrainerConfig::model_json()); its
+// max_position_embeddings becomes max_positions (0 in checkpoints of builds that did not record it).
 ops::model::LlamaConfig model_from_manifest(const nlohmann::json& model_config);
 
 // Fills `params` (the flat buffer, ops/model/llama_params.h's order) from `dir`'s
 // model.safetensors, or its model.safetensors.index.json and the shards it names. Every tensor of
 // the layout must be there with its shape, and no other (old `rotary_emb.inv_freq` buffers are
-// ignored); F32, BF16 and F16 convert to f32. InvalidArgument names the file and the tensor.
+// ignored); a shard may hold only the tensors the index places in it. F32, BF16 and F16 convert to
+// f32. InvalidArgument names the file and the tensor.
 void load_hf_weights(const std::filesystem::path& dir, const ops::model::LlamaConfig& config, std::span<float> params);
 
 // A model to run: its shape and its parameters (the flat f32 buffer), and the step it was trained

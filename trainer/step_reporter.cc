@@ -56,14 +56,16 @@ void StepReporter::step(const elastic::Membership& m, std::int64_t step, const m
   if (eval) metrics_.evaluated(eval->loss);
   metrics_.publish();
   if (m.rank != 0) return;
-  if (step % config_.log_every == 0 || step == config_.steps) {
-    log()->info("step {}/{}  loss {:.4f}  lr {:.2e}  {:.0f} tokens/s  world {}  {:.0f} ms (compute {:.0f}, wait {:.0f})",
+  // A step that evaluated is logged whatever --log-every, its eval_loss in the same line.
+  if (step % config_.log_every == 0 || step == config_.steps || eval) {
+    char evaluated[128] = "";
+    if (eval) {
+      std::snprintf(evaluated, sizeof evaluated, "  eval_loss %.4f (%lld tokens of --eval-data in %.0f ms)", eval->loss,
+                    static_cast<long long>(eval->tokens), eval->ms);
+    }
+    log()->info("step {}/{}  loss {:.4f}  lr {:.2e}  {:.0f} tokens/s  world {}  {:.0f} ms (compute {:.0f}, wait {:.0f}){}",
                 step, config_.steps, result.loss(), lr, tokens_per_s, world, step_ms, result.compute_ms,
-                result.comm_wait_ms);
-  }
-  if (eval) {
-    log()->info("step {}/{}  eval_loss {:.4f}  ({} tokens of --eval-data in {:.0f} ms)", step, config_.steps, eval->loss,
-                eval->tokens, eval->ms);
+                result.comm_wait_ms, evaluated);
   }
   if (!config_.metrics_file.empty()) write_metrics_line(m, step, result, step_ms, lr, position, tokens_per_s, world, speeds, eval);
   if (!config_.tensorboard_dir.empty()) write_tensorboard(step, result, step_ms, lr, tokens_per_s, world, eval);

@@ -62,9 +62,10 @@ class StepReporter {
                const std::filesystem::path& metrics_file);
 
   // Step `step` completed (on `world` ranks; 0: this generation's size), leaving the data at
-  // `position`: every rank's metrics; rank 0's log line, job state and sample, metrics-file line
-  // (with the position) and TensorBoard scalars; with `eval`, its eval_loss in each of them too
-  // (the state keeps the last one, with eval_step).
+  // `position`: every rank's metrics; rank 0's log line (every --log-every steps, the last, and
+  // every step that evaluated), job state and sample, metrics-file line (with the position) and
+  // TensorBoard scalars; with `eval`, its eval_loss in each of them too (in the step's log line;
+  // the state keeps the last one, with eval_step).
   void step(const elastic::Membership& m, std::int64_t step, const mesh::StepResult& result, double step_ms, double lr,
             const checkpoint::DataPosition& position, const SpeedFigures& speeds, int world = 0,
             const EvalFigures* eval = nullptr);

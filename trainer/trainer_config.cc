@@ -3,6 +3,7 @@
 #include "trainer/data/blend.h"
 #include "trainer/data/indexed_dataset.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -233,7 +234,8 @@ void TrainerConfig::validate() const {
 nlohmann::json TrainerConfig::model_json() const {
   return {{"architecture", "llama"},   {"vocab_size", model.vocab_size}, {"d_model", model.d_model},
           {"n_layers", model.n_layers}, {"n_heads", model.n_heads},       {"n_kv_heads", model.n_kv_heads},
-          {"ffn_dim", model.ffn_dim},   {"rope_theta", model.rope_theta}, {"norm_eps", model.norm_eps}};
+          {"ffn_dim", model.ffn_dim},   {"rope_theta", model.rope_theta}, {"norm_eps", model.norm_eps},
+          {"max_position_embeddings", std::max<std::int64_t>(model.max_positions, context)}};
 }
 
 std::int64_t estimate_rank_bytes(const TrainerConfig& config, int world_size) {

@@ -104,7 +104,7 @@ struct TrainerConfig {
   std::int64_t max_rank_memory_bytes = 0;  // the per-rank memory limit; 0: none
   std::string cost_model;             // a cost model file (hdp plan --calibrate); empty: estimated
   std::chrono::milliseconds timeout{30000};  // rendezvous and every collective
-  int log_every = 1;                  // rank 0 prints one line per this many steps
+  int log_every = 1;                  // rank 0 prints one line per this many steps (and per step that evaluated)
   // Rank 0 appends one JSON line per step here: step, loss (exact: 17 significant digits),
   // world_size, generation, lr, grad_norm, tokens_per_s, step_ms, time_ms (wall clock when the
   // step completed, ms since the epoch). Empty: none.
@@ -141,7 +141,9 @@ struct TrainerConfig {
   // generation, see check_world in trainer/training_setup.h).
   void validate() const;
   // The model's shape as recorded in a checkpoint's manifest: a checkpoint of another shape is
-  // refused at restore.
+  // refused at restore. With it, max_position_embeddings: the larger of the model's max_positions
+  // and `context`, what `hdp export` writes (not compared at restore: a job may resume at another
+  // --context).
   nlohmann::json model_json() const;
 };
 

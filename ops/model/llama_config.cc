@@ -16,6 +16,7 @@ void LlamaConfig::validate() const {
     fail("n_heads " + std::to_string(n_heads) + " is not divisible by n_kv_heads " + std::to_string(n_kv_heads));
   if (head_dim() % 2 != 0) fail("head_dim " + std::to_string(head_dim()) + " must be even for RoPE");
   if (rope_theta <= 0 || norm_eps <= 0) fail("rope_theta and norm_eps must be positive");
+  if (max_positions < 0) fail("max_positions must be >= 0 (0: not known)");
 }
 
 int64_t LlamaConfig::weight_flops_per_token() const {

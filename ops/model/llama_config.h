@@ -18,6 +18,11 @@ struct LlamaConfig {
   int ffn_dim = 768;     // intermediate_size
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;  // rms_norm_eps
+  // max_position_embeddings: the longest context the model is meant for (0: not known). Not part of
+  // the shape (hdp's RoPE has no table, the parameters do not depend on it) and no limit on
+  // --context: hdp extends a model's context by training it longer; `hdp export` writes the larger
+  // of it and the context the job trained at (trainer/hf_model.h).
+  int max_positions = 0;
 
   int head_dim() const { return d_model / n_heads; }
   // Throws InvalidArgument naming the field when the shape is inconsistent.

@@ -141,6 +141,14 @@ TEST(CheckpointManifest, CompatibilityNamesTheDifference) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("model config"), std::string::npos) << e.what();
   }
+  // max_position_embeddings records the context trained at: a job at another --context restores
+  // the checkpoint (and one that did not record it), and the shape is still compared beside it.
+  Manifest longer = m;
+  longer.model_config["max_position_embeddings"] = 4096;
+  EXPECT_NO_THROW(check_compatible(longer, layout(), {{"hidden_size", 5}, {"max_position_embeddings", 64}}, "/ckpt/step-7"));
+  EXPECT_NO_THROW(check_compatible(m, layout(), {{"hidden_size", 5}, {"max_position_embeddings", 64}}, "/ckpt/step-7"));
+  EXPECT_THROW(check_compatible(longer, layout(), {{"hidden_size", 6}, {"max_position_embeddings", 4096}}, "/ckpt/step-7"),
+               InvalidArgument);
   FlatLayout other({{"model.norm.weight", {5}}, {"lm_head.weight", {2, 3}}});
   try {
     check_compatible(m, other, {{"hidden_size", 5}}, "/ckpt/step-7");

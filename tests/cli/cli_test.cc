@@ -24,8 +24,6 @@ CommandResult hdp(std::vector<std::string> args, std::vector<std::string> env = 
   return run_command(args, env, std::chrono::seconds(30));
 }
 
-int line_count(const std::string& text) { return static_cast<int>(std::count(text.begin(), text.end(), '\n')); }
-
 // The agent strips the contract's variables from what its workers inherit and sets its own
 // (elastic/worker_env.h), so a trainer setting read from one of those names would be lost, or
 // clobbered (HDP_METRICS_FILE was once both `--metrics-file` and the agent's metrics file).

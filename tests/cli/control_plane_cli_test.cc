@@ -27,8 +27,6 @@ namespace {
 using namespace std::chrono_literals;
 using cli::kExitFailure;
 
-int line_count(const std::string& text) { return static_cast<int>(std::count(text.begin(), text.end(), '\n')); }
-
 CommandResult hdp(const AgentCluster& cluster, std::vector<std::string> args) {
   args.insert(args.begin(), cluster.hdp());
   return run_command(args, {}, 60s);

@@ -28,8 +28,6 @@ CommandResult hdp(AgentCluster& cluster, std::vector<std::string> args, const st
   return run_command(args, {}, 60s);
 }
 
-int lines(const std::string& text) { return static_cast<int>(std::count(text.begin(), text.end(), '\n')); }
-
 std::vector<std::map<std::string, std::string>> events(AgentCluster& cluster, const std::string& type) {
   std::vector<std::map<std::string, std::string>> out;
   for (const auto& e : elastic::JobState(cluster.store()).snapshot(elastic::kEventsKept).events) {
@@ -60,7 +58,7 @@ TEST(JobControlCli, RequestsThatMakeNoSenseAreRefusedWithOneClearLine) {
   for (const auto& [args, reason] : cases) {
     const CommandResult r = hdp(cluster, args);
     EXPECT_EQ(r.exit_code, 2) << args[0] << " " << args.back() << ": " << r.err;
-    EXPECT_EQ(lines(r.err), 1) << r.err;
+    EXPECT_EQ(line_count(r.err), 1) << r.err;
     EXPECT_NE(r.err.find(reason), std::string::npos) << r.err;
   }
   // Garbage in `control` is named, never acted on: the agent keeps its workers.
@@ -194,7 +192,7 @@ TEST(JobControlCli, AReadOnlyAclUserCanLookButNotAct) {
   for (const auto& args : acting) {
     r = hdp(cluster, args, url);
     EXPECT_EQ(r.exit_code, 1) << args[0] << ": " << r.err;
-    EXPECT_EQ(lines(r.err), 1) << r.err;
+    EXPECT_EQ(line_count(r.err), 1) << r.err;
     EXPECT_NE(r.err.find("NOPERM"), std::string::npos) << args[0] << ": " << r.err;
     EXPECT_EQ(r.err.find("viewer-pw"), std::string::npos) << r.err;
   }

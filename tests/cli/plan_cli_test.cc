@@ -25,8 +25,6 @@ CommandResult hdp(std::vector<std::string> args) {
   return run_command(args, {}, std::chrono::seconds(30));
 }
 
-int line_count(const std::string& text) { return static_cast<int>(std::count(text.begin(), text.end(), '\n')); }
-
 const std::vector<std::string> kDrawn = {"plan", "--ranks", "256", "--dist", "github", "--context", "262144",
                                          "--tokens", "8388608", "--seed", "7", "--json"};
 

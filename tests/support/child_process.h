@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -44,5 +45,8 @@ struct CommandResult {
 };
 CommandResult run_command(const std::vector<std::string>& argv, const std::vector<std::string>& env = {},
                           std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
+// The lines `text` holds (its newlines): a refused command prints exactly one on stderr.
+inline int line_count(const std::string& text) { return static_cast<int>(std::count(text.begin(), text.end(), '\n')); }
 
 }  // namespace hdp::test

@@ -1,15 +1,18 @@
 // The user's model in and out (trainer/hf_model.h, checkpoint/safetensors.h): safetensors written
 // and read back (f32 bitwise, bf16 within its rounding), every malformed file refused naming the
 // file and what is wrong, Hugging Face configs read and refused field by field, and a real
-// checkpoint exported by `hdp export` (one file and sharded) loaded back bitwise.
+// checkpoint exported by `hdp export` (one file and sharded) loaded back bitwise; a shard holding a
+// tensor its index does not place there refused.
 #include "trainer/hf_model.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <random>
 #include <fstream>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -143,11 +146,19 @@ TEST(HfConfig, ALlamaConfigIsReadAndWhatHdpCannotTrainIsRefusedByName) {
   EXPECT_EQ(m.ffn_dim, 192);
   EXPECT_EQ(m.rope_theta, 500000.0);
   EXPECT_EQ(m.norm_eps, 1e-5);
+  EXPECT_EQ(m.max_positions, 4096);
   // What hdp writes, it reads back.
   std::ofstream(dir.path() / "back.json") << hf_config(m, TensorDtype::kBF16).dump();
   const auto back = read_hf_config(dir.path() / "back.json");
   EXPECT_EQ(back.d_model, m.d_model);
   EXPECT_EQ(back.rope_theta, m.rope_theta);
+  EXPECT_EQ(back.max_positions, 4096);
+  // max_position_embeddings is optional (0: not known), and left out of what hdp writes then.
+  nlohmann::json unknown = llama_config();
+  unknown.erase("max_position_embeddings");
+  const auto without = read_hf_config(write_config(dir.path(), unknown));
+  EXPECT_EQ(without.max_positions, 0);
+  EXPECT_FALSE(hf_config(without, TensorDtype::kF32).contains("max_position_embeddings"));
   const std::vector<std::pair<nlohmann::json, std::string>> refused = {
       {{{"model_type", "mistral"}}, "'model_type'"},
       {{{"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}}}, "'rope_scaling'"},
@@ -160,6 +171,9 @@ TEST(HfConfig, ALlamaConfigIsReadAndWhatHdpCannotTrainIsRefusedByName) {
       {{{"hidden_size", "64"}}, "'hidden_size'"},
       {{{"num_attention_heads", 0}}, "'num_attention_heads'"},
       {{{"rms_norm_eps", -1}}, "'rms_norm_eps'"},
+      {{{"max_position_embeddings", 0}}, "'max_position_embeddings'"},
+      {{{"max_position_embeddings", "4096"}}, "'max_position_embeddings'"},
+      {{{"max_position_embeddings", 4096.5}}, "'max_position_embeddings'"},
   };
   for (const auto& [change, field] : refused) {
     nlohmann::json c = llama_config();
@@ -175,6 +189,25 @@ TEST(HfConfig, ALlamaConfigIsReadAndWhatHdpCannotTrainIsRefusedByName) {
   nlohmann::json missing = llama_config();
   missing.erase("hidden_size");
   EXPECT_THROW(read_hf_config(write_config(dir.path(), missing)), InvalidArgument);
+}
+
+// model.safetensors in `out` (created) holding `model`'s tensors from the flat `params`, but for
+// `skip`, with an `extra` tensor of 3 elements, and model.norm.weight shaped [1, d] when `reshape`.
+void write_weights(const fs::path& out, const ops::model::LlamaConfig& model, std::span<const float> params,
+                   const std::string& skip = "", const std::string& extra = "", bool reshape = false) {
+  fs::create_directories(out);
+  std::vector<checkpoint::TensorToWrite> tensors;
+  const std::vector<float> spare(3, 0.5f);
+  for (const auto& p : ops::model::param_layout(model)) {
+    if (p.name == skip) continue;
+    std::int64_t n = 1;
+    for (auto d : p.shape) n *= d;
+    std::vector<std::int64_t> shape(p.shape.begin(), p.shape.end());
+    if (reshape && p.name == "model.norm.weight") shape = {1, shape[0]};
+    tensors.push_back({p.name, shape, params.subspan(static_cast<std::size_t>(p.offset), static_cast<std::size_t>(n))});
+  }
+  if (!extra.empty()) tensors.push_back({extra, {3}, spare});
+  checkpoint::write_safetensors(out / "model.safetensors", tensors, TensorDtype::kF32);
 }
 
 // A checkpoint under `root` of `model`'s parameters (moments of a pattern), saved by `ranks` ranks at
@@ -247,6 +280,7 @@ TEST(HfExport, AnIndependentNumpyForwardOfTheExportGivesHdpsLogits) {
   nlohmann::json hf;
   std::ifstream(out / "config.json") >> hf;
   EXPECT_EQ(hf["rope_theta"], 500000.0);
+  EXPECT_EQ(hf["max_position_embeddings"], config.context) << "the reader above was given the field and ignored it";
   hf["rope_theta"] = 10000.0;
   std::ofstream(out / "config.json", std::ios::trunc) << hf.dump();
   ASSERT_EQ(hdp::test::run_command({"/usr/bin/python3", std::string(HDP_SOURCE_DIR) + "/tests/trainer/numpy_llama.py",
@@ -313,21 +347,8 @@ TEST(HfExport, ACheckpointExportedLoadsBackBitwise) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
 
   // Missing, extra and misshapen tensors.
-  const auto entries = ops::model::param_layout(config.model);
   auto write_without = [&](const fs::path& out, const std::string& skip, const std::string& extra, bool reshape) {
-    fs::create_directories(out);
-    std::vector<checkpoint::TensorToWrite> tensors;
-    std::vector<float> spare(3, 0.5f);
-    for (const auto& p : entries) {
-      if (p.name == skip) continue;
-      std::int64_t n = 1;
-      for (auto d : p.shape) n *= d;
-      std::vector<std::int64_t> shape(p.shape.begin(), p.shape.end());
-      if (reshape && p.name == "model.norm.weight") shape = {1, shape[0]};
-      tensors.push_back({p.name, shape, std::span<const float>(params).subspan(static_cast<std::size_t>(p.offset), static_cast<std::size_t>(n))});
-    }
-    if (!extra.empty()) tensors.push_back({extra, {3}, spare});
-    checkpoint::write_safetensors(out / "model.safetensors", tensors, TensorDtype::kF32);
+    write_weights(out, config.model, params, skip, extra, reshape);
   };
   std::vector<float> loaded(params.size());
   const std::vector<std::tuple<std::string, std::string, bool, std::string>> bad = {
@@ -349,6 +370,186 @@ TEST(HfExport, ACheckpointExportedLoadsBackBitwise) {
   // Old checkpoints' rotary buffers are ignored.
   write_without(dir.path() / "rotary", "", "model.layers.0.self_attn.rotary_emb.inv_freq", false);
   EXPECT_NO_THROW(load_hf_weights(dir.path() / "rotary", config.model, loaded));
+}
+
+// A sharded directory (model.safetensors.index.json and two shards) loads bitwise when every shard
+// holds exactly what the index places in it; a shard holding a tensor the index does not list, or
+// places in the other shard, is refused naming the shard and the tensor.
+TEST(HfWeights, AShardHoldingATensorItsIndexDoesNotPlaceThereIsRefused) {
+  hdp::test::TempDir dir;
+  const ops::model::LlamaConfig model = model_preset("tiny");
+  const checkpoint::FlatLayout layout = checkpoint_layout(model);
+  const std::vector<float> params = checkpoint::test::make_state(layout, 5).buffers[0];
+  const auto entries = ops::model::param_layout(model);
+  const std::string names[2] = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
+  const std::vector<float> spare(3, 0.5f);
+  // The layout's tensors, the first half in shard 1 and the rest in shard 2, the index listing each
+  // where it is; `extra` (name, shard) is added to a shard but not to the index.
+  auto write = [&](const fs::path& out, const std::optional<std::pair<std::string, int>>& extra) {
+    fs::create_directories(out);
+    std::vector<checkpoint::TensorToWrite> shards[2];
+    nlohmann::json weight_map = nlohmann::json::object();
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const auto& p = entries[i];
+      const int shard = i < entries.size() / 2 ? 0 : 1;
+      std::int64_t n = 1;
+      for (auto d : p.shape) n *= d;
+      shards[shard].push_back({p.name, std::vector<std::int64_t>(p.shape.begin(), p.shape.end()),
+                               std::span<const float>(params).subspan(static_cast<std::size_t>(p.offset), static_cast<std::size_t>(n))});
+      weight_map[p.name] = names[shard];
+      if (extra && extra->first == p.name && extra->second != shard) shards[extra->second].push_back(shards[shard].back());
+    }
+    if (extra && weight_map.find(extra->first) == weight_map.end()) shards[extra->second].push_back({extra->first, {3}, spare});
+    for (int k = 0; k < 2; ++k) checkpoint::write_safetensors(out / names[k], shards[k], TensorDtype::kF32);
+    std::ofstream(out / "model.safetensors.index.json") << nlohmann::json{{"weight_map", weight_map}}.dump();
+  };
+  std::vector<float> loaded(params.size());
+  write(dir.path() / "good", std::nullopt);
+  load_hf_weights(dir.path() / "good", model, loaded);
+  EXPECT_EQ(0, std::memcmp(loaded.data(), params.data(), params.size() * 4)) << "not bitwise";
+
+  const std::vector<std::tuple<std::string, std::pair<std::string, int>, int, std::string>> bad = {
+      {"unlisted", {"model.layers.0.self_attn.q_proj.bias", 1}, 1,
+       "holds tensor 'model.layers.0.self_attn.q_proj.bias', which model.safetensors.index.json does not list"},
+      {"elsewhere", {"lm_head.weight", 0}, 0,
+       "holds tensor 'lm_head.weight', which model.safetensors.index.json places in '" + names[1] + "'"},
+  };
+  for (const auto& [name, extra, shard, reason] : bad) {
+    write(dir.path() / name, extra);
+    try {
+      load_hf_weights(dir.path() / name, model, loaded);
+      ADD_FAILURE() << name << ": accepted";
+    } catch (const InvalidArgument& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("'" + (dir.path() / name / names[shard]).string() + "'"), std::string::npos) << what;
+      EXPECT_NE(what.find(reason), std::string::npos) << what;
+    }
+  }
+}
+
+// max_position_embeddings in `hdp export`'s config.json: the larger of the config's value the job
+// was given and the context it trained at (the manifest records it), so a model trained past its
+// config's positions says so; the trained context alone for a job without a config value; left out
+// for a checkpoint of a build that did not record it.
+TEST(HfExport, MaxPositionEmbeddingsIsTheLargerOfTheConfigsAndTheTrainedContext) {
+  hdp::test::TempDir dir;
+  const std::string hdp = std::string(std::getenv("HDP_BIN_DIR")) + "/hdp";
+  struct Case {
+    int config_value;
+    std::int64_t context;
+    bool recorded;
+    std::optional<std::int64_t> exported;
+  };
+  const std::vector<Case> cases = {{4096, 1024, true, 4096}, {4096, 8192, true, 8192}, {0, 64, true, 64},
+                                   {2048, 512, false, std::nullopt}};
+  int i = 0;
+  for (const Case& c : cases) {
+    TrainerConfig config;
+    config.model = model_preset("tiny");
+    config.model.max_positions = c.config_value;
+    config.context = c.context;
+    const checkpoint::FlatLayout layout = checkpoint_layout(config.model);
+    checkpoint::CheckpointOptions options;
+    options.root = dir.path() / ("ckpt" + std::to_string(i));
+    options.model_config = config.model_json();
+    if (!c.recorded) options.model_config.erase("max_position_embeddings");
+    checkpoint::test::save_on(1, options, layout, checkpoint::test::make_state(layout, 3), 4);
+    const fs::path out = dir.path() / ("out" + std::to_string(i++));
+    const auto r = hdp::test::run_command({hdp, "export", options.root.string(), "--out", out.string()});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    nlohmann::json hf;
+    std::ifstream(out / "config.json") >> hf;
+    if (c.exported) {
+      EXPECT_EQ(hf.value("max_position_embeddings", -1), *c.exported) << "config " << c.config_value << ", context " << c.context;
+      EXPECT_EQ(read_hf_config(out / "config.json").max_positions, *c.exported);
+    } else {
+      EXPECT_FALSE(hf.contains("max_position_embeddings")) << hf.dump();
+    }
+  }
+}
+
+// What a user gets wrong, through the binary (so under the sanitizers too): `hdp train
+// --model-config` of a config hdp cannot train, and `hdp sample` of a corrupt export (a truncated
+// model.safetensors, a header that lies about the offsets, a missing and an extra tensor), each exit
+// 2 with one line on stderr naming the file and the fault.
+TEST(HfCli, ABadConfigOrACorruptExportExitsTwoWithOneLineNamingTheFile) {
+  hdp::test::TempDir dir;
+  const std::string hdp = std::string(std::getenv("HDP_BIN_DIR")) + "/hdp";
+  auto expect_refused = [](const hdp::test::CommandResult& r, const fs::path& file, const std::string& fault) {
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_EQ(hdp::test::line_count(r.err), 1) << r.err;
+    EXPECT_EQ(r.err.rfind("hdp: error: ", 0), 0u) << r.err;
+    EXPECT_NE(r.err.find("'" + file.string() + "'"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(fault), std::string::npos) << r.err;
+  };
+  const std::vector<std::tuple<std::string, nlohmann::json, std::string>> configs = {
+      {"mistral", {{"model_type", "mistral"}}, "field 'model_type' is \"mistral\": hdp trains LLaMA models only"},
+      {"rope_scaling", {{"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}}}, "field 'rope_scaling' is {"},
+      {"attention_bias", {{"attention_bias", true}}, "field 'attention_bias' is true: hdp's attention has no biases"},
+      {"positions", {{"max_position_embeddings", -8}}, "field 'max_position_embeddings' must be an integer in [1, "},
+  };
+  for (const auto& [name, change, fault] : configs) {
+    nlohmann::json c = llama_config();
+    c.update(change);
+    fs::create_directories(dir.path() / name);
+    const fs::path config = write_config(dir.path() / name, c);
+    SCOPED_TRACE(name);
+    expect_refused(hdp::test::run_command({hdp, "train", "--model-config", config.string()}), config, fault);
+  }
+
+  // A real export of the tiny model, then copies of it spoiled one way each.
+  TrainerConfig config;
+  config.model = model_preset("tiny");
+  const checkpoint::FlatLayout layout = checkpoint_layout(config.model);
+  const checkpoint::test::FullState state = checkpoint::test::make_state(layout, 9);
+  const std::vector<float>& params = state.buffers[0];
+  checkpoint::CheckpointOptions options;
+  options.root = dir.path() / "ckpt";
+  options.model_config = config.model_json();
+  checkpoint::test::save_on(1, options, layout, state, 3);
+  const fs::path good = dir.path() / "export";
+  ASSERT_EQ(hdp::test::run_command({hdp, "export", options.root.string(), "--out", good.string()}).exit_code, 0);
+  const std::vector<std::string> sample = {"--prompt", "int", "--max-new-tokens", "2", "--temperature", "0"};
+  auto run_sample = [&](const fs::path& model) {
+    std::vector<std::string> argv = {hdp, "sample", model.string()};
+    argv.insert(argv.end(), sample.begin(), sample.end());
+    return hdp::test::run_command(argv);
+  };
+  const auto fine = run_sample(good);
+  ASSERT_EQ(fine.exit_code, 0) << fine.err;
+
+  const std::string bytes = read_bytes(good / "model.safetensors");
+  std::uint64_t header_length = 0;
+  for (int i = 7; i >= 0; --i) header_length = (header_length << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)]);
+  // The header with the first tensor's data_offsets moved 4 bytes on: it claims bytes of its
+  // neighbour and leaves a hole where it begins.
+  auto lying = [&] {
+    nlohmann::json header = nlohmann::json::parse(bytes.substr(8, header_length));
+    for (auto& [name, entry] : header.items()) {
+      if (name == "__metadata__" || entry["data_offsets"][0] != 0) continue;
+      entry["data_offsets"] = {4, entry["data_offsets"][1].get<std::int64_t>() + 4};
+    }
+    std::string text = header.dump();
+    text.append((8 - text.size() % 8) % 8, ' ');
+    return header_of(text) + bytes.substr(8 + header_length);
+  };
+  const std::vector<std::tuple<std::string, std::function<void(const fs::path&)>, std::string>> exports = {
+      {"truncated", [&](const fs::path& d) { write_bytes(d / "model.safetensors", bytes.substr(0, bytes.size() - 100)); },
+       "outside the data section"},
+      {"lying", [&](const fs::path& d) { write_bytes(d / "model.safetensors", lying()); },
+       "begins at data byte 4, expected 0 (a hole or an overlap)"},
+      {"missing", [&](const fs::path& d) { write_weights(d, config.model, params, "lm_head.weight"); },
+       "tensor 'lm_head.weight' is missing"},
+      {"extra", [&](const fs::path& d) { write_weights(d, config.model, params, "", "model.layers.0.mlp.up_proj.bias"); },
+       "tensor 'model.layers.0.mlp.up_proj.bias' is not part of the model the config describes"},
+  };
+  for (const auto& [name, spoil, fault] : exports) {
+    const fs::path copy = dir.path() / name;
+    fs::copy(good, copy, fs::copy_options::recursive);
+    spoil(copy);
+    SCOPED_TRACE(name);
+    expect_refused(run_sample(copy), copy / "model.safetensors", fault);
+  }
 }
 
 // `hdp sample` on a checkpoint and on its export: greedy decoding (temperature 0) gives exactly the

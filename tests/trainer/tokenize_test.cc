@@ -3,8 +3,8 @@
 // back by hdp's IndexedDataset and compared, document by document, with spm_encode's ids of the same
 // text plus the eos id; 1 and 2 threads, and chunks of lines against whole documents, give
 // byte-identical files; a model that keeps newlines encodes whole documents that decode back exactly;
-// bad inputs exit 2 with one line naming the file; and the writer (indexed_writer.h) round-trips
-// through IndexedDataset.
+// progress is plain lines in a log and a bar on a terminal; bad inputs exit 2 with one line naming
+// the file; and the writer (indexed_writer.h) round-trips through IndexedDataset.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -302,6 +302,45 @@ TEST_F(Tokenize, ModelThatKeepsNewlinesEncodesWholeDocuments) {
   EXPECT_EQ(decoded.out, expected);
 }
 
+// Progress on stderr. In a log (not a terminal): plain lines "tokenize: 42.0%, ..." every
+// --progress-every seconds, the last the run's totals at 100%; no bar, carriage return or escape.
+// On a terminal (a pseudo-terminal from util-linux's `script`): a bar "[####....] 42%  ... tok/s"
+// rewritten in place, ending at 100%.
+TEST_F(Tokenize, ProgressIsPlainLinesInALogAndABarOnATerminal) {
+  TextMaker maker(11);
+  std::string jsonl;
+  while (jsonl.size() < (std::size_t{3} << 20)) jsonl += nlohmann::json{{"text", maker.text(100, 12)}}.dump() + "\n";
+  const fs::path input = root() / "progress.jsonl";
+  write_file(input, jsonl);
+  const std::vector<std::string> args = {"--tokenizer", model().string(), "--input",   input.string(), "--output",
+                                         (root() / "progress_out").string(), "--threads", "1", "--progress-every", "0.05"};
+  const auto run = tokenize(args);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.err.find_first_of("\r\033["), std::string::npos) << run.err;
+  std::istringstream lines(run.err);
+  std::vector<double> percents;
+  for (std::string line; std::getline(lines, line);) {
+    ASSERT_EQ(line.rfind("tokenize: ", 0), 0u) << line;
+    percents.push_back(std::stod(line.substr(10)));
+    EXPECT_NE(line.find(" tokens/s, "), std::string::npos) << line;
+  }
+  std::printf("%zu progress lines over %zu bytes\n", percents.size(), jsonl.size());
+  ASSERT_GE(percents.size(), 2u) << "no periodic line before the totals:\n" << run.err;
+  EXPECT_TRUE(std::is_sorted(percents.begin(), percents.end())) << run.err;
+  EXPECT_EQ(percents.back(), 100.0) << run.err;
+
+  if (!fs::exists("/usr/bin/script")) GTEST_SKIP() << "util-linux's script is missing: the terminal's bar is not checked";
+  std::string command = "'" + hdp_bin() + "' tokenize";
+  for (const std::string& arg : args) command += " '" + arg + "'";
+  const auto terminal = hdp::test::run_command({"/usr/bin/script", "-q", "-e", "-c", command, "/dev/null"}, {},
+                                               std::chrono::seconds(60));
+  ASSERT_EQ(terminal.exit_code, 0) << terminal.out << terminal.err;
+  EXPECT_NE(terminal.out.find("\r\033[K[#"), std::string::npos) << terminal.out;
+  EXPECT_NE(terminal.out.find("] 100%  "), std::string::npos) << terminal.out;
+  EXPECT_NE(terminal.out.find(" tok/s  "), std::string::npos) << terminal.out;
+  EXPECT_EQ(terminal.out.find("tokenize: "), std::string::npos) << "a log's line on a terminal:\n" << terminal.out;
+}
+
 // Each bad input: exit 2, exactly one line "hdp: error: ..." naming the file (and the line), and
 // nothing under the output's names.
 // hdp-tokenize's encode and decode (what `hdp sample --tokenizer` runs): the ids of a text are
@@ -371,7 +410,7 @@ TEST_F(Tokenize, BadInputsExitTwoWithOneLineNamingTheFile) {
     const auto run = tokenize({"--tokenizer", c.tokenizer, "--input", c.input, "--output", c.output});
     EXPECT_EQ(run.exit_code, 2) << c.name << ": " << run.err;
     EXPECT_EQ(run.err.rfind("hdp: error: ", 0), 0u) << c.name << ": " << run.err;
-    EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << c.name << ": " << run.err;
+    EXPECT_EQ(hdp::test::line_count(run.err), 1) << c.name << ": " << run.err;
     EXPECT_NE(run.err.find(c.must_contain), std::string::npos) << c.name << ": " << run.err;
     EXPECT_FALSE(fs::exists(out + ".bin") || fs::exists(out + ".idx")) << c.name;
   }

@@ -14,13 +14,16 @@
 //    5 s (rank 0 writes both with every step; a step here takes well under a second);
 //  - the user's model path: a job's checkpoint exported (`hdp export`, f32), then a new job with
 //    `--model-config` and `--init-from` on the export starts from exactly those weights (the
-//    `restore` event's xxh3 equals the checkpoint's parameters') and completes;
+//    `restore` event's xxh3 equals the checkpoint's parameters') and completes; exported in bf16,
+//    the weights loaded are the parameters rounded to bf16, bit for bit; a --context above the
+//    export's max_position_embeddings runs and is recorded; a job resuming from its own checkpoint
+//    ignores --init-from;
 //  - a Megatron indexed dataset (written by an independent Python writer) as `--data`: the job
 //    trains on it and completes; resumed over a rewritten dataset it is refused (the checkpoint's
 //    data fingerprint differs), and goes on with --allow-data-change; one holding a token id outside the model's vocabulary stops the
 //    job (agent exit 3) with one line naming the file and the byte;
-//  - validation: --eval-data every 4 steps reported in the metrics file, the log, the state and
-//    TensorBoard; with parameters that do not move the held-out loss on 2 and 4 ranks agrees within 1e-6; a flag without
+//  - validation: --eval-data every 4 steps reported in the metrics file, the log (in each step's
+//    line), the state (and `hdp status`) and TensorBoard; with parameters that do not move the held-out loss on 2 and 4 ranks agrees within 1e-6; a flag without
 //    its partner stops the job (exit 2 in every worker, 3 from the agent) naming both;
 //  - mixed precision across a resume: an f32 job's checkpoint resumed by a `--dtype bf16` job, whose
 //    own checkpoint holds f32 master weights (most are not bf16 values) and is resumed by an f32 job.
@@ -31,6 +34,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -184,6 +188,84 @@ TEST(TrainerQuick, AnExportedCheckpointStartsANewJobFromExactlyItsWeights) {
   EXPECT_EQ(cluster.state()["status"], "completed");
 }
 
+// The bf16 export: the same job's checkpoint exported with --dtype bf16 starts a new job whose
+// initial weights are the trained parameters rounded to bf16 (to nearest even, back to f32), bit
+// for bit: the rounding is deterministic. The new job trains at --context 128, above the export's
+// max_position_embeddings (64, the context the first job trained at): no error, and its own
+// checkpoints and export record 128. Started again over its own checkpoints, with --init-from still
+// given, it resumes from them: the restore event's source is the checkpoint, not the export.
+TEST(TrainerQuick, ABf16ExportStartsANewJobFromTheRoundedWeightsAndAResumeIgnoresInitFrom) {
+  TempDir dir;
+  {
+    AgentCluster cluster(quick(dir.path(), {}));
+    cluster.start_agent("n1");
+    const auto status = cluster.agent("n1").wait_for(180s);
+    ASSERT_TRUE(status.has_value() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << cluster.all_logs();
+  }
+  const Final trained = read_final(dir.path() / "ckpt");
+  ASSERT_EQ(trained.step, 24);
+  std::vector<float> rounded(trained.params.size());
+  std::size_t moved = 0;
+  for (std::size_t i = 0; i < rounded.size(); ++i) {
+    rounded[i] = kernels::cpu::bf16_to_f32(kernels::cpu::f32_to_bf16(trained.params[i]));
+    moved += rounded[i] != trained.params[i];
+  }
+  ASSERT_GT(moved, rounded.size() / 2) << "the trained weights are bf16 values already: the case would prove nothing";
+  const std::string hdp = std::string(std::getenv("HDP_BIN_DIR")) + "/hdp";
+  const auto exported = dir.path() / "export";
+  CommandResult r = run_command({hdp, "export", (dir.path() / "ckpt").string(), "--out", exported.string(), "--dtype", "bf16"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto config_of = [](const std::filesystem::path& export_dir) {
+    std::ifstream in(export_dir / "config.json");
+    return nlohmann::json::parse(in, nullptr, false);
+  };
+  EXPECT_EQ(config_of(exported).value("max_position_embeddings", -1), 64);
+
+  TempDir second;
+  const std::vector<std::string> from_export = {"--model-config", (exported / "config.json").string(), "--init-from",
+                                                exported.string(), "--context", "128"};
+  // The restore events of a run.
+  auto restores = [](AgentCluster& cluster) {
+    std::vector<std::map<std::string, std::string>> out;
+    for (const auto& e : elastic::JobState(cluster.store()).snapshot(elastic::kEventsKept).events) {
+      std::map<std::string, std::string> f(e.fields.begin(), e.fields.end());
+      if (f["type"] == "restore") out.push_back(std::move(f));
+    }
+    return out;
+  };
+  {
+    std::vector<std::string> args = from_export;
+    args.insert(args.end(), {"--steps", "8"});
+    AgentCluster cluster(quick(second.path(), args));
+    cluster.start_agent("n1");
+    const auto status = cluster.agent("n1").wait_for(180s);
+    ASSERT_TRUE(status.has_value() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << cluster.all_logs();
+    const auto events = restores(cluster);
+    ASSERT_FALSE(events.empty()) << cluster.all_logs();
+    EXPECT_EQ(events[0].at("source"), "init_from");
+    EXPECT_EQ(events[0].at("weights_xxh3"), checkpoint::to_hex(checkpoint::xxh3(std::span<const float>(rounded))))
+        << "the new job's initial weights are not the trained ones rounded to bf16, bit for bit";
+  }
+  std::ifstream manifest(second.path() / "ckpt" / "step-00000008" / "manifest.json");
+  EXPECT_EQ(nlohmann::json::parse(manifest, nullptr, false)["model_config"].value("max_position_embeddings", -1), 128);
+  r = run_command({hdp, "export", (second.path() / "ckpt").string(), "--out", (second.path() / "export").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(config_of(second.path() / "export").value("max_position_embeddings", -1), 128);
+
+  std::vector<std::string> args = from_export;
+  args.insert(args.end(), {"--steps", "12"});
+  AgentCluster cluster(quick(second.path(), args));
+  cluster.start_agent("n1");
+  const auto status = cluster.agent("n1").wait_for(180s);
+  ASSERT_TRUE(status.has_value() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << cluster.all_logs();
+  const auto events = restores(cluster);
+  ASSERT_FALSE(events.empty()) << cluster.all_logs();
+  EXPECT_EQ(events[0].at("source"), "checkpoint") << "a job with checkpoints of its own took --init-from";
+  EXPECT_EQ(events[0].at("step"), "8");
+  EXPECT_EQ(events[0].count("weights_xxh3"), 0u);
+  EXPECT_EQ(cluster.state()["step"], "12");
+}
+
 // PREFIX.{idx,bin} of `documents` (token ids below `vocab`, plus one `bad` id when asked), written by
 // tests/trainer/data/write_indexed.py.
 std::filesystem::path indexed_dataset(const std::filesystem::path& dir, int documents, int vocab, int bad = -1) {
@@ -299,11 +381,12 @@ TEST(TrainerQuick, TheHeldOutLossIsReportedEveryNStepsAndIsTheSameOnTwoAndFourRa
   // Held out from the training corpus (C headers): Debian's license texts.
   const std::string eval_data = "/usr/share/common-licenses";
   {
-    // Training (lr as usual): eval_loss at steps 4, 8, ..., 24 in the metrics file, the log, the
-    // state (with eval_step) and the TensorBoard events.
+    // Training (lr as usual): eval_loss at steps 4, 8, ..., 24 in the metrics file, the log (in the
+    // step's line, logged although --log-every 5 skips most of those steps), the state (with
+    // eval_step; `hdp status` shows it) and the TensorBoard events.
     AgentCluster cluster(quick(dir.path(), {"--eval-data", eval_data, "--eval-every", "4", "--eval-tokens", "2000",
                                             "--metrics-file", (dir.path() / "m.jsonl").string(), "--tensorboard-dir",
-                                            (dir.path() / "tb").string()}));
+                                            (dir.path() / "tb").string(), "--log-every", "5"}));
     cluster.start_agent("n1");
     const auto status = cluster.agent("n1").wait_for(180s);
     ASSERT_TRUE(status.has_value() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << cluster.all_logs();
@@ -318,7 +401,24 @@ TEST(TrainerQuick, TheHeldOutLossIsReportedEveryNStepsAndIsTheSameOnTwoAndFourRa
     auto state = cluster.state();
     EXPECT_EQ(state["eval_step"], "24");
     EXPECT_NEAR(std::stod(state["eval_loss"]), evals.at(24), 1e-5);
-    EXPECT_NE(cluster.all_logs().find("eval_loss"), std::string::npos);
+    // Each evaluation in its step's one line: "step 4/24  loss ...  tokens/s ...  eval_loss ...".
+    std::vector<std::int64_t> logged;
+    std::istringstream logs(cluster.all_logs());
+    for (std::string line; std::getline(logs, line);) {
+      const auto at = line.find("eval_loss ");
+      if (at == std::string::npos) continue;
+      const auto begin = line.find("step ");
+      ASSERT_NE(begin, std::string::npos) << "eval_loss outside a step line: " << line;
+      EXPECT_NE(line.find("  loss "), std::string::npos) << line;
+      EXPECT_LT(line.find(" tokens/s "), at) << line;
+      logged.push_back(std::stoll(line.substr(begin + 5)));
+    }
+    EXPECT_EQ(logged, steps) << cluster.all_logs();
+    const CommandResult shown =
+        run_command({cluster.hdp(), "status", "--job", cluster.job(), "--redis", cluster.redis().url()});
+    ASSERT_EQ(shown.exit_code, 0) << shown.err;
+    EXPECT_NE(shown.out.find("validation: eval_loss " + state["eval_loss"] + " at step 24\n"), std::string::npos)
+        << shown.out;
     std::string events;
     for (const auto& e : std::filesystem::directory_iterator(dir.path() / "tb")) {
       std::ifstream f(e.path(), std::ios::binary);
