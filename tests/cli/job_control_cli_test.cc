@@ -82,7 +82,7 @@ TEST(JobControlCli, RequestsThatMakeNoSenseAreRefusedWithOneClearLine) {
     for (const auto& args : refused) {
       const CommandResult ended = hdp(cluster, args);
       EXPECT_EQ(ended.exit_code, 2) << args[0] << " on a " << outcome << " job: " << ended.err;
-      EXPECT_EQ(lines(ended.err), 1) << ended.err;
+      EXPECT_EQ(line_count(ended.err), 1) << ended.err;
       EXPECT_NE(ended.err.find("has " + outcome), std::string::npos) << ended.err;
     }
     if (outcome == "stopped") {
