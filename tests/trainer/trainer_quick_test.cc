@@ -153,15 +153,18 @@ TEST(TrainerQuick, ACheckpointOfAnotherModelShapeIsRefused) {
   EXPECT_NE(logs.find("differs from the job's"), std::string::npos) << logs;
 }
 
+// Runs the quick job (one node) under `dir` to its end; its final checkpoint.
+Final train_to_completion(const std::filesystem::path& dir) {
+  AgentCluster cluster(quick(dir, {}));
+  cluster.start_agent("n1");
+  const auto status = cluster.agent("n1").wait_for(180s);
+  EXPECT_TRUE(status.has_value() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << cluster.all_logs();
+  return read_final(dir / "ckpt");
+}
+
 TEST(TrainerQuick, AnExportedCheckpointStartsANewJobFromExactlyItsWeights) {
   TempDir dir;
-  {
-    AgentCluster cluster(quick(dir.path(), {}));
-    cluster.start_agent("n1");
-    const auto status = cluster.agent("n1").wait_for(180s);
-    ASSERT_TRUE(status.has_value() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << cluster.all_logs();
-  }
-  const Final trained = read_final(dir.path() / "ckpt");
+  const Final trained = train_to_completion(dir.path());
   ASSERT_EQ(trained.step, 24);
   const std::string hdp = std::string(std::getenv("HDP_BIN_DIR")) + "/hdp";
   const auto exported = dir.path() / "export";
@@ -196,13 +199,7 @@ TEST(TrainerQuick, AnExportedCheckpointStartsANewJobFromExactlyItsWeights) {
 // given, it resumes from them: the restore event's source is the checkpoint, not the export.
 TEST(TrainerQuick, ABf16ExportStartsANewJobFromTheRoundedWeightsAndAResumeIgnoresInitFrom) {
   TempDir dir;
-  {
-    AgentCluster cluster(quick(dir.path(), {}));
-    cluster.start_agent("n1");
-    const auto status = cluster.agent("n1").wait_for(180s);
-    ASSERT_TRUE(status.has_value() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << cluster.all_logs();
-  }
-  const Final trained = read_final(dir.path() / "ckpt");
+  const Final trained = train_to_completion(dir.path());
   ASSERT_EQ(trained.step, 24);
   std::vector<float> rounded(trained.params.size());
   std::size_t moved = 0;
@@ -233,37 +230,36 @@ TEST(TrainerQuick, ABf16ExportStartsANewJobFromTheRoundedWeightsAndAResumeIgnore
     }
     return out;
   };
-  {
+  // Runs the job from the export to step `steps` (over `second`'s checkpoints, if any); its restore
+  // events.
+  auto run_to = [&](const char* steps) {
     std::vector<std::string> args = from_export;
-    args.insert(args.end(), {"--steps", "8"});
+    args.insert(args.end(), {"--steps", steps});
     AgentCluster cluster(quick(second.path(), args));
     cluster.start_agent("n1");
     const auto status = cluster.agent("n1").wait_for(180s);
-    ASSERT_TRUE(status.has_value() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << cluster.all_logs();
+    EXPECT_TRUE(status.has_value() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << cluster.all_logs();
+    EXPECT_EQ(cluster.state()["step"], steps);
     const auto events = restores(cluster);
-    ASSERT_FALSE(events.empty()) << cluster.all_logs();
-    EXPECT_EQ(events[0].at("source"), "init_from");
-    EXPECT_EQ(events[0].at("weights_xxh3"), checkpoint::to_hex(checkpoint::xxh3(std::span<const float>(rounded))))
-        << "the new job's initial weights are not the trained ones rounded to bf16, bit for bit";
-  }
+    EXPECT_FALSE(events.empty()) << cluster.all_logs();
+    return events;
+  };
+  auto events = run_to("8");
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events[0].at("source"), "init_from");
+  EXPECT_EQ(events[0].at("weights_xxh3"), checkpoint::to_hex(checkpoint::xxh3(std::span<const float>(rounded))))
+      << "the new job's initial weights are not the trained ones rounded to bf16, bit for bit";
   std::ifstream manifest(second.path() / "ckpt" / "step-00000008" / "manifest.json");
   EXPECT_EQ(nlohmann::json::parse(manifest, nullptr, false)["model_config"].value("max_position_embeddings", -1), 128);
   r = run_command({hdp, "export", (second.path() / "ckpt").string(), "--out", (second.path() / "export").string()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(config_of(second.path() / "export").value("max_position_embeddings", -1), 128);
 
-  std::vector<std::string> args = from_export;
-  args.insert(args.end(), {"--steps", "12"});
-  AgentCluster cluster(quick(second.path(), args));
-  cluster.start_agent("n1");
-  const auto status = cluster.agent("n1").wait_for(180s);
-  ASSERT_TRUE(status.has_value() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << cluster.all_logs();
-  const auto events = restores(cluster);
-  ASSERT_FALSE(events.empty()) << cluster.all_logs();
+  events = run_to("12");
+  ASSERT_FALSE(events.empty());
   EXPECT_EQ(events[0].at("source"), "checkpoint") << "a job with checkpoints of its own took --init-from";
   EXPECT_EQ(events[0].at("step"), "8");
   EXPECT_EQ(events[0].count("weights_xxh3"), 0u);
-  EXPECT_EQ(cluster.state()["step"], "12");
 }
 
 // PREFIX.{idx,bin} of `documents` (token ids below `vocab`, plus one `bad` id when asked), written by
