@@ -16,6 +16,9 @@
 #include "elastic/job_state.h"
 #include "tests/agents/agent_cluster.h"
 #include "tests/support/child_process.h"
+#include "tests/support/http_get.h"
+#include "tests/support/redis_server.h"
+#include "tests/support/temp_dir.h"
 
 namespace hdp::test {
 namespace {
@@ -202,6 +205,26 @@ TEST(JobControlCli, AReadOnlyAclUserCanLookButNotAct) {
   EXPECT_TRUE(events(cluster, "request").empty());
   r = hdp(cluster, {"config", "--job", cluster.job()}, url);
   EXPECT_EQ(r.exit_code, 0) << "reading the settings needs no write: " << r.err;
+  // The dashboard as the read-only user: the job and its member, read with the viewer's rights.
+  TempDir dir;
+  const int port = free_loopback_port();
+  ChildProcess dashboard({cluster.hdp(), "dashboard", "--job", cluster.job(), "--redis", url, "--port",
+                          std::to_string(port)},
+                         (dir.path() / "dashboard.log").string());
+  HttpResult api;
+  const double served = cluster.wait_until(
+      [&] {
+        api = http_get(port, "/api/job", 1s);
+        return api.status == 200;
+      },
+      20s);
+  ASSERT_GE(served, 0) << "no /api/job from the dashboard";
+  const auto job = nlohmann::json::parse(api.body, nullptr, false);
+  ASSERT_TRUE(job.is_object()) << api.body;
+  EXPECT_EQ(job.value("job", ""), cluster.job());
+  ASSERT_EQ(job["members"].size(), 1u) << api.body;
+  EXPECT_EQ(job["members"][0].value("node", ""), "n1");
+  EXPECT_EQ(api.body.find("viewer-pw"), std::string::npos);
   EXPECT_TRUE(cluster.agent("n1").running());
 }
 
