@@ -15,6 +15,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
 #include <thread>
 
 #include "common/error.h"
@@ -30,6 +34,27 @@ namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
+
+// Whether every thread of `pid` is stopped ('T' in /proc/PID/task/TID/stat), waiting up to `limit`.
+bool all_threads_stopped(pid_t pid, std::chrono::milliseconds limit) {
+  const auto deadline = Clock::now() + limit;
+  const std::filesystem::path tasks = "/proc/" + std::to_string(pid) + "/task";
+  while (Clock::now() < deadline) {
+    bool all = true, any = false;
+    std::error_code ec;
+    for (const auto& task : std::filesystem::directory_iterator(tasks, ec)) {
+      std::ifstream in(task.path() / "stat");
+      std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      const auto paren = stat.rfind(')');  // "tid (comm) S ..."
+      if (paren == std::string::npos || paren + 2 >= stat.size()) continue;
+      any = true;
+      all = all && (stat[paren + 2] == 'T' || stat[paren + 2] == 't');
+    }
+    if (any && all && !ec) return true;
+    std::this_thread::sleep_for(1ms);
+  }
+  return false;
+}
 
 TEST(Bootstrap, AConnectStuckOnAStoppedPeerGivesUpWhenTheGenerationIsSuperseded) {
   test::RedisServer redis;
@@ -57,6 +82,10 @@ TEST(Bootstrap, AConnectStuckOnAStoppedPeerGivesUpWhenTheGenerationIsSuperseded)
   auto mine = store();
   mine->wait({wire::record_key(1)}, 10s);  // rank 1 listens and waits for rank 0's connection
   ASSERT_EQ(::kill(child, SIGSTOP), 0);
+  // kill() returns before the stop takes: wait until every thread of rank 1 (its I/O thread
+  // answers hellos) is stopped. (A CI run under ASan once saw rank 0 connected 6 ms in, as if rank 1
+  // had answered; this makes the precondition the test states checked, not assumed.)
+  ASSERT_TRUE(all_threads_stopped(child, 5s)) << "rank 1 (pid " << child << ") did not stop within 5 s";
 
   const auto start = Clock::now();
   std::atomic<bool> superseded{false};
