@@ -38,9 +38,10 @@ std::shared_ptr<elastic::Store> existing_job(const ControlFlags& flags) {
 
 // A job that has ended (its `outcome` key: completed, or stopped until an agent starts it again)
 // has no rank to take up a stop, a checkpoint or a setting: such a request would stay pending.
-void refuse_if_ended(elastic::Store& store, const ControlFlags& flags, const std::string& what) {
+// A stopped job may still take settings for its resumption (`stopped_too` false).
+void refuse_if_ended(elastic::Store& store, const ControlFlags& flags, const std::string& what, bool stopped_too = true) {
   const auto outcome = store.get(elastic::keys::kOutcome);
-  if (outcome == "completed" || outcome == "stopped") {
+  if (outcome == "completed" || (stopped_too && outcome == "stopped")) {
     throw InvalidArgument("job '" + flags.job.job_id() + "' has " + *outcome + ": no rank to " + what +
                           (*outcome == "stopped" ? " (start its agents again to resume it)" : ""));
   }
@@ -159,7 +160,7 @@ void add_control_commands(CLI::App& app) {
       if (set->parsed()) {
         elastic::LiveSettings checked;  // bad names and values are named first
         for (const auto& assignment : *assignments) elastic::assign_setting(checked, assignment);
-        if (elastic::job_completed(*store)) refuse_if_ended(*store, *flags, "take up a setting");
+        refuse_if_ended(*store, *flags, "take up a setting", false);
         const elastic::LiveSettings now = control.set(*assignments);
         std::cout << "job " << flags->job.job_id() << ": settings set by " << control.by() << ": " << now.describe()
                   << "; rank 0 takes them up at its next step" << std::endl;

@@ -518,13 +518,10 @@ std::optional<std::int64_t> MembershipController::tick(std::int64_t seen_by_lead
     pending_since_.reset();
     // The nodes standing by changed (a spare registered or left): the state lists them.
     const std::string standby = standby_list(wanted.standby);
-    Fields state;
+    Fields state = missing_state_fields(standby);
     if (standby != standby_written_) {
-      state.emplace_back("standby", standby);
+      state.emplace_back("standby", standby);  // also when missing: a field set twice to one value
       extra.push_back(Write::set(keys::kStandby, standby));
-    }
-    for (auto& field : missing_state_fields(standby)) {
-      if (field.first != "standby" || state.empty() || state.front().first != "standby") state.push_back(std::move(field));
     }
     if (!state.empty()) {
       state.emplace_back("updated_at_ms", std::to_string(now_ms()));
