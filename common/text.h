@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace hdp {
 
@@ -26,5 +27,24 @@ std::string quote_value(std::string_view bytes, std::size_t limit = kQuotedBytes
 
 // True when `bytes` is well-formed UTF-8 (no overlong forms, no surrogates, nothing above U+10FFFF).
 bool is_valid_utf8(std::string_view bytes);
+
+// The items of `range` (strings, or anything `to_text` turns into one) separated by `separator`:
+// join({"n1", "n2"}) is "n1,n2"; an empty range is "".
+template <typename Range, typename ToText>
+std::string join(const Range& range, std::string_view separator, ToText to_text) {
+  std::string text;
+  bool first = true;
+  for (const auto& item : range) {
+    if (!first) text += separator;
+    first = false;
+    text += to_text(item);
+  }
+  return text;
+}
+
+template <typename Range>
+std::string join(const Range& range, std::string_view separator = ",") {
+  return join(range, separator, [](const auto& item) -> decltype(auto) { return item; });
+}
 
 }  // namespace hdp

@@ -4,7 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
+#include <vector>
+
+#include "common/warn_once.h"
 
 namespace hdp {
 namespace {
@@ -41,6 +45,33 @@ TEST(Utf8, WellFormedAndMalformed) {
                           "ok\xc3(", "\xf0\x9f\x98"}) {
     EXPECT_FALSE(is_valid_utf8(bad)) << quote_value(bad);
   }
+}
+
+TEST(Join, SeparatesTheItemsAndLeavesAnEmptyRangeEmpty) {
+  EXPECT_EQ(join(std::vector<std::string>{"n1", "n2", "n3"}), "n1,n2,n3");
+  EXPECT_EQ(join(std::set<std::string>{"b", "a"}, ", "), "a, b");
+  EXPECT_EQ(join(std::vector<std::string>{}), "");
+  EXPECT_EQ(join(std::vector<std::string>{"only"}), "only");
+  EXPECT_EQ(join(std::vector<int>{1, 22}, "x", [](int v) { return std::to_string(v); }), "1x22");
+}
+
+TEST(WarnOnce, WarnsOncePerDistinctBadValueAndAgainAfterAGoodOne) {
+  WarnOnce once;
+  int warnings = 0;
+  const auto read = [&](const std::string& value) {
+    return once.decode(value, [&] {
+      if (value != "good") throw InvalidArgument("bad " + value);
+      return 7;
+    }, [&](const InvalidArgument&) { ++warnings; });
+  };
+  EXPECT_FALSE(read("x").has_value());
+  EXPECT_FALSE(read("x").has_value());
+  EXPECT_EQ(warnings, 1);  // the same bad value again: not logged
+  EXPECT_FALSE(read("y").has_value());
+  EXPECT_EQ(warnings, 2);  // another bad value: logged
+  EXPECT_EQ(read("good"), 7);
+  EXPECT_FALSE(read("y").has_value());
+  EXPECT_EQ(warnings, 3);  // after a good value the same bad one is news again
 }
 
 }  // namespace
