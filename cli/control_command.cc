@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "cli/job_options.h"
 #include "common/error.h"
+#include "common/text.h"
 #include "elastic/control.h"
 #include "elastic/job_keys.h"
 #include "elastic/job_state.h"
@@ -147,10 +148,11 @@ void add_control_commands(CLI::App& app) {
     CLI::App* command = control_subcommand(
         app, "config", "Show the live settings of a running job, or change them (config set NAME=VALUE ...)", flags,
         false);
-    std::string names;
-    for (const auto& n : elastic::setting_names()) names += (names.empty() ? "" : ", ") + n;
-    CLI::App* set = command->add_subcommand("set", "Change live settings: in force on every rank from one step on (" +
-                                                       names + ")");
+    CLI::App* set = command->add_subcommand(
+        "set", "Change live settings: in force on every rank from one step on (" +
+                   join(elastic::live_settings(), ", ",
+                        [](const elastic::LiveSetting& s) { return std::string(s.name) + ": " + std::string(s.flag); }) +
+                   ")");
     set->add_option("assignments", *assignments, "NAME=VALUE ...")->required();
     set->fallthrough();
     command->require_subcommand(0, 1);

@@ -4,9 +4,7 @@
 #include <unistd.h>
 
 #include <cctype>
-#include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 
 #include "common/log.h"
@@ -152,85 +150,11 @@ Cordons decode_cordons(std::string_view text, std::string_view what) {
 
 namespace {
 
-struct SettingRange {
-  double low, high;
-};
-
-// The kind and range of each setting, by name (setting_names() order).
-enum class Kind { kReal, kInteger, kBoolean };
-struct SettingSpec {
-  const char* name;
-  Kind kind;
-  SettingRange range;
-};
-constexpr SettingSpec kSpecs[] = {
-    {"straggler_threshold", Kind::kReal, {0, 1}},
-    {"straggler_strikes", Kind::kInteger, {1, 1000}},
-    {"evict_stragglers", Kind::kBoolean, {0, 1}},
-    {"evict_cooldown_s", Kind::kReal, {0.001, 3.15e7}},
-    {"checkpoint_every", Kind::kInteger, {1, 1e9}},
-    {"log_every", Kind::kInteger, {1, 1e9}},
-};
-
-const SettingSpec* spec_of(std::string_view name) {
-  for (const auto& spec : kSpecs) {
-    if (name == spec.name) return &spec;
-  }
-  return nullptr;
-}
-
-// The range as a person reads it: (0, 1) is open, the others closed.
-std::string range_text(const SettingSpec& spec) {
-  if (spec.kind == Kind::kBoolean) return "true or false";
-  if (spec.kind == Kind::kReal && spec.range.low == 0 && spec.range.high == 1) return "a number in (0, 1)";
-  char text[96];
-  std::snprintf(text, sizeof text, spec.kind == Kind::kReal ? "a number in [%g, %g]" : "an integer in [%.0f, %.0f]",
-                spec.range.low, spec.range.high);
-  return text;
-}
-
-bool in_range(const SettingSpec& spec, double value) {
-  if (!std::isfinite(value)) return false;
-  if (spec.kind == Kind::kReal && spec.range.low == 0 && spec.range.high == 1) return value > 0 && value < 1;
-  return value >= spec.range.low && value <= spec.range.high;
-}
-
-// Stores `value` (already checked) into the field `spec` names.
-void store_setting(LiveSettings& s, const SettingSpec& spec, double value) {
-  const std::string name = spec.name;
-  if (name == "straggler_threshold") s.straggler_threshold = value;
-  if (name == "straggler_strikes") s.straggler_strikes = static_cast<std::int64_t>(value);
-  if (name == "evict_stragglers") s.evict_stragglers = value != 0;
-  if (name == "evict_cooldown_s") s.evict_cooldown_s = value;
-  if (name == "checkpoint_every") s.checkpoint_every = static_cast<std::int64_t>(value);
-  if (name == "log_every") s.log_every = static_cast<std::int64_t>(value);
-}
-
-// The settings as (name, JSON value) pairs, in setting_names() order.
-std::vector<std::pair<std::string, json>> setting_values(const LiveSettings& s) {
-  std::vector<std::pair<std::string, json>> out;
-  if (s.straggler_threshold) out.emplace_back("straggler_threshold", *s.straggler_threshold);
-  if (s.straggler_strikes) out.emplace_back("straggler_strikes", *s.straggler_strikes);
-  if (s.evict_stragglers) out.emplace_back("evict_stragglers", *s.evict_stragglers);
-  if (s.evict_cooldown_s) out.emplace_back("evict_cooldown_s", *s.evict_cooldown_s);
-  if (s.checkpoint_every) out.emplace_back("checkpoint_every", *s.checkpoint_every);
-  if (s.log_every) out.emplace_back("log_every", *s.log_every);
-  return out;
-}
-
 LiveSettings read_settings(const std::optional<std::string>& value) {
   return value ? decode_settings(*value, keys::kSettings) : LiveSettings{};
 }
 
 }  // namespace
-
-bool LiveSettings::empty() const { return setting_values(*this).empty(); }
-
-std::string LiveSettings::describe() const {
-  std::string text;
-  for (const auto& [name, value] : setting_values(*this)) text += (text.empty() ? "" : ", ") + name + "=" + value.dump();
-  return text;
-}
 
 std::optional<int> count_node_list(std::string_view list) {
   if (list.empty()) return 0;
@@ -249,70 +173,6 @@ std::optional<int> count_node_list(std::string_view list) {
   }
   if (!entry) return std::nullopt;
   return nodes;
-}
-
-const std::vector<std::string>& setting_names() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> out;
-    for (const auto& spec : kSpecs) out.emplace_back(spec.name);
-    return out;
-  }();
-  return names;
-}
-
-std::string encode(const LiveSettings& settings) {
-  if (settings.empty()) return {};
-  json value = json::object();
-  for (const auto& [name, v] : setting_values(settings)) value[name] = v;
-  return value.dump();
-}
-
-LiveSettings decode_settings(std::string_view text, std::string_view what) {
-  const json value = parse(text, what);
-  LiveSettings settings;
-  for (const auto& [name, v] : value.items()) {
-    const SettingSpec* spec = spec_of(name);
-    if (!spec) bad(what, "unknown setting " + quote_value(name));
-    double number = 0;
-    if (spec->kind == Kind::kBoolean) {
-      if (!v.is_boolean()) bad(what, "field '" + name + "' is not true or false");
-      number = v.get<bool>() ? 1 : 0;
-    } else {
-      if (!v.is_number() || (spec->kind == Kind::kInteger && !v.is_number_integer())) {
-        bad(what, "field '" + name + "' is not " + range_text(*spec));
-      }
-      number = v.get<double>();
-      if (!in_range(*spec, number)) bad(what, "field '" + name + "' is not " + range_text(*spec));
-    }
-    store_setting(settings, *spec, number);
-  }
-  return settings;
-}
-
-void assign_setting(LiveSettings& settings, std::string_view assignment) {
-  const auto equals = assignment.find('=');
-  const std::string name(assignment.substr(0, equals));
-  const SettingSpec* spec = equals == std::string_view::npos ? nullptr : spec_of(name);
-  if (!spec) {
-    std::string names;
-    for (const auto& n : setting_names()) names += (names.empty() ? "" : ", ") + n;
-    throw InvalidArgument("expected NAME=VALUE with NAME one of " + names + ", got " +
-                          quote_value(std::string(assignment)));
-  }
-  const std::string text(assignment.substr(equals + 1));
-  double number = 0;
-  bool ok = false;
-  if (spec->kind == Kind::kBoolean) {
-    ok = text == "true" || text == "on" || text == "1" || text == "false" || text == "off" || text == "0";
-    number = text == "true" || text == "on" || text == "1" ? 1 : 0;
-  } else {
-    const char* end = text.data() + text.size();
-    auto [ptr, ec] = std::from_chars(text.data(), end, number);
-    ok = !text.empty() && ec == std::errc() && ptr == end && in_range(*spec, number) &&
-         (spec->kind == Kind::kReal || number == std::floor(number));
-  }
-  if (!ok) throw InvalidArgument(name + " must be " + range_text(*spec) + ", got " + quote_value(text));
-  store_setting(settings, *spec, number);
 }
 
 LiveSettings JobControl::set(const std::vector<std::string>& assignments) {

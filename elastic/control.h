@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "elastic/live_settings.h"
 #include "elastic/store.h"
 
 namespace hdp::elastic {
@@ -62,29 +63,7 @@ using Cordons = std::map<std::string, Cordon>;  // by node
 std::string encode(const Cordons& cordons);
 Cordons decode_cordons(std::string_view text, std::string_view what);
 
-// What `hdp config set` may change while the job trains (docs/operations.md), in the `settings`
-// key: each value present overrides the job's flag on every rank from one step on (rank 0 reads
-// the key with its step reports and the step boundary carries the values in force).
-struct LiveSettings {
-  std::optional<double> straggler_threshold;     // --straggler-threshold, (0, 1)
-  std::optional<std::int64_t> straggler_strikes;  // --straggler-strikes, [1, 1000]
-  std::optional<bool> evict_stragglers;          // --evict-stragglers
-  std::optional<double> evict_cooldown_s;        // --evict-cooldown-s, [0.001, 3.15e7]
-  std::optional<std::int64_t> checkpoint_every;  // --checkpoint-every, [1, 1e9]
-  std::optional<std::int64_t> log_every;         // --log-every, [1, 1e9]
-
-  bool empty() const;
-  // "name=value, ..." of the values present, in the order above.
-  std::string describe() const;
-};
-
-// The names `hdp config set` takes, in the order above.
-const std::vector<std::string>& setting_names();
-std::string encode(const LiveSettings& settings);
-LiveSettings decode_settings(std::string_view text, std::string_view what);
-// Sets one value from `name=value` (booleans: true/false/on/off/1/0); InvalidArgument naming the
-// name and its range, or the names there are.
-void assign_setting(LiveSettings& settings, std::string_view assignment);
+// The live settings (`settings` key, `hdp config set`) are elastic/live_settings.h's table.
 
 // The number of node ids in a comma-separated list ("n4,n7"; "" is 0), nullopt when it is not
 // one (an empty entry, a character other than letters, digits, '.', '-', '_').

@@ -198,22 +198,7 @@ void Recovery::restore(const Membership& m, Communicator& comm, std::int64_t fur
     // Every rank read only its own shard of the parameters: gather the others.
     comm.allgather(model_.params().view(zero_->offset(), {zero_->count()}), model_.params(), zero_->counts());
   } else {
-    if (config_.init_from.empty()) {
-      model_.init(config_.seed);
-    } else {
-      // --init-from: the user's weights (trainer/hf_model.h); a job that resumes from its own
-      // checkpoint (above) ignores them.
-      const Tensor& params = model_.params();
-      const std::span<float> flat(params.data<float>(), static_cast<std::size_t>(params.numel()));
-      load_hf_weights(config_.init_from, config_.model, flat);
-      init_digest_ = checkpoint::to_hex(checkpoint::xxh3(std::span<const float>(flat)));
-      if (m.rank == 0) {
-        log()->info("initial weights from {} (xxh3 {} of {} parameters)", config_.init_from.string(), init_digest_,
-                    flat.size());
-      }
-    }
-    step_ = 0;
-    position_ = {};
+    initialise(m);
   }
   last_saved_step_ = restored ? step_ : -1;
   layout_generation_ = m.generation;
@@ -223,7 +208,31 @@ void Recovery::restore(const Membership& m, Communicator& comm, std::int64_t fur
   const std::int64_t read = restored ? 3 * zero_->count() * static_cast<std::int64_t>(sizeof(float)) : 0;
   if (restored) reporter_.metrics().checkpoint_restored(seconds, static_cast<std::uint64_t>(read));
   const std::int64_t total_read = comm.allreduce_sum(read, config_.timeout);
-  if (m.rank != 0) return;
+  if (m.rank == 0) report_restore(m, restored, furthest, why, seconds, total_read);
+}
+
+// No checkpoint to restore: the seed's weights, or --init-from's (trainer/hf_model.h; a job that
+// resumes from its own checkpoint ignores them), at step 0.
+void Recovery::initialise(const Membership& m) {
+  if (config_.init_from.empty()) {
+    model_.init(config_.seed);
+  } else {
+    const Tensor& params = model_.params();
+    const std::span<float> flat(params.data<float>(), static_cast<std::size_t>(params.numel()));
+    load_hf_weights(config_.init_from, config_.model, flat);
+    init_digest_ = checkpoint::to_hex(checkpoint::xxh3(std::span<const float>(flat)));
+    if (m.rank == 0) {
+      log()->info("initial weights from {} (xxh3 {} of {} parameters)", config_.init_from.string(), init_digest_,
+                  flat.size());
+    }
+  }
+  step_ = 0;
+  position_ = {};
+}
+
+// Rank 0: the restore's log line and its `restore` event.
+void Recovery::report_restore(const Membership& m, const std::optional<checkpoint::RestoredProgress>& restored,
+                              std::int64_t furthest, const std::string& why, double seconds, std::int64_t total_read) {
   // The steps to redo: past the furthest any rank held, the last step the job reported (the job
   // state keeps it across a whole-job restart, which no rank's memory survives).
   try {

@@ -75,6 +75,9 @@ class Recovery {
   // (InvalidArgument, exit 2 on every rank alike), or with --allow-data-change logged and kept,
   // its position moved to the next epoch when it lies past this data's.
   void check_data(const elastic::Membership& m, const checkpoint::RestoredProgress& restored);
+  void initialise(const elastic::Membership& m);
+  void report_restore(const elastic::Membership& m, const std::optional<checkpoint::RestoredProgress>& restored,
+                      std::int64_t furthest, const std::string& why, double seconds, std::int64_t total_read);
   bool checkpoints() const { return !checkpoints_.root.empty(); }
   // This rank's ZeRO-1 shard as a checkpoint holds it: its range of the parameters and both AdamW
   // moments, in place (what save() hands over and restore() fills).

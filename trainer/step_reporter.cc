@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "elastic/control.h"
 #include "elastic/job_keys.h"
 
@@ -85,8 +86,7 @@ void StepReporter::step(const elastic::Membership& m, std::int64_t step, const m
   figure("lr", "%.6g", lr);
   figure("grad_norm", "%.6g", result.grad_norm);
   if (eval) figure("eval_loss", "%.6f", eval->loss);
-  std::string speeds_text;
-  for (double speed : speeds.relative) speeds_text += (speeds_text.empty() ? "" : ",") + fixed3(speed);
+  const std::string speeds_text = join(speeds.relative, ",", fixed3);
   // `status` and `generation` too, every step: a `state` hash deleted by hand (or lost) has both
   // again at the next step, not only at the next publication.
   elastic::Fields state = {{"status", "running"},
@@ -95,7 +95,7 @@ void StepReporter::step(const elastic::Membership& m, std::int64_t step, const m
                            {"tokens", std::to_string(step * config_.batch_tokens)},
                            {"world_size", std::to_string(world)},
                            {"speeds", speeds_text},
-                           {"settings_in_force", describe_live_settings(config_)}};
+                           {"settings_in_force", elastic::describe(config_)}};
   state.insert(state.end(), figures.begin(), figures.end());
   if (eval) state.emplace_back("eval_step", std::to_string(step));
   elastic::Fields sample = {{"step", std::to_string(step)},
@@ -134,14 +134,11 @@ void StepReporter::read_requests(const std::optional<std::string>& value) {
   checkpoint_request_.reset();
   requests_ = {};
   if (!value) return;
-  try {
-    requests_ = elastic::decode_control(*value, elastic::keys::kControl);
-    if (requests_.checkpoint && requests_.checkpoint->id != checkpoint_taken_) checkpoint_request_ = *requests_.checkpoint;
-    bad_control_.reset();
-  } catch (const InvalidArgument& e) {
-    if (bad_control_ != *value) log()->warn("ignoring the pending requests: {}", e.what());
-    bad_control_ = *value;
-  }
+  requests_ = bad_control_
+                  .decode(*value, [&] { return elastic::decode_control(*value, elastic::keys::kControl); },
+                          [](const InvalidArgument& e) { log()->warn("ignoring the pending requests: {}", e.what()); })
+                  .value_or(elastic::ControlRequests{});
+  if (requests_.checkpoint && requests_.checkpoint->id != checkpoint_taken_) checkpoint_request_ = *requests_.checkpoint;
 }
 
 void StepReporter::read_settings(const std::optional<std::string>& value) {
@@ -149,12 +146,10 @@ void StepReporter::read_settings(const std::optional<std::string>& value) {
     settings_ = {};
     return;
   }
-  try {
-    settings_ = elastic::decode_settings(*value, elastic::keys::kSettings);
-    bad_settings_.reset();
-  } catch (const InvalidArgument& e) {
-    if (bad_settings_ != *value) log()->warn("keeping the settings in force: {}", e.what());
-    bad_settings_ = *value;
+  if (auto settings = bad_settings_.decode(
+          *value, [&] { return elastic::decode_settings(*value, elastic::keys::kSettings); },
+          [](const InvalidArgument& e) { log()->warn("keeping the settings in force: {}", e.what()); })) {
+    settings_ = std::move(*settings);
   }
 }
 
@@ -165,10 +160,9 @@ void StepReporter::read_standby(const std::optional<std::string>& value) {
   if (!value) return;
   if (const auto nodes = elastic::count_node_list(*value)) {
     standby_ = *nodes;
-    bad_standby_.reset();
-  } else if (bad_standby_ != *value) {
+    bad_standby_.good();
+  } else if (bad_standby_.bad(*value)) {
     log()->warn("'{}' is not a list of node ids: counting no node standing by", elastic::keys::kStandby);
-    bad_standby_ = *value;
   }
 }
 

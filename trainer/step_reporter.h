@@ -15,6 +15,7 @@
 
 #include "checkpoint/state.h"
 #include "common/clock.h"
+#include "common/warn_once.h"
 #include "elastic/control.h"
 #include "elastic/job_state.h"
 #include "elastic/elastic_context.h"
@@ -126,11 +127,11 @@ class StepReporter {
   elastic::ControlRequests requests_;
   std::optional<elastic::Request> checkpoint_request_;
   std::string checkpoint_taken_;            // the id of the last checkpoint request acted on
-  std::optional<std::string> bad_control_;  // the last `control` value that did not decode
+  WarnOnce bad_control_;  // `control` values that did not decode
   elastic::LiveSettings settings_;
   int standby_ = 0;
-  std::optional<std::string> bad_standby_;  // the last `standby` value that was not a list of ids
-  std::optional<std::string> bad_settings_;  // the last `settings` value that did not decode
+  WarnOnce bad_standby_;   // `standby` values that were not a list of ids
+  WarnOnce bad_settings_;  // `settings` values that did not decode
   EventLog& events_;
   WorkerMetrics metrics_;                           // every rank, for its agent's /metrics
   std::unique_ptr<TensorBoardWriter> tensorboard_;  // rank 0, created at its first step

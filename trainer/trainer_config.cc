@@ -23,52 +23,26 @@ bool parse_number(std::string_view text, T& out) {
 
 std::string mib(std::int64_t bytes) { return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB"; }
 
-}  // namespace
-
-std::string describe_live_settings(const TrainerConfig& c) {
-  char text[256];
-  std::snprintf(text, sizeof text,
-                "straggler_threshold=%g, straggler_strikes=%d, evict_stragglers=%s, evict_cooldown_s=%g, "
-                "checkpoint_every=%lld, log_every=%d",
-                c.straggler_threshold, c.straggler_strikes, c.evict_stragglers ? "true" : "false",
-                static_cast<double>(c.cooldown.base_ms) / 1000.0, static_cast<long long>(c.checkpoint_every),
-                c.log_every);
-  return text;
+Fault::Kind fault_kind(std::string_view kind, const std::string& quoted) {
+  if (kind == "crash") return Fault::Kind::kCrash;
+  if (kind == "kill-node") return Fault::Kind::kKillNode;
+  if (kind == "hang") return Fault::Kind::kHang;
+  if (kind == "slow") return Fault::Kind::kSlow;
+  if (kind == "throttle") return Fault::Kind::kThrottle;
+  throw InvalidArgument(quoted + ": unknown fault '" + std::string(kind) + "' (crash, kill-node, hang, slow, throttle)");
 }
 
-Fault parse_fault(std::string_view spec) {
-  const std::string quoted = "--fault '" + std::string(spec) + "'";
-  const auto colon = spec.find(':');
-  const auto at = spec.find('@');
-  if (colon == std::string_view::npos || at == std::string_view::npos || at < colon) {
-    throw InvalidArgument(quoted + " is not KIND:RANK@STEP[:PHASE] (crash, kill-node), hang:RANK@STEP:MS, "
-                          "slow:NODE/SLOT@STEP[-END]:F or throttle:NODE/SLOT@STEP:CPUS");
-  }
-  Fault fault;
-  fault.spec = std::string(spec);
-  const std::string_view kind = spec.substr(0, colon);
-  if (kind == "crash") {
-    fault.kind = Fault::Kind::kCrash;
-  } else if (kind == "kill-node") {
-    fault.kind = Fault::Kind::kKillNode;
-  } else if (kind == "hang") {
-    fault.kind = Fault::Kind::kHang;
-  } else if (kind == "slow") {
-    fault.kind = Fault::Kind::kSlow;
-  } else if (kind == "throttle") {
-    fault.kind = Fault::Kind::kThrottle;
-  } else {
-    throw InvalidArgument(quoted + ": unknown fault '" + std::string(kind) + "' (crash, kill-node, hang, slow, throttle)");
-  }
-  std::string_view step_text = spec.substr(at + 1);
-  // The part after the step: hang's MS, slow's F, throttle's CPUS.
-  std::string_view tail;
+// Splits the value after the step off `step_text`: hang's MS, slow's F, throttle's CPUS (returned),
+// or a crash's or kill-node's phase (set in `fault`).
+std::string_view split_tail(Fault& fault, std::string_view& step_text, std::string_view kind, const std::string& quoted) {
   if (fault.kind == Fault::Kind::kHang || fault.kind == Fault::Kind::kSlow || fault.kind == Fault::Kind::kThrottle) {
     const auto sep = step_text.find(':');
     if (sep == std::string_view::npos) throw InvalidArgument(quoted + ": " + std::string(kind) + " needs a value after the step");
-    tail = step_text.substr(sep + 1);
+    const std::string_view tail = step_text.substr(sep + 1);
     step_text = step_text.substr(0, sep);
-  } else if (const auto sep = step_text.find(':'); sep != std::string_view::npos) {
+    return tail;
+  }
+  if (const auto sep = step_text.find(':'); sep != std::string_view::npos) {
     const std::string_view name = step_text.substr(sep + 1);
     step_text = step_text.substr(0, sep);
     for (auto phase : {mesh::StepPhase::kForward, mesh::StepPhase::kReduceScatter, mesh::StepPhase::kOptimizer,
@@ -80,17 +54,25 @@ Fault parse_fault(std::string_view spec) {
                             "' is not one of forward, reduce-scatter, optimizer, all-gather (crash, kill-node only)");
     }
   }
-  const std::string_view who = spec.substr(colon + 1, at - colon - 1);
+  return {};
+}
+
+// The rank (crash, kill-node) or NODE/SLOT (the others) the fault names.
+void parse_target(Fault& fault, std::string_view who, std::string_view kind, const std::string& quoted) {
   if (fault.claimed_once()) {
     if (!parse_number(who, fault.rank) || fault.rank < 0) throw InvalidArgument(quoted + ": the rank must be an integer >= 0");
-  } else {
-    const auto slash = who.rfind('/');
-    if (slash == std::string_view::npos || slash == 0 || !parse_number(who.substr(slash + 1), fault.slot) ||
-        fault.slot < 0) {
-      throw InvalidArgument(quoted + ": " + std::string(kind) + " names a worker as NODE/SLOT (node id, local rank >= 0)");
-    }
-    fault.node = std::string(who.substr(0, slash));
+    return;
   }
+  const auto slash = who.rfind('/');
+  if (slash == std::string_view::npos || slash == 0 || !parse_number(who.substr(slash + 1), fault.slot) ||
+      fault.slot < 0) {
+    throw InvalidArgument(quoted + ": " + std::string(kind) + " names a worker as NODE/SLOT (node id, local rank >= 0)");
+  }
+  fault.node = std::string(who.substr(0, slash));
+}
+
+// STEP, or slow's STEP-END.
+void parse_steps(Fault& fault, std::string_view step_text, const std::string& quoted) {
   if (fault.kind == Fault::Kind::kSlow) {
     if (const auto dash = step_text.find('-'); dash != std::string_view::npos) {
       if (!parse_number(step_text.substr(dash + 1), fault.until) || fault.until < 1) {
@@ -103,6 +85,10 @@ Fault parse_fault(std::string_view spec) {
     throw InvalidArgument(quoted + ": the step must be an integer >= 1");
   }
   if (fault.until != 0 && fault.until < fault.step) throw InvalidArgument(quoted + ": the range ends before it starts");
+}
+
+// hang's MS, slow's F, throttle's CPUS.
+void parse_value(Fault& fault, std::string_view tail, const std::string& quoted) {
   switch (fault.kind) {
     case Fault::Kind::kHang: {
       std::int64_t hang_ms = 0;
@@ -125,6 +111,27 @@ Fault parse_fault(std::string_view spec) {
     default:
       break;
   }
+}
+
+}  // namespace
+
+Fault parse_fault(std::string_view spec) {
+  const std::string quoted = "--fault '" + std::string(spec) + "'";
+  const auto colon = spec.find(':');
+  const auto at = spec.find('@');
+  if (colon == std::string_view::npos || at == std::string_view::npos || at < colon) {
+    throw InvalidArgument(quoted + " is not KIND:RANK@STEP[:PHASE] (crash, kill-node), hang:RANK@STEP:MS, "
+                          "slow:NODE/SLOT@STEP[-END]:F or throttle:NODE/SLOT@STEP:CPUS");
+  }
+  Fault fault;
+  fault.spec = std::string(spec);
+  const std::string_view kind = spec.substr(0, colon);
+  fault.kind = fault_kind(kind, quoted);
+  std::string_view step_text = spec.substr(at + 1);
+  const std::string_view tail = split_tail(fault, step_text, kind, quoted);
+  parse_target(fault, spec.substr(colon + 1, at - colon - 1), kind, quoted);
+  parse_steps(fault, step_text, quoted);
+  parse_value(fault, tail, quoted);
   return fault;
 }
 

@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "elastic/live_settings.h"
 #include "elastic/membership.h"
 #include "mesh/step/zero.h"  // StepPhase
 #include "ops/model/llama_config.h"
@@ -66,7 +67,10 @@ Fault parse_fault(std::string_view spec);
 // defaults), "small" (d 512, 8 layers). InvalidArgument naming an unknown word.
 ops::model::LlamaConfig model_preset(std::string_view name);
 
-struct TrainerConfig {
+// The live settings (straggler_threshold, straggler_strikes, evict_stragglers, cooldown,
+// checkpoint_every, log_every) are the fields of elastic::LiveValues: their flags set them, and
+// `hdp config set` overrides them while the job trains (elastic/live_settings.h).
+struct TrainerConfig : elastic::LiveValues {
   ops::model::LlamaConfig model;
   // --dtype: f32, or bf16 mixed precision (ops/model/llama_model.h): bf16 GEMM and attention
   // operands, bf16 gradients and parameters on the wire (mesh/step/zero.h), f32 master weights,
@@ -98,13 +102,11 @@ struct TrainerConfig {
   int eval_every = 0;                 // > 0 exactly when eval_data is given
   std::int64_t eval_tokens = 65536;
   std::filesystem::path checkpoint_dir;  // empty: no checkpoints
-  std::int64_t checkpoint_every = 50;
   int keep = 3;
   bool resume = true;                 // restore the newest valid checkpoint when the job starts
   std::int64_t max_rank_memory_bytes = 0;  // the per-rank memory limit; 0: none
   std::string cost_model;             // a cost model file (hdp plan --calibrate); empty: estimated
   std::chrono::milliseconds timeout{30000};  // rendezvous and every collective
-  int log_every = 1;                  // rank 0 prints one line per this many steps (and per step that evaluated)
   // Rank 0 appends one JSON line per step here: step, loss (exact: 17 significant digits),
   // world_size, generation, lr, grad_norm, tokens_per_s, step_ms, time_ms (wall clock when the
   // step completed, ms since the epoch). Empty: none.
@@ -120,12 +122,8 @@ struct TrainerConfig {
   // below straggler_threshold of the median for straggler_strikes consecutive steps (twice as many
   // for each earlier eviction of its node/slot) is handed to the leader for eviction, for
   // cooldown.base_ms doubling per eviction up to cooldown.max_ms; never when evict_stragglers is
-  // false.
+  // false (those four are live settings, above).
   bool speed_aware = true;
-  double straggler_threshold = 0.35;
-  int straggler_strikes = 5;
-  bool evict_stragglers = true;
-  elastic::Cooldown cooldown;
 
   // Redundant optimizer shards (mesh/step/buddies.h, docs/data-plane.md): every rank's shard also kept,
   // bitwise equal, by a rank of another node (none on a single node). Each generation starts by
@@ -149,11 +147,6 @@ struct TrainerConfig {
 
 // Bytes one rank of a `world_size`-rank job needs at most: the full parameters and gradients, its
 // shard of both AdamW moments, and the activations of a full micro-batch of C tokens.
-// The settings `hdp config set` may change (elastic/control.h), as `config` holds them now:
-// "straggler_threshold=0.35, straggler_strikes=5, evict_stragglers=true, evict_cooldown_s=60,
-// checkpoint_every=50, log_every=1". Rank 0 reports it in the job state (`settings_in_force`).
-std::string describe_live_settings(const TrainerConfig& config);
-
 std::int64_t estimate_rank_bytes(const TrainerConfig& config, int world_size);
 
 // InvalidArgument when estimate_rank_bytes exceeds config.max_rank_memory_bytes (> 0); part of
