@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/sigpipe.h"
+#include "mesh/comm/checks.h"
 #include "mesh/comm/tcp_network_impl.h"
 
 namespace hdp::mesh {
@@ -259,12 +260,8 @@ void TcpNetwork::Impl::shutdown() {
 }
 
 TcpNetwork::TcpNetwork(Options options) {
-  const auto& id = options.identity;
-  if (id.size < 1 || id.rank < 0 || id.rank >= id.size) {
-    throw InvalidArgument("communicator: rank " + std::to_string(id.rank) + " is not in [0, " + std::to_string(id.size) +
-                          ")");
-  }
-  if (!options.store) throw InvalidArgument("communicator bootstrap: no store");
+  check_group("communicator", options.identity.rank, options.identity.size);
+  check_given(options.store != nullptr, "communicator bootstrap", "store");
   impl_ = std::make_unique<Impl>(std::move(options));
   impl_->listen();
   impl_->accept_next();
