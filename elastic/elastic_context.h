@@ -19,7 +19,6 @@
 #include <chrono>
 #include <filesystem>
 #include <cstdint>
-#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -28,6 +27,7 @@
 
 #include "common/error.h"
 #include "elastic/agent_channel.h"
+#include "elastic/bootstrap.h"
 #include "elastic/membership.h"
 #include "elastic/store.h"
 
@@ -51,25 +51,6 @@ struct Membership {
   int rank = 0;
   int world_size = 0;
   Generation record;
-};
-
-// What a communicator needs to bootstrap one generation (mesh/comm/communicator_factory.h builds it):
-// this worker's place, the address its peers reach it at, and the generation's bootstrap
-// namespace. Several communicators of one generation bootstrap under sub-prefixes of `store`.
-struct Bootstrap {
-  std::int64_t generation = 0;
-  int rank = 0;
-  int world_size = 0;
-  std::string advertise_address;
-  std::shared_ptr<Store> store;  // the generation's bootstrap namespace, gen:<g>:boot:
-  // That namespace's name, job included ("<job>/gen:<g>:boot:"): the communicators' connection
-  // handshake checks a hash of it (with the channel), so a rank of another job or generation that
-  // reaches this one's address is refused.
-  std::string group;
-  // True once a generation other than this one is current (ElasticContext::changed). It refers
-  // to the ElasticContext that made it, which must outlive every call (the connects, which run
-  // on the thread that owns that context: changed() is not thread-safe).
-  std::function<bool()> superseded;
 };
 
 class ElasticContext {

@@ -4,16 +4,16 @@
 //   detail::dispatch(x,
 //       [&](auto tag) { using T = decltype(tag); kernels::cpu::f<T>(x.data<T>(), ...); },  // CPU, f32 or f64
 //       [&](auto stream) { kernels::cuda::f(x.data<float>(), ..., stream); });            // CUDA, f32
-// The CUDA branch gets the thread's current stream (ops/stream.h). It is a generic lambda, so a build
-// without CUDA never instantiates it and needs no kernels/cuda definitions (their headers are plain
-// C++); no op writes `#if HDP_HAVE_CUDA`.
+// The CUDA branch gets the thread's current stream (ops/current_stream.h). It is a generic lambda,
+// so a build without CUDA never instantiates it and needs no kernels/cuda definitions (their
+// headers are plain C++); no op writes `#if HDP_HAVE_CUDA`.
 #pragma once
 
 #include <utility>
 
 #include "common/error.h"
 #include "hdp/config.h"
-#include "ops/stream.h"
+#include "ops/current_stream.h"
 #include "ops/tensor.h"
 
 namespace hdp::ops::detail {

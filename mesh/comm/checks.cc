@@ -19,6 +19,42 @@ std::vector<std::int64_t> offsets_of(const std::vector<std::int64_t>& counts) {
   return offsets;
 }
 
+void check_group(const std::string& what, int rank, int size, int max_size) {
+  if (size < 1 || size > max_size) {
+    const std::string range = max_size == std::numeric_limits<int>::max() ? " is below 1"
+                                                                          : " is not in [1, " + std::to_string(max_size) + "]";
+    throw InvalidArgument(what + ": size " + std::to_string(size) + range);
+  }
+  check_rank(what, "rank", rank, size);
+}
+
+void check_positive(const std::string& what, const char* name, std::chrono::milliseconds value) {
+  if (value <= std::chrono::milliseconds::zero()) {
+    throw InvalidArgument(what + ": " + name + " " + std::to_string(value.count()) + " ms is not positive");
+  }
+}
+
+void check_given(bool given, const std::string& what, const char* name) {
+  if (!given) throw InvalidArgument(what + ": no " + name);
+}
+
+void check_rank(const std::string& what, const char* name, int r, int size) {
+  if (r < 0 || r >= size) {
+    throw InvalidArgument(what + ": " + name + " " + std::to_string(r) + " is not in [0, " + std::to_string(size) + ")");
+  }
+}
+
+void check_tag(const std::string& what, Tag tag) {
+  if (tag >= kMaxTag) throw InvalidArgument(what + ": tag " + std::to_string(tag) + " is reserved (at or above 2^56)");
+}
+
+void check_p2p(const std::string& what, const ops::Tensor& buffer, const char* peer_name, int peer, Tag tag, int size,
+               ops::Device device) {
+  check_tensor(buffer, what, "buffer", device);
+  check_rank(what, peer_name, peer, size);
+  check_tag(what, tag);
+}
+
 void check_tensor(const ops::Tensor& t, const std::string& what, const char* name, ops::Device device) {
   if (!t.defined()) throw InvalidArgument(what + ": " + name + " is an undefined tensor");
   // ops::Tensor is always dense and contiguous (ops/tensor.h): no stride to check.

@@ -6,6 +6,7 @@
 #include "common/error.h"
 #include "elastic/memory_store.h"
 #include "elastic/prefix_store.h"
+#include "mesh/comm/checks.h"
 #include "mesh/comm/tcp_communicator.h"
 
 namespace hdp::mesh {
@@ -15,7 +16,7 @@ std::unique_ptr<Communicator> connect_communicator(const elastic::Bootstrap& boo
   if (channel.empty() || channel.find('/') != std::string_view::npos) {
     throw InvalidArgument("communicator channel '" + std::string(channel) + "' is empty or contains '/'");
   }
-  if (!boot.store) throw InvalidArgument("communicator bootstrap of generation " + std::to_string(boot.generation) + ": no store");
+  check_given(boot.store != nullptr, "communicator bootstrap of generation " + std::to_string(boot.generation), "store");
   TcpConnectOptions options;
   options.rank = boot.rank;
   options.size = boot.world_size;

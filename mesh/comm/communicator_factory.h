@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "elastic/elastic_context.h"
+#include "elastic/bootstrap.h"
 #include "elastic/store.h"
 #include "mesh/comm/communicator.h"
 

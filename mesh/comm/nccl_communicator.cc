@@ -295,14 +295,11 @@ nccl::UniqueId read_id(const NcclConnectOptions& options, Clock::time_point dead
 
 std::unique_ptr<NcclCommunicator> NcclCommunicator::connect(const NcclConnectOptions& options,
                                                             std::shared_ptr<nccl::Backend> backend) {
-  if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
-    throw InvalidArgument("NcclCommunicator: rank " + std::to_string(options.rank) + " of size " +
-                          std::to_string(options.size));
-  }
-  if (options.timeout <= Duration::zero() || options.watchdog_tick <= Duration::zero()) {
-    throw InvalidArgument("NcclCommunicator: the timeout and the watchdog tick must be positive");
-  }
-  if (!options.store || !backend) throw InvalidArgument("NcclCommunicator: no store or no backend");
+  check_group("NcclCommunicator", options.rank, options.size);
+  check_positive("NcclCommunicator", "timeout", options.timeout);
+  check_positive("NcclCommunicator", "watchdog tick", options.watchdog_tick);
+  check_given(options.store != nullptr, "NcclCommunicator", "store");
+  check_given(backend != nullptr, "NcclCommunicator", "backend");
   const auto deadline = Clock::now() + options.timeout;
 
   nccl::UniqueId id{};
@@ -382,22 +379,15 @@ std::string what_of(const char* op, const NcclCommunicator::Impl& impl) {
          std::to_string(impl.size) + ")";
 }
 
-void check_rank(int r, int size, const std::string& what, const char* name) {
-  if (r < 0 || r >= size) throw InvalidArgument(what + ": " + name + " " + std::to_string(r) + " is not a rank of " + std::to_string(size));
-}
-
 void check_reducible(const ops::Tensor& t, const std::string& what) {
   if (!is_reducible(t.dtype())) throw InvalidArgument(what + ": cannot reduce " + ops::dtype_name(t.dtype()));
 }
-
 
 // A message: queued into the pending group (launched by a wait or the next collective).
 std::unique_ptr<Work> post_message(const std::shared_ptr<NcclCommunicator::Impl>& impl, const ops::Tensor& buffer,
                                    int peer, Tag tag, Stream stream, bool send) {
   const std::string what = what_of(send ? "isend" : "irecv", *impl);
-  check_tensor(buffer, what, "buffer", impl->backend->device());
-  check_rank(peer, impl->size, what, send ? "dst" : "src");
-  if (tag >= kMaxTag) throw InvalidArgument(what + ": tag " + std::to_string(tag) + " is reserved");
+  check_p2p(what, buffer, send ? "dst" : "src", peer, tag, impl->size, impl->backend->device());
   nccl::Op op;
   op.kind = send ? Kind::kSend : Kind::kRecv;
   op.send = buffer.raw();
@@ -496,7 +486,7 @@ std::unique_ptr<Work> NcclCommunicator::iallgather(const ops::Tensor& input, con
 std::unique_ptr<Work> NcclCommunicator::ibroadcast(const ops::Tensor& buffer, int root, Stream stream) {
   const std::string what = what_of("ibroadcast", *impl_);
   check_tensor(buffer, what, "buffer", impl_->backend->device());
-  check_rank(root, impl_->size, what, "root");
+  check_rank(what, "root", root, impl_->size);
   nccl::Op o{Kind::kBroadcast, buffer.raw(), buffer.raw(), buffer.numel(), buffer.dtype(), ReduceOp::kSum, root};
   return launch_collective(impl_, {o}, stream);
 }

@@ -294,11 +294,7 @@ std::string p2p_name(const char* kind, int peer, Tag tag) {
 std::unique_ptr<Work> start_p2p(const std::shared_ptr<TcpCommunicator::Impl>& impl, const ops::Tensor& buffer,
                                 bool send, int peer, Tag tag) {
   const std::string what = p2p_name(send ? "send" : "recv", peer, tag);
-  check_tensor(buffer, what, "buffer", ops::Device::kCpu);
-  if (peer < 0 || peer >= impl->size) {
-    throw InvalidArgument(what + ": rank " + std::to_string(peer) + " is not in [0, " + std::to_string(impl->size) + ")");
-  }
-  if (tag >= kMaxTag) throw InvalidArgument(what + ": tag " + std::to_string(tag) + " is reserved (at or above 2^56)");
+  check_p2p(what, buffer, "rank", peer, tag, impl->size, ops::Device::kCpu);
   if (peer == impl->rank) return std::make_unique<P2pWork>(impl, nullptr, impl->post_self(buffer, send, tag, what), what);
   auto op = impl->post(std::make_shared<ops::Tensor>(buffer), buffer.raw(), buffer.bytes(), send, peer, kP2pSlot | tag, what);
   return std::make_unique<P2pWork>(impl, std::move(op), nullptr, what);
@@ -320,17 +316,9 @@ TcpCommunicator::TcpCommunicator(std::shared_ptr<Impl> impl) : impl_(std::move(i
 TcpCommunicator::~TcpCommunicator() { impl_->shutdown(); }
 
 std::unique_ptr<TcpCommunicator> TcpCommunicator::connect(const TcpConnectOptions& options) {
-  if (options.size < 1 || options.size > kMaxSize) {
-    throw InvalidArgument("communicator size " + std::to_string(options.size) + " is not in [1, " +
-                          std::to_string(kMaxSize) + "]");
-  }
-  if (options.rank < 0 || options.rank >= options.size) {
-    throw InvalidArgument("rank " + std::to_string(options.rank) + " is not in [0, " + std::to_string(options.size) + ")");
-  }
-  if (options.timeout <= Millis::zero()) {
-    throw InvalidArgument("communicator timeout " + std::to_string(options.timeout.count()) + " ms is not positive");
-  }
-  if (!options.store) throw InvalidArgument("communicator bootstrap: no store");
+  check_group("communicator", options.rank, options.size, kMaxSize);
+  check_positive("communicator", "timeout", options.timeout);
+  check_given(options.store != nullptr, "communicator bootstrap", "store");
   const auto deadline = Clock::now() + options.timeout;
   TcpNetwork::Options net;
   net.identity = {.group = wire::group_of(options.group), .generation = options.generation, .rank = options.rank,
@@ -422,9 +410,7 @@ std::unique_ptr<Work> TcpCommunicator::iallgather(const ops::Tensor& input, cons
 
 std::unique_ptr<Work> TcpCommunicator::ibroadcast(const ops::Tensor& buffer, int root, Stream) {
   check_tensor(buffer, "broadcast", "buffer", ops::Device::kCpu);
-  if (root < 0 || root >= size()) {
-    throw InvalidArgument("broadcast: root " + std::to_string(root) + " is not in [0, " + std::to_string(size()) + ")");
-  }
+  check_rank("broadcast", "root", root, size());
   const Descriptor d{.kind = static_cast<std::uint32_t>(Kind::kBroadcast), .dtype = static_cast<std::int32_t>(buffer.dtype()),
                      .root = root, .elements = buffer.numel()};
   Impl* impl = impl_.get();

@@ -128,7 +128,7 @@ class TcpNetwork {
   // Payload bytes of the messages written to peers so far (frame headers not counted).
   std::int64_t bytes_sent() const;
 
-  struct Impl;  // tcp_network.cc
+  struct Impl;  // tcp_network_impl.h
 
  private:
   std::unique_ptr<Impl> impl_;  // the I/O thread's handlers point into it; joined before it goes

@@ -1,4 +1,4 @@
-// File: ops/stream.h
+// File: ops/current_stream.h
 //
 // The stream the calling thread's ops queue their CUDA kernels on (null: the default stream). A
 // StreamScope sets it for a block and restores the one before; CPU ops ignore it.

@@ -1,4 +1,4 @@
-#include "ops/stream.h"
+#include "ops/current_stream.h"
 
 namespace hdp::ops {
 namespace {
