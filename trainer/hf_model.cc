@@ -217,10 +217,11 @@ void load_hf_weights(const fs::path& dir, const ops::model::LlamaConfig& config,
     if (t == file.tensors().end()) refuse(it->second, "has no tensor " + quote_value(p.name) + " (the index names it)");
     std::vector<std::int64_t> shape(p.shape.begin(), p.shape.end());
     if (t->second.shape != shape) {
-      std::string want, got;
-      for (auto d : shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
-      for (auto d : t->second.shape) got += (got.empty() ? "" : ", ") + std::to_string(d);
-      refuse(it->second, "tensor " + quote_value(p.name) + " has shape [" + got + "], the config says [" + want + "]");
+      const auto dims = [](const std::vector<std::int64_t>& s) {
+        return join(s, ", ", [](std::int64_t d) { return std::to_string(d); });
+      };
+      refuse(it->second, "tensor " + quote_value(p.name) + " has shape [" + dims(t->second.shape) + "], the config says [" +
+                             dims(shape) + "]");
     }
     file.read(p.name, params.subspan(static_cast<std::size_t>(p.offset), static_cast<std::size_t>(t->second.elements())));
   }
