@@ -7,10 +7,10 @@
 #include <sstream>
 
 #include "hdp/config.h"
+#include "mesh/comm/nccl_backend.h"
 
 #if HDP_HAVE_CUDA
 #include <cuda_runtime_api.h>
-#include <nccl.h>
 #endif
 
 namespace hdp::cli {
@@ -37,13 +37,7 @@ nlohmann::json cuda_info() {
 
 nlohmann::json nccl_info() {
   nlohmann::json nccl = {{"built", HDP_HAVE_NCCL == 1}};
-#if HDP_HAVE_NCCL
-  int version = 0;
-  ncclGetVersion(&version);
-  // NCCL >= 2.9 encodes major*10000 + minor*100 + patch.
-  nccl["version"] = std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) + "." +
-                    std::to_string(version % 100);
-#endif
+  if (HDP_HAVE_NCCL) nccl["version"] = mesh::nccl::library_version();
   return nccl;
 }
 

@@ -86,4 +86,7 @@ class Backend {
 // InvalidArgument when this build has no NCCL or there is no such device.
 std::shared_ptr<Backend> make_cuda_backend(int device);
 
+// The NCCL library's version, "2.28.3" (ncclGetVersion); empty when this build has no NCCL.
+std::string library_version();
+
 }  // namespace hdp::mesh::nccl

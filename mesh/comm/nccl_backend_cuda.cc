@@ -266,4 +266,11 @@ std::shared_ptr<Backend> make_cuda_backend(int device) {
   return std::make_shared<CudaBackend>(device);
 }
 
+std::string library_version() {
+  int version = 0;
+  if (ncclGetVersion(&version) != ncclSuccess) return "unknown";
+  // NCCL >= 2.9 encodes major*10000 + minor*100 + patch.
+  return std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) + "." + std::to_string(version % 100);
+}
+
 }  // namespace hdp::mesh::nccl

@@ -9,4 +9,6 @@ std::shared_ptr<Backend> make_cuda_backend(int device) {
   throw InvalidArgument("NCCL: this build of hdp has no NCCL (CUDA device " + std::to_string(device) + " asked for)");
 }
 
+std::string library_version() { return {}; }
+
 }  // namespace hdp::mesh::nccl
