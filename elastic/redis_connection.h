@@ -16,8 +16,6 @@
 #include "common/error.h"
 #include "elastic/redis_url.h"
 
-struct redisContext;
-
 namespace hdp::elastic {
 
 // The connection broke (refused, reset, timed out, EOF). After this the connection is unusable.
@@ -66,8 +64,9 @@ class RedisConnection {
  private:
   void login(const RedisEndpoint& endpoint);
 
+  struct Context;  // the hiredis context, freed with the connection (redis_connection.cc)
   std::string where_;  // endpoint.display(), for messages
-  std::unique_ptr<redisContext, void (*)(redisContext*)> context_;
+  std::unique_ptr<Context> context_;
   Duration command_timeout_{};
 };
 
