@@ -42,6 +42,15 @@ RedisReply convert(const redisReply* reply) {
 
 }  // namespace
 
+std::vector<std::optional<std::string>> string_values(RedisReply reply) {
+  std::vector<std::optional<std::string>> values;
+  values.reserve(reply.elements.size());
+  for (auto& element : reply.elements) {
+    values.push_back(element.type == RedisReply::Type::kString ? std::optional(std::move(element.str)) : std::nullopt);
+  }
+  return values;
+}
+
 struct RedisConnection::Context {
   explicit Context(redisContext* context) : raw(context) {}
   ~Context() { redisFree(raw); }

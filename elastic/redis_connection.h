@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,6 +32,10 @@ struct RedisReply {
   long long integer = 0;  // kInteger
   std::vector<RedisReply> elements;  // kArray
 };
+
+// The elements of an array reply as MGET gives them: each string, nothing for a nil (or an element
+// of any other type).
+std::vector<std::optional<std::string>> string_values(RedisReply reply);
 
 class RedisConnection {
  public:
