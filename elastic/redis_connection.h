@@ -2,7 +2,7 @@
 //
 // One hiredis connection: connect with a timeout, authenticate (AUTH [user] password), select the
 // database, and run binary-safe commands (argv + lengths, never a format string). Not thread-safe;
-// RedisStore serialises access and owns the reconnect policy.
+// RedisSession (elastic/redis_session.h) serialises access and owns the reconnect policy.
 #pragma once
 
 #include <chrono>

@@ -24,12 +24,12 @@
 //  - AuthError: the data node refused the credentials, or no sentinel answered and one refused the
 //    sentinel password (or required one that was not given); it is named;
 //  - StoreUnavailable: no sentinel answered (the last error is given; SentinelsUnreachable when
-//    every one was asked), the named node answered
-//    ROLE slave (a stale sentinel), or a sentinel with a configuration as new names another node
-//    (step 4): the caller retries, after a pause (RedisStore::reconnect does);
+//    every one was asked), the named node answered ROLE slave (a stale sentinel), or a sentinel
+//    with a configuration as new names another node (step 4): the caller retries, after a pause
+//    (RedisSession::reconnect does, elastic/redis_session.h);
 //  - RedisIoError (a StoreUnavailable): the named node could not be reached (a primary just lost,
 //    before the sentinels fail over): retried the same way.
-// Every reconnection must resolve again (a failover changes the address): RedisStore does.
+// Every reconnection must resolve again (a failover changes the address): RedisSession does.
 //
 // Example:
 //   RedisEndpoint primary = resolve_primary(parse_redis_url("redis+sentinel://s1,s2,s3/hdp"), 2s, 5s);
@@ -56,7 +56,7 @@ struct ResolvedPrimary {
   std::unique_ptr<RedisConnection> connection;
 };
 
-// Keeps the order in which the sentinels are asked across resolutions. Not thread-safe (RedisStore
+// Keeps the order in which the sentinels are asked across resolutions. Not thread-safe (RedisSession
 // holds one under its mutex).
 class SentinelResolver {
  public:
@@ -71,7 +71,7 @@ class SentinelResolver {
   ResolvedPrimary connect_primary(Duration connect_timeout, Duration command_timeout,
                                   Clock::time_point deadline = Clock::time_point::max());
 
-  // Step 4 alone, for a connection to `primary` that may have crossed a failover (RedisStore: a
+  // Step 4 alone, for a connection to `primary` that may have crossed a failover (RedisSession: a
   // reply that came late, or a connection long unused; RedisStoreOptions::late_reply): "host:port" of
   // the node that a sentinel whose configuration is at least as new as any naming `primary` names
   // instead; nothing when the sentinels that answered confirm it, or none answered.
