@@ -42,13 +42,30 @@ RedisReply convert(const redisReply* reply) {
 
 }  // namespace
 
+std::vector<std::optional<std::string>> string_values(RedisReply reply) {
+  std::vector<std::optional<std::string>> values;
+  values.reserve(reply.elements.size());
+  for (auto& element : reply.elements) {
+    values.push_back(element.type == RedisReply::Type::kString ? std::optional(std::move(element.str)) : std::nullopt);
+  }
+  return values;
+}
+
+struct RedisConnection::Context {
+  explicit Context(redisContext* context) : raw(context) {}
+  ~Context() { redisFree(raw); }
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+  redisContext* raw;
+};
+
 RedisConnection::RedisConnection(const RedisEndpoint& endpoint, Duration connect_timeout, Duration command_timeout)
-    : where_(endpoint.display()), context_(nullptr, redisFree) {
+    : where_(endpoint.display()) {
   const timeval connect_tv = to_timeval(connect_timeout);
   redisContext* raw = endpoint.is_unix() ? redisConnectUnixWithTimeout(endpoint.socket_path.c_str(), connect_tv)
                                          : redisConnectWithTimeout(endpoint.host.c_str(), endpoint.port, connect_tv);
   if (!raw) throw RedisIoError("redis at " + where_ + ": cannot allocate a connection");
-  context_.reset(raw);
+  context_ = std::make_unique<Context>(raw);
   if (raw->err) throw RedisIoError("redis at " + where_ + ": cannot connect: " + raw->errstr);
   // hiredis opens its socket without close-on-exec; without it every process started by this
   // one (an agent's workers, the agents of `hdp run`) would hold the connection open.
@@ -66,7 +83,7 @@ RedisConnection::RedisConnection(const RedisEndpoint& endpoint, Duration connect
 
 void RedisConnection::set_command_timeout(Duration timeout) {
   if (timeout == command_timeout_) return;
-  redisSetTimeout(context_.get(), to_timeval(timeout));
+  redisSetTimeout(context_->raw, to_timeval(timeout));
   command_timeout_ = timeout;
 }
 
@@ -101,10 +118,10 @@ void RedisConnection::login(const RedisEndpoint& endpoint) {
   }
 }
 
-int RedisConnection::socket() const { return context_->fd; }
+int RedisConnection::socket() const { return context_->raw->fd; }
 
 bool RedisConnection::alive() const {
-  const redisContext* context = context_.get();
+  const redisContext* context = context_ ? context_->raw : nullptr;
   if (!context || context->err || context->fd < 0) return false;
   pollfd fd{context->fd, POLLIN, 0};
   if (poll(&fd, 1, 0) == 0) return true;  // nothing to read: the socket is open and idle
@@ -123,7 +140,7 @@ RedisReply RedisConnection::command(const std::vector<std::string_view>& args) {
 }
 
 std::vector<RedisReply> RedisConnection::pipeline(const std::vector<std::vector<std::string_view>>& commands) {
-  redisContext* context = context_.get();
+  redisContext* context = context_->raw;
   if (context->err) throw RedisIoError("redis at " + where_ + ": connection already broken: " + context->errstr);
   auto broken = [&] {
     std::string reason = context->err ? context->errstr : "no reply";

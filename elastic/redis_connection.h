@@ -2,21 +2,20 @@
 //
 // One hiredis connection: connect with a timeout, authenticate (AUTH [user] password), select the
 // database, and run binary-safe commands (argv + lengths, never a format string). Not thread-safe;
-// RedisStore serialises access and owns the reconnect policy.
+// RedisSession (elastic/redis_session.h) serialises access and owns the reconnect policy.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "common/error.h"
 #include "elastic/redis_url.h"
-
-struct redisContext;
 
 namespace hdp::elastic {
 
@@ -33,6 +32,10 @@ struct RedisReply {
   long long integer = 0;  // kInteger
   std::vector<RedisReply> elements;  // kArray
 };
+
+// The elements of an array reply as MGET gives them: each string, nothing for a nil (or an element
+// of any other type).
+std::vector<std::optional<std::string>> string_values(RedisReply reply);
 
 class RedisConnection {
  public:
@@ -66,8 +69,9 @@ class RedisConnection {
  private:
   void login(const RedisEndpoint& endpoint);
 
+  struct Context;  // the hiredis context, freed with the connection (redis_connection.cc)
   std::string where_;  // endpoint.display(), for messages
-  std::unique_ptr<redisContext, void (*)(redisContext*)> context_;
+  std::unique_ptr<Context> context_;
   Duration command_timeout_{};
 };
 

@@ -41,6 +41,16 @@ bool auth_error(const std::string& text) {
   return text.starts_with("NOAUTH") || text.starts_with("WRONGPASS") || text.starts_with("NOPERM");
 }
 
+// The address in a reply to `SENTINEL get-master-addr-by-name` ([host, port]); nothing for a reply
+// of another shape or a port that is not a number.
+std::optional<std::pair<std::string, int>> master_address(const RedisReply& reply) {
+  if (reply.type != RedisReply::Type::kArray || reply.elements.size() != 2) return std::nullopt;
+  const std::string& port_text = reply.elements[1].str;
+  int port = 0;
+  if (std::from_chars(port_text.data(), port_text.data() + port_text.size(), port).ec != std::errc()) return std::nullopt;
+  return std::pair(reply.elements[0].str, port);
+}
+
 }  // namespace
 
 SentinelResolver::SentinelResolver(RedisEndpoint sentinel_endpoint) : endpoint_(std::move(sentinel_endpoint)) {
@@ -51,90 +61,110 @@ SentinelResolver::SentinelResolver(RedisEndpoint sentinel_endpoint) : endpoint_(
 
 ResolvedPrimary SentinelResolver::connect_primary(Duration connect_timeout, Duration command_timeout,
                                                   Clock::time_point deadline) {
+  // Messages name the endpoint with its sentinels in the order they had when this resolution began.
   const std::string what = "redis " + endpoint_.display();
-  auto& sentinels = endpoint_.sentinels;
-  std::optional<std::pair<std::string, int>> answer;
-  std::size_t answered_by = 0;
-  std::string knew_nothing;  // the sentinels that answered nil, "h1:p1,h2:p2"
-  std::string last_error, auth_failure;
-  bool every_one_asked = true;
-  for (std::size_t i = 0; i < sentinels.size() && !answer; ++i) {
-    const Duration remaining = left(deadline);
-    if (remaining <= Duration(0)) {
-      last_error = "no time left to ask " + host_port(sentinels[i].first, sentinels[i].second);
-      every_one_asked = false;
-      break;
-    }
-    RedisEndpoint sentinel;
-    sentinel.host = sentinels[i].first;
-    sentinel.port = sentinels[i].second;
-    sentinel.password = endpoint_.sentinel_password;
-    const std::string where = host_port(sentinel.host, sentinel.port);
-    try {
-      RedisConnection connection(sentinel, std::clamp(std::min(connect_timeout, kSentinelConnectTimeout), Duration(1), remaining),
-                                 std::clamp(std::min(command_timeout, kSentinelCommandTimeout), Duration(1), remaining));
-      const RedisReply reply = connection.command({"SENTINEL", "get-master-addr-by-name", endpoint_.master_name});
-      if (reply.type == RedisReply::Type::kNil) {
-        knew_nothing += (knew_nothing.empty() ? "" : ",") + where;
-        log()->debug("{}: the sentinel at {} knows no master named '{}'", what, where, endpoint_.master_name);
-        continue;
-      }
-      if (reply.type == RedisReply::Type::kError) {
-        if (auth_error(reply.str)) {
-          auth_failure = "the sentinel at " + where + " refused SENTINEL get-master-addr-by-name: " + reply.str;
-        }
-        last_error = "the sentinel at " + where + " answered '" + reply.str + "'";
-        continue;
-      }
-      int port = 0;
-      const std::string* port_text = reply.elements.size() == 2 ? &reply.elements[1].str : nullptr;
-      if (reply.type != RedisReply::Type::kArray || !port_text ||
-          std::from_chars(port_text->data(), port_text->data() + port_text->size(), port).ec != std::errc() ||
-          port <= 0 || port > 65535 || reply.elements[0].str.empty()) {
-        last_error = "the sentinel at " + where + " gave no address for master '" + endpoint_.master_name + "'";
-        continue;
-      }
-      answer.emplace(reply.elements[0].str, port);
-      answered_by = i;
-    } catch (const AuthError&) {
-      // RedisConnection's message points at --redis-password-file; this is the sentinels' password.
-      auth_failure = endpoint_.sentinel_password
-                         ? "the sentinel at " + where + " refused the sentinel password (--sentinel-password-file)"
-                         : "the sentinel at " + where + " requires a password (give it with --sentinel-password-file)";
-      last_error = auth_failure;
-    } catch (const Error& e) {  // RedisIoError: refused, reset, timed out
-      last_error = e.what();
-    }
-  }
-  if (!answer) {
-    if (!knew_nothing.empty()) {
-      // A mistyped name: retrying would not help (a sentinel that did not answer is not asked).
-      throw InvalidArgument(what + ": the sentinels at " + knew_nothing + " do not know a master named '" +
-                            endpoint_.master_name + "'");
-    }
-    if (!auth_failure.empty()) throw AuthError(what + ": " + auth_failure);
-    const std::string message = what + ": no sentinel of " + std::to_string(sentinels.size()) + " answered: " + last_error;
-    if (every_one_asked) throw SentinelsUnreachable(message);
-    throw StoreUnavailable(message);
-  }
-  // The one that answered is asked first next time.
-  ask_first(sentinels, answered_by);
-
+  const auto [host, port] = find_address(what, connect_timeout, command_timeout, deadline);
   ResolvedPrimary primary;
   primary.endpoint = endpoint_;
   primary.endpoint.sentinels.clear();
   primary.endpoint.master_name.clear();
   primary.endpoint.sentinel_password.reset();
-  primary.endpoint.host = answer->first;
-  primary.endpoint.port = answer->second;
+  primary.endpoint.host = host;
+  primary.endpoint.port = port;
   const Duration remaining = left(deadline);
   if (remaining <= Duration(0)) {
     throw StoreUnavailable(what + ": no time left to connect to " + primary.endpoint.display());
   }
   // RedisIoError (unreachable: the primary was just lost and the sentinels have not failed over
   // yet) and AuthError (the data nodes' credentials) go to the caller as they are.
-  primary.connection = std::make_unique<RedisConnection>(primary.endpoint, std::clamp(connect_timeout, Duration(1), remaining),
-                                                         command_timeout);
+  primary.connection = std::make_unique<RedisConnection>(
+      primary.endpoint, std::clamp(connect_timeout, Duration(1), remaining), command_timeout);
+  if (check_role(what, primary, command_timeout, deadline)) {
+    check_confirmed(what, primary.endpoint, connect_timeout, command_timeout, deadline);
+  }
+  return primary;
+}
+
+std::pair<std::string, int> SentinelResolver::find_address(const std::string& what, Duration connect_timeout,
+                                                           Duration command_timeout, Clock::time_point deadline) {
+  auto& sentinels = endpoint_.sentinels;
+  AddressSearch search;
+  for (std::size_t i = 0; i < sentinels.size() && !search.answer; ++i) {
+    const Duration remaining = left(deadline);
+    if (remaining <= Duration(0)) {
+      search.last_error = "no time left to ask " + host_port(sentinels[i].first, sentinels[i].second);
+      search.every_one_asked = false;
+      break;
+    }
+    ask_address(what, i, connect_timeout, command_timeout, remaining, search);
+  }
+  if (!search.answer) {
+    if (!search.knew_nothing.empty()) {
+      // A mistyped name: retrying would not help (a sentinel that did not answer is not asked).
+      throw InvalidArgument(what + ": the sentinels at " + search.knew_nothing + " do not know a master named '" +
+                            endpoint_.master_name + "'");
+    }
+    if (!search.auth_failure.empty()) throw AuthError(what + ": " + search.auth_failure);
+    const std::string message =
+        what + ": no sentinel of " + std::to_string(sentinels.size()) + " answered: " + search.last_error;
+    if (search.every_one_asked) throw SentinelsUnreachable(message);
+    throw StoreUnavailable(message);
+  }
+  // The one that answered is asked first next time.
+  ask_first(sentinels, search.answered_by);
+  return *search.answer;
+}
+
+void SentinelResolver::ask_address(const std::string& what, std::size_t i, Duration connect_timeout,
+                                   Duration command_timeout, Duration remaining, AddressSearch& search) const {
+  const std::string where = host_port(endpoint_.sentinels[i].first, endpoint_.sentinels[i].second);
+  try {
+    const auto connection = connect_sentinel(i, connect_timeout, command_timeout, remaining);
+    const RedisReply reply = connection->command({"SENTINEL", "get-master-addr-by-name", endpoint_.master_name});
+    if (reply.type == RedisReply::Type::kNil) {
+      search.knew_nothing += (search.knew_nothing.empty() ? "" : ",") + where;
+      log()->debug("{}: the sentinel at {} knows no master named '{}'", what, where, endpoint_.master_name);
+      return;
+    }
+    if (reply.type == RedisReply::Type::kError) {
+      if (auth_error(reply.str)) {
+        search.auth_failure = "the sentinel at " + where + " refused SENTINEL get-master-addr-by-name: " + reply.str;
+      }
+      search.last_error = "the sentinel at " + where + " answered '" + reply.str + "'";
+      return;
+    }
+    const auto address = master_address(reply);
+    if (!address || address->second <= 0 || address->second > 65535 || address->first.empty()) {
+      search.last_error = "the sentinel at " + where + " gave no address for master '" + endpoint_.master_name + "'";
+      return;
+    }
+    search.answer = address;
+    search.answered_by = i;
+  } catch (const AuthError&) {
+    // RedisConnection's message points at --redis-password-file; this is the sentinels' password.
+    search.auth_failure =
+        endpoint_.sentinel_password
+            ? "the sentinel at " + where + " refused the sentinel password (--sentinel-password-file)"
+            : "the sentinel at " + where + " requires a password (give it with --sentinel-password-file)";
+    search.last_error = search.auth_failure;
+  } catch (const Error& e) {  // RedisIoError: refused, reset, timed out
+    search.last_error = e.what();
+  }
+}
+
+std::unique_ptr<RedisConnection> SentinelResolver::connect_sentinel(std::size_t i, Duration connect_timeout,
+                                                                    Duration command_timeout, Duration remaining) const {
+  RedisEndpoint sentinel;
+  sentinel.host = endpoint_.sentinels[i].first;
+  sentinel.port = endpoint_.sentinels[i].second;
+  sentinel.password = endpoint_.sentinel_password;
+  return std::make_unique<RedisConnection>(
+      sentinel, std::clamp(std::min(connect_timeout, kSentinelConnectTimeout), Duration(1), remaining),
+      std::clamp(std::min(command_timeout, kSentinelCommandTimeout), Duration(1), remaining));
+}
+
+bool SentinelResolver::check_role(const std::string& what, ResolvedPrimary& primary, Duration command_timeout,
+                                  Clock::time_point deadline) {
   primary.connection->set_command_timeout(std::clamp(command_timeout, Duration(1), left(deadline)));
   const RedisReply role = primary.connection->command({"ROLE"});
   primary.connection->set_command_timeout(command_timeout);
@@ -143,41 +173,48 @@ ResolvedPrimary SentinelResolver::connect_primary(Duration connect_timeout, Dura
     // be refused with READONLY, which makes RedisStore resolve again.
     log()->debug("{}: user '{}' may not run ROLE on {}; using it unchecked", what, primary.endpoint.user,
                  primary.endpoint.display());
-    return primary;
+    return false;
   }
   if (!says_master(role)) {
     const std::string said = role.type == RedisReply::Type::kError ? "'" + role.str + "'"
                              : role.elements.empty()                ? "nothing"
                                                                     : role.elements[0].str;
     // Ask another sentinel first next time: this one has not seen the failover yet.
+    auto& sentinels = endpoint_.sentinels;
     std::rotate(sentinels.begin(), sentinels.begin() + 1, sentinels.end());
     throw StoreUnavailable(what + ": " + primary.endpoint.display() + " answered ROLE " + said + " (a stale sentinel)");
   }
+  return true;
+}
+
+void SentinelResolver::check_confirmed(const std::string& what, const RedisEndpoint& primary,
+                                       Duration connect_timeout, Duration command_timeout,
+                                       Clock::time_point deadline) {
   // A primary that was paused while the sentinels failed over answers ROLE master once it resumes,
   // until they demote it, and a sentinel that was cut off or slow still names it then: a
   // connection opened across that moment would read old data and write into data the demotion
   // discards. So every sentinel is asked again now, and the primary is the address of the newest
   // configuration (the highest config-epoch: each failover raises it): refused when a sentinel
   // whose configuration is at least as new as any naming this node names another.
-  const Confirmation c = confirm(primary.endpoint, connect_timeout, command_timeout, deadline);
+  const Confirmation c = confirm(primary, connect_timeout, command_timeout, deadline);
   // No sentinel confirmed because the time ran out (a connection that waited on a paused node
-  // leaves none; the failover test's MONITOR saw such an agent answered by the resumed old
-  // primary): not confirmed, refused. Every sentinel asked and none answering: no failover can
-  // happen now, the ROLE check stands (as RedisStore's fallback).
+  // leaves none, and the paused node may be the old primary, resumed): not confirmed, refused.
+  // Every sentinel asked and none answering: no failover can happen now, the ROLE check stands
+  // (as RedisStore's fallback).
   if (!c.answered && c.out_of_time) {
-    throw StoreUnavailable(what + ": " + primary.endpoint.display() +
+    throw StoreUnavailable(what + ": " + primary.display() +
                            " answers ROLE master, but no time was left to confirm it with the sentinels");
   }
   if (c.moved()) {
+    auto& sentinels = endpoint_.sentinels;
     ask_first(sentinels, c.other->first);
-    throw StoreUnavailable(what + ": " + primary.endpoint.display() + " answers ROLE master, but the sentinel at " +
+    throw StoreUnavailable(what + ": " + primary.display() + " answers ROLE master, but the sentinel at " +
                            host_port(sentinels.front().first, sentinels.front().second) + " names " +
                            host_port(c.other->second.host, c.other->second.port) + " (configuration epoch " +
                            std::to_string(c.other->second.epoch) +
                            (c.ours >= 0 ? ", against " + std::to_string(c.ours) : std::string()) +
                            "): the primary moved, or is moving");
   }
-  return primary;
 }
 
 SentinelResolver::Confirmation SentinelResolver::confirm(const RedisEndpoint& primary, Duration connect_timeout,
@@ -215,24 +252,14 @@ std::optional<SentinelResolver::SentinelView> SentinelResolver::ask_sentinel(std
                                                                             Clock::time_point deadline) const {
   const Duration remaining = left(deadline);
   if (remaining <= Duration(0) || i >= endpoint_.sentinels.size()) return std::nullopt;
-  RedisEndpoint sentinel;
-  sentinel.host = endpoint_.sentinels[i].first;
-  sentinel.port = endpoint_.sentinels[i].second;
-  sentinel.password = endpoint_.sentinel_password;
   try {
-    RedisConnection connection(sentinel, std::clamp(std::min(connect_timeout, kSentinelConnectTimeout), Duration(1), remaining),
-                               std::clamp(std::min(command_timeout, kSentinelCommandTimeout), Duration(1), remaining));
+    const auto connection = connect_sentinel(i, connect_timeout, command_timeout, remaining);
     // One round trip: the address it gives clients, and its view's configuration epoch.
-    const auto replies = connection.pipeline({{"SENTINEL", "get-master-addr-by-name", endpoint_.master_name},
-                                              {"SENTINEL", "master", endpoint_.master_name}});
-    const RedisReply& address = replies.at(0);
-    int port = 0;
-    if (address.type != RedisReply::Type::kArray || address.elements.size() != 2 ||
-        std::from_chars(address.elements[1].str.data(), address.elements[1].str.data() + address.elements[1].str.size(), port)
-                .ec != std::errc()) {
-      return std::nullopt;
-    }
-    SentinelView view{address.elements[0].str, port, 0};
+    const auto replies = connection->pipeline({{"SENTINEL", "get-master-addr-by-name", endpoint_.master_name},
+                                               {"SENTINEL", "master", endpoint_.master_name}});
+    const auto address = master_address(replies.at(0));
+    if (!address) return std::nullopt;
+    SentinelView view{address->first, address->second, 0};
     const RedisReply& master = replies.at(1);
     for (std::size_t f = 0; master.type == RedisReply::Type::kArray && f + 1 < master.elements.size(); f += 2) {
       const std::string& name = master.elements[f].str;

@@ -24,12 +24,12 @@
 //  - AuthError: the data node refused the credentials, or no sentinel answered and one refused the
 //    sentinel password (or required one that was not given); it is named;
 //  - StoreUnavailable: no sentinel answered (the last error is given; SentinelsUnreachable when
-//    every one was asked), the named node answered
-//    ROLE slave (a stale sentinel), or a sentinel with a configuration as new names another node
-//    (step 4): the caller retries, after a pause (RedisStore::reconnect does);
+//    every one was asked), the named node answered ROLE slave (a stale sentinel), or a sentinel
+//    with a configuration as new names another node (step 4): the caller retries, after a pause
+//    (RedisSession::reconnect does, elastic/redis_session.h);
 //  - RedisIoError (a StoreUnavailable): the named node could not be reached (a primary just lost,
 //    before the sentinels fail over): retried the same way.
-// Every reconnection must resolve again (a failover changes the address): RedisStore does.
+// Every reconnection must resolve again (a failover changes the address): RedisSession does.
 //
 // Example:
 //   RedisEndpoint primary = resolve_primary(parse_redis_url("redis+sentinel://s1,s2,s3/hdp"), 2s, 5s);
@@ -41,6 +41,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "elastic/redis_connection.h"
 #include "elastic/redis_url.h"
@@ -55,7 +56,7 @@ struct ResolvedPrimary {
   std::unique_ptr<RedisConnection> connection;
 };
 
-// Keeps the order in which the sentinels are asked across resolutions. Not thread-safe (RedisStore
+// Keeps the order in which the sentinels are asked across resolutions. Not thread-safe (RedisSession
 // holds one under its mutex).
 class SentinelResolver {
  public:
@@ -70,7 +71,7 @@ class SentinelResolver {
   ResolvedPrimary connect_primary(Duration connect_timeout, Duration command_timeout,
                                   Clock::time_point deadline = Clock::time_point::max());
 
-  // Step 4 alone, for a connection to `primary` that may have crossed a failover (RedisStore: a
+  // Step 4 alone, for a connection to `primary` that may have crossed a failover (RedisSession: a
   // reply that came late, or a connection long unused; RedisStoreOptions::late_reply): "host:port" of
   // the node that a sentinel whose configuration is at least as new as any naming `primary` names
   // instead; nothing when the sentinels that answered confirm it, or none answered.
@@ -93,6 +94,33 @@ class SentinelResolver {
   };
   std::optional<SentinelView> ask_sentinel(std::size_t i, Duration connect_timeout, Duration command_timeout,
                                            Clock::time_point deadline) const;
+  // A connection to sentinel i with the sentinels' short timeouts, none past `remaining`.
+  std::unique_ptr<RedisConnection> connect_sentinel(std::size_t i, Duration connect_timeout, Duration command_timeout,
+                                                    Duration remaining) const;
+
+  // Steps 1-2: the sentinels asked in turn for the master's address, until one gives it.
+  struct AddressSearch {
+    std::optional<std::pair<std::string, int>> answer;  // host, port
+    std::size_t answered_by = 0;
+    std::string knew_nothing;  // the sentinels that answered nil, "h1:p1,h2:p2"
+    std::string last_error, auth_failure;
+    bool every_one_asked = true;
+  };
+  // The address, its sentinel moved to the front; or the error of "Errors" above that no answer
+  // means. `what` names the endpoint in messages.
+  std::pair<std::string, int> find_address(const std::string& what, Duration connect_timeout, Duration command_timeout,
+                                            Clock::time_point deadline);
+  // Sentinel i asked once; what it said goes into `search`.
+  void ask_address(const std::string& what, std::size_t i, Duration connect_timeout, Duration command_timeout,
+                   Duration remaining, AddressSearch& search) const;
+  // Step 3 on the primary's connection: true when ROLE says master; false when the user may not
+  // run ROLE (the node is used unchecked, and step 4 is skipped); throws StoreUnavailable for a
+  // node that is not a master (its sentinel moved to the back).
+  bool check_role(const std::string& what, ResolvedPrimary& primary, Duration command_timeout,
+                  Clock::time_point deadline);
+  // Step 4 after a resolution: throws StoreUnavailable when the sentinels refuse `primary`.
+  void check_confirmed(const std::string& what, const RedisEndpoint& primary, Duration connect_timeout,
+                       Duration command_timeout, Clock::time_point deadline);
   // Every sentinel asked about `primary` (step 4): the newest epoch of those naming it (-1: none),
   // the newest-configured one naming another, whether any answered, whether time ran out.
   struct Confirmation {
