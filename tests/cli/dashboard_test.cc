@@ -263,9 +263,10 @@ TEST(DashboardFiles, EachFileOfThePageIsServedWithItsContentType) {
     std::this_thread::sleep_for(50ms);
   }
   const std::vector<std::pair<std::string, std::string>> files = {
-      {"/", "index.html"},         {"/index.html", "index.html"}, {"/dashboard.css", "dashboard.css"},
-      {"/dashboard.js", "dashboard.js"}, {"/format.js", "format.js"},   {"/charts.js", "charts.js"},
-      {"/cards.js", "cards.js"}};
+      {"/", "index.html"}, {"/index.html", "index.html"}, {"/dashboard.css", "dashboard.css"},
+      {"/dashboard.js", "dashboard.js"}, {"/format.js", "format.js"}, {"/charts.js", "charts.js"},
+      {"/cards.js", "cards.js"},
+  };
   for (const auto& [path, file] : files) {
     std::ifstream in(fs::path(HDP_SOURCE_DIR) / "cli" / "dashboard" / file, std::ios::binary);
     ASSERT_TRUE(in) << file;
@@ -274,9 +275,12 @@ TEST(DashboardFiles, EachFileOfThePageIsServedWithItsContentType) {
     EXPECT_EQ(r.status, 200) << path;
     EXPECT_EQ(r.body, text) << path;
     const std::string type = file.ends_with(".html") ? "text/html" : file.ends_with(".css") ? "text/css" : "text/javascript";
-    EXPECT_NE(r.raw.find("\r\nContent-Type: " + type + "; charset=utf-8\r\n"), std::string::npos) << path << "\n" << r.raw.substr(0, 300);
+    EXPECT_NE(r.raw.find("\r\nContent-Type: " + type + "; charset=utf-8\r\n"), std::string::npos)
+        << path << "\n" << r.raw.substr(0, 300);
   }
-  for (const char* path : {"/nope.js", "/dashboard/index.html", "/api"}) EXPECT_EQ(http_get(port, path, 5s).status, 404) << path;
+  for (const char* path : {"/nope.js", "/dashboard/index.html", "/api"}) {
+    EXPECT_EQ(http_get(port, path, 5s).status, 404) << path;
+  }
 }
 
 // The dashboard's HTTP limits, against the real process (no browser): `hdp dashboard` on a running
