@@ -1,20 +1,29 @@
 // `hdp dashboard --job J --redis URL [--port P] [--address A]`: a live web page of the job, served
-// over HTTP (metrics/http_server.h) from the job state in Redis. Two routes: `/` is the page (one
-// self-contained file, cli/dashboard/index.html, built into the binary: it loads nothing from
-// anywhere else) and `/api/job` the job as JSON (cli/job_json.h, plus `exists`, `redis`, `now_ms`,
-// `error`, and `http_connections_closed`: the connections this server closed or refused for a limit
-// of metrics/http_server.h, by reason), which the page polls. A job that does not exist is a page that says so; Redis errors
-// are shown on the page, which keeps polling. Runs until SIGINT or SIGTERM. A port in use exits 2.
+// over HTTP (metrics/http_server.h) from the job state in Redis. The page is a few files of
+// cli/dashboard/, built into the binary and each served at its own path (kFiles below): `/` (and
+// `/index.html`) the markup, `/dashboard.css` its style, `/dashboard.js` its script (a module that
+// imports `/format.js`, `/charts.js` and `/cards.js`); it loads nothing from anywhere else. And
+// `/api/job` is the job as JSON (cli/job_json.h, plus `exists`, `redis`, `now_ms`, `error`, and
+// `http_connections_closed`: the connections this server closed or refused for a limit of
+// metrics/http_server.h, by reason), which the page polls; `/healthz` says ok; any other path is
+// 404. A job that does not exist is a page that says so; Redis errors are shown on the page, which
+// keeps polling. Runs until SIGINT or SIGTERM. A port in use exits 2.
 #include <signal.h>
 
 #include <atomic>
 #include <iostream>
 #include <memory>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "cli/dashboard_page.h"
+#include "cli/dashboard/cards_js.h"
+#include "cli/dashboard/charts_js.h"
+#include "cli/dashboard/dashboard_css.h"
+#include "cli/dashboard/dashboard_js.h"
+#include "cli/dashboard/format_js.h"
+#include "cli/dashboard/index_html.h"
 #include "cli/job_json.h"
 #include "cli/job_options.h"
 #include "common/error.h"
@@ -24,6 +33,24 @@
 
 namespace hdp::cli {
 namespace {
+
+// The page's files: the path each is served at, its content type and its text.
+struct PageFile {
+  std::string_view path;
+  std::string_view content_type;
+  std::string_view text;
+};
+constexpr std::string_view kHtml = "text/html; charset=utf-8";
+constexpr std::string_view kJs = "text/javascript; charset=utf-8";
+constexpr PageFile kFiles[] = {
+    {"/", kHtml, kDashboardPage},
+    {"/index.html", kHtml, kDashboardPage},
+    {"/dashboard.css", "text/css; charset=utf-8", kDashboardCss},
+    {"/dashboard.js", kJs, kDashboardJs},
+    {"/format.js", kJs, kDashboardFormatJs},
+    {"/charts.js", kJs, kDashboardChartsJs},
+    {"/cards.js", kJs, kDashboardCardsJs},
+};
 
 struct DashboardFlags {
   JobOptions job;
@@ -41,8 +68,8 @@ class Dashboard {
   void set_server(const metrics::HttpServer* server) { server_ = server; }
 
   metrics::HttpResponse handle(const metrics::HttpRequest& request) {
-    if (request.path == "/" || request.path == "/index.html") {
-      return {200, "text/html; charset=utf-8", kDashboardPage};
+    for (const PageFile& file : kFiles) {
+      if (request.path == file.path) return {200, std::string(file.content_type), std::string(file.text)};
     }
     if (request.path == "/api/job") return {200, "application/json", api().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
     if (request.path == "/healthz") return {200, "text/plain; charset=utf-8", "ok\n"};

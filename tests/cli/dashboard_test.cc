@@ -8,6 +8,7 @@
 //   - after a node is SIGKILLed, the page marks the resize on the curves (a marker labelled with the
 //     new world size) and lists the one member left;
 //   - a job that does not exist is a page that says so; a port in use exits 2;
+//   - each file of the page (cli/dashboard/) is served at its own path with its content type;
 //   - slow clients do not take its port (tests/support/http_flood.h): 200 half-open requests and
 //     200 idle keep-alives from 127.0.0.2, while a GET of /api/job from 127.0.0.1 is answered
 //     within 1 s throughout; each closed within its deadline and counted in /api/job's
@@ -246,6 +247,40 @@ TEST_F(DashboardInABrowser, AJobThatDoesNotExistIsSaidSoAndAPortInUseExitsTwo) {
   const auto second = run_command({hdp(), "dashboard", "--job", "nope", "--redis", redis.url(), "--port", std::to_string(port)}, {}, 20s);
   EXPECT_EQ(second.exit_code, 2);
   EXPECT_NE(second.err.find("port " + std::to_string(port) + " on 127.0.0.1 is in use"), std::string::npos) << second.err;
+}
+
+// The page's files (cli/dashboard/), each served at its own path as it is in the source tree, with
+// its content type; any other path is 404.
+TEST(DashboardFiles, EachFileOfThePageIsServedWithItsContentType) {
+  RedisServer redis;
+  TempDir dir;
+  const int port = free_loopback_port();
+  ChildProcess dashboard({std::string(std::getenv("HDP_BIN_DIR")) + "/hdp", "dashboard", "--job", "nope", "--redis",
+                          redis.url(), "--port", std::to_string(port)},
+                         (dir.path() / "dashboard.log").string());
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (http_get(port, "/healthz", 1s).status != 200 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(50ms);
+  }
+  const std::vector<std::pair<std::string, std::string>> files = {
+      {"/", "index.html"}, {"/index.html", "index.html"}, {"/dashboard.css", "dashboard.css"},
+      {"/dashboard.js", "dashboard.js"}, {"/format.js", "format.js"}, {"/charts.js", "charts.js"},
+      {"/cards.js", "cards.js"},
+  };
+  for (const auto& [path, file] : files) {
+    std::ifstream in(fs::path(HDP_SOURCE_DIR) / "cli" / "dashboard" / file, std::ios::binary);
+    ASSERT_TRUE(in) << file;
+    const std::string text((std::istreambuf_iterator<char>(in)), {});
+    const HttpResult r = http_get(port, path, 5s);
+    EXPECT_EQ(r.status, 200) << path;
+    EXPECT_EQ(r.body, text) << path;
+    const std::string type = file.ends_with(".html") ? "text/html" : file.ends_with(".css") ? "text/css" : "text/javascript";
+    EXPECT_NE(r.raw.find("\r\nContent-Type: " + type + "; charset=utf-8\r\n"), std::string::npos)
+        << path << "\n" << r.raw.substr(0, 300);
+  }
+  for (const char* path : {"/nope.js", "/dashboard/index.html", "/api"}) {
+    EXPECT_EQ(http_get(port, path, 5s).status, 404) << path;
+  }
 }
 
 // The dashboard's HTTP limits, against the real process (no browser): `hdp dashboard` on a running
