@@ -6,13 +6,14 @@
 //  - A member whose lease expired (no live, well-formed lease under its key, or one naming another
 //    identity) or whose slots failed (a slot of it no longer healthy) leaves at once: the change
 //    is `lost` and is published without waiting.
-//  - Joins wait for a settle window, so that several joins become one change; with no generation
-//    yet (the job's first, or the store lost its data) the window is max(settle, rejoin_window),
-//    so that every live agent is in the first generation published.
-//  - Survivors keep their relative order with their healthy slots; then come the benched nodes
-//    (every slot of them evicted, known only from their eviction records) whose cool-down ended;
-//    then the candidates in join order, up to max_nodes. The other live candidates stand by.
-//    Below min_nodes the generation's status is `waiting`.
+//  - Joins wait for a settle window from when the change was first seen (pending_since), so that
+//    several joins become one change; with no generation yet (the job's first, or the store lost
+//    its data) the window is max(settle, rejoin_window), so that every live agent is in the first
+//    generation published.
+//  - Survivors keep their relative order, with their healthy slots; then, up to max_nodes, come
+//    the benched nodes (every slot of them evicted, known only from their eviction records) whose
+//    cool-down ended, and the candidates in join order. The other live candidates stand by. Below
+//    min_nodes the generation's status is `waiting`.
 //  - A cordoned node is not admitted (hdp cordon): a member stays, a candidate or a benched node
 //    waits until it is uncordoned.
 //  - Evictions (eviction_policy.h): the node/slots in their cool-down are left out; a new one is
