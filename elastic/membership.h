@@ -33,6 +33,13 @@ struct NodeLease {
   std::int64_t lease_ms = 0;         // the lease's TTL (for its age: TTL less the time left); 0: not recorded
 };
 
+// Whether `a` and `b` (anything with a `node` and an `incarnation`: a Member, a NodeLease, a join
+// candidate) name the same incarnation of the same node.
+template <typename A, typename B>
+bool same_identity(const A& a, const B& b) {
+  return a.node == b.node && a.incarnation == b.incarnation;
+}
+
 struct Member {
   std::string node;
   std::string incarnation;
@@ -40,7 +47,7 @@ struct Member {
   std::vector<int> slots;  // local ranks, ascending; global ranks first_rank .. first_rank+size-1
   int first_rank = 0;
 
-  bool same_identity(const Member& other) const { return node == other.node && incarnation == other.incarnation; }
+  bool same_identity(const Member& other) const { return elastic::same_identity(*this, other); }
 };
 
 enum class GenerationStatus { kRunning, kWaiting };

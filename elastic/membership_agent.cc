@@ -195,14 +195,12 @@ void MembershipAgent::observe_requests(const std::optional<std::string>& value) 
     requests_ = {};
     return;
   }
-  try {
-    requests_ = decode_control(*value, keys::kControl);
-    bad_control_logged_.reset();
-  } catch (const InvalidArgument& e) {
-    if (bad_control_logged_ != *value) log()->error("node {}: ignoring the pending requests: {}", options_.node.node, e.what());
-    bad_control_logged_ = *value;
-    requests_ = {};
-  }
+  auto requests = bad_control_.decode(
+      *value, [&] { return decode_control(*value, keys::kControl); },
+      [&](const InvalidArgument& e) {
+        log()->error("node {}: ignoring the pending requests: {}", options_.node.node, e.what());
+      });
+  requests_ = requests ? std::move(*requests) : ControlRequests{};
 }
 
 // Remembers the highest generation seen (the lease reports it, so that numbering survives a Redis
@@ -214,8 +212,7 @@ void MembershipAgent::observe_generation(const std::optional<std::string>& numbe
   try {
     last_generation_ = std::max(last_generation_, decode_generation_number(*number, keys::kGeneration));
   } catch (const InvalidArgument& e) {
-    if (bad_generation_logged_ != *number) log()->error("node {}: ignoring it: {}", options_.node.node, e.what());
-    bad_generation_logged_ = *number;
+    if (bad_generation_.bad(*number)) log()->error("node {}: ignoring it: {}", options_.node.node, e.what());
   }
 }
 
@@ -255,9 +252,8 @@ void MembershipAgent::check_membership(const std::optional<std::string>& value) 
       }
       const Generation& generation = held->generation;
       const auto& mine = lease();
-      member = std::any_of(generation.members.begin(), generation.members.end(), [&](const Member& m) {
-        return m.node == mine.node && m.incarnation == mine.incarnation;
-      });
+      member = std::any_of(generation.members.begin(), generation.members.end(),
+                           [&](const Member& m) { return same_identity(m, mine); });
       view.world_size = generation.world_size();
       view.nodes = static_cast<int>(generation.members.size());
     }

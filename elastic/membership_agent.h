@@ -46,6 +46,7 @@
 #include <string>
 #include <vector>
 
+#include "common/warn_once.h"
 #include "elastic/control.h"
 #include "elastic/job_state.h"
 #include "elastic/leader_lease.h"
@@ -157,8 +158,8 @@ class MembershipAgent {
   std::int64_t last_generation_ = 0;
   void observe_requests(const std::optional<std::string>& value);
   ControlRequests requests_;
-  std::optional<std::string> bad_control_logged_;  // the last `control` value that did not decode
-  std::optional<std::string> bad_generation_logged_;  // the last `gen` value observe_generation() refused
+  WarnOnce bad_control_;     // the last `control` value that did not decode
+  WarnOnce bad_generation_;  // the last `gen` value observe_generation() refused (kept after a good one)
   // check_membership(): the generation last read and whether this incarnation is in it; when and
   // in which generation it last announced its join.
   std::int64_t checked_generation_ = -1;
