@@ -1,35 +1,36 @@
+// File: agents/agent.cc
+//
+// `hdp agent`'s orchestration and event loop (agent.h): one Asio thread runs the heartbeat, the
+// leader's tick, the signals, the drain and stop, and the end of the run; the workers are
+// SupervisedWorkers (supervised_workers.h) and the generation stream is watched by a
+// GenerationWatcher (generation_watcher.h).
 #include "agents/agent.h"
 
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <condition_variable>
-#include <functional>
-#include <mutex>
-#include <thread>
+#include <optional>
+#include <utility>
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include "agents/agent_metrics.h"
+#include "agents/generation_watcher.h"
+#include "agents/supervised_workers.h"
 #include "agents/systemd_notify.h"
 #include "agents/worker_channel.h"
 #include "agents/worker_supervisor.h"
 #include "common/error.h"
-#include "common/exit_codes.h"
-#include "elastic/redis_url.h"
 #include "common/log.h"
 #include "elastic/control.h"
-#include "elastic/generation_watch.h"
 #include "elastic/job_keys.h"
 #include "elastic/job_state.h"
 #include "elastic/membership_agent.h"
 #include "elastic/redis_store.h"
-#include "elastic/worker_env.h"
+#include "elastic/redis_url.h"
 #include "hdp/config.h"
 #include "metrics/timed_store.h"
 
@@ -39,136 +40,6 @@ namespace {
 namespace asio = boost::asio;
 using namespace elastic;
 using std::chrono::milliseconds;
-
-// The node's workers for the control plane: the supervisor's processes, started with the
-// worker contract's environment for the incarnation being started.
-class SupervisedWorkers final : public NodeWorkers {
- public:
-  SupervisedWorkers(const AgentOptions& options, WorkerSupervisor& supervisor, AgentMetrics* metrics,
-                    const WorkerChannel& channel)
-      : options_(options), supervisor_(supervisor), metrics_(metrics), channel_(channel) {}
-
-  std::vector<int> healthy() const override { return supervisor_.healthy(); }
-  void kill_all() override { supervisor_.kill_and_reap_all(); }
-  void start_all(const NodeLease& lease) override {
-    supervisor_.start_all([this, incarnation = lease.incarnation](int slot) {
-      return worker_environment(incarnation, slot);
-    });
-  }
-
- private:
-  // The worker's whole environment: the agent's, with every variable of the worker contract
-  // (elastic/worker_env.h) replaced by this agent's values, so its flags win over what it inherited.
-  std::vector<std::string> worker_environment(const std::string& incarnation, int slot) const {
-    WorkerEnvironment values;
-    values.job = options_.job;
-    values.redis_url = options_.redis_url;
-    values.redis_password_file = options_.redis_password_file;
-    values.sentinel_password_file = options_.sentinel_password_file;
-    values.node_id = options_.node_id;
-    values.incarnation = incarnation;
-    values.local_rank = slot;
-    values.nproc_per_node = options_.slots;
-    values.advertise_address = options_.advertise_address;
-    values.agent_pid = static_cast<int>(getpid());
-    values.agent_channel = channel_.name();
-    if (metrics_) {
-      metrics_->worker_gone(slot);  // a new process: nothing of its predecessor's
-      values.metrics_file = metrics_->worker_file(slot).string();
-    }
-    return elastic::worker_environment(values, environ);
-  }
-
-  const AgentOptions& options_;
-  WorkerSupervisor& supervisor_;
-  AgentMetrics* metrics_;
-  const WorkerChannel& channel_;
-};
-
-// Blocks on the job's `generations` stream (elastic/generation_watch.h) on a thread of its own,
-// but only while the Asio thread lets it: the agent has one Redis connection, and a blocking read
-// holds it, so the Asio thread grants the watch the time until its next heartbeat (allow_until)
-// after each heartbeat and after each notice. Each read's outcome (a new generation or none) is
-// posted to the Asio thread, which then grants again. stop() wakes a blocked read
-// (Store::stop_stream_reads) and joins the thread.
-class GenerationWatcher {
- public:
-  using Clock = std::chrono::steady_clock;
-  GenerationWatcher(std::shared_ptr<Store> store, std::shared_ptr<elastic::GenerationRecords> records,
-                    asio::io_context& io, std::function<void(std::optional<std::int64_t>)> on_read)
-      : store_(std::move(store)),
-        watch_(store_, std::move(records)),
-        io_(io),
-        on_read_(std::move(on_read)),
-        thread_([this] { run(); }) {}
-  ~GenerationWatcher() { stop(); }
-
-  void allow_until(Clock::time_point deadline) {
-    {
-      std::lock_guard lock(mutex_);
-      grant_ = deadline;
-    }
-    wake_.notify_all();
-  }
-  void stop() {
-    {
-      std::lock_guard lock(mutex_);
-      if (stop_) return;
-      stop_ = true;
-    }
-    wake_.notify_all();
-    store_->stop_stream_reads();
-    thread_.join();
-  }
-
- private:
-  void run() {
-    for (;;) {
-      Clock::time_point deadline;
-      {
-        std::unique_lock lock(mutex_);
-        wake_.wait(lock, [&] { return stop_ || grant_; });
-        if (stop_) return;
-        deadline = *std::exchange(grant_, std::nullopt);
-      }
-      const std::optional<std::int64_t> generation = read(deadline);
-      asio::post(io_, [this, generation] { on_read_(generation); });
-    }
-  }
-
-  // One read of the stream until `deadline`. (Its own function, returning the optional: GCC 12 at
-  // -O2 left a local optional with an undefined engaged flag after `generation = watch_.wait(...)`
-  // threw, and the agent told its workers a garbage generation.)
-  std::optional<std::int64_t> read(Clock::time_point deadline) {
-    const auto block = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-    if (block < milliseconds(10)) return std::nullopt;
-    try {
-      return watch_.wait(block);
-    } catch (const Error& e) {
-      // Unreachable or garbage: the heartbeat reads `gen` anyway. Wait out the grant, so that a
-      // store that is down costs no busy loop.
-      const auto now = Clock::now();
-      if (now - logged_ >= std::chrono::seconds(30)) {
-        log()->warn("watching the generation stream: {} (the heartbeat reads the generation meanwhile)", e.what());
-        logged_ = now;
-      }
-      std::unique_lock lock(mutex_);
-      wake_.wait_until(lock, deadline, [&] { return stop_; });
-      return std::nullopt;
-    }
-  }
-
-  std::shared_ptr<Store> store_;
-  GenerationWatch watch_;
-  asio::io_context& io_;
-  std::function<void(std::optional<std::int64_t>)> on_read_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stop_ = false;                          // guarded by mutex_
-  std::optional<Clock::time_point> grant_;     // guarded by mutex_
-  Clock::time_point logged_{};
-  std::thread thread_;  // last: starts once the members above exist
-};
 
 class Agent {
  public:
@@ -432,15 +303,8 @@ class Agent {
   void wait_for_children() {
     child_signal_.async_wait([this](const boost::system::error_code& error, int) {
       if (error) return;
-      int status = 0;
-      pid_t pid;
-      while ((pid = waitpid(-1, &status, WNOHANG)) > 0) supervisor_.on_exit(pid, status);
-      if (metrics_) {
-        const auto healthy = supervisor_.healthy();
-        for (int slot = 0; slot < options_.slots; ++slot) {
-          if (std::find(healthy.begin(), healthy.end(), slot) == healthy.end()) metrics_->worker_gone(slot);
-        }
-      }
+      supervisor_.reap();
+      workers_.forget_gone();
       wait_for_children();
     });
   }
@@ -458,18 +322,17 @@ class Agent {
       if (supervisor_.all_exited()) finish(*stop_outcome_);
       return;
     }
-    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    // The job failed for good (3), or its configuration cannot run (2, a usage error of the
-    // worker): restarting the worker would fail the same way.
-    if (code == kExitJobFailed || code == kExitUsage) return begin_stop(AgentOutcome::kJobFailed, SIGTERM);
-    if (code == 0) {
-      // A worker that exited cleanly: the job completed, or its ranks agreed to stop (a signal
-      // reached a worker but not this agent); the job's outcome tells which.
-      if (supervisor_.all_exited()) {
-        watcher_.stop();  // the store is needed now, not at the next heartbeat
-        finish(elastic::job_completed(control_.store()) ? AgentOutcome::kCompleted : AgentOutcome::kDrained);
-      }
-      return;
+    switch (classify_exit(status)) {
+      case WorkerExit::kJobFailed: return begin_stop(AgentOutcome::kJobFailed, SIGTERM);
+      case WorkerExit::kClean:
+        // The job completed, or its ranks agreed to stop (a signal reached a worker but not this
+        // agent); the job's outcome tells which.
+        if (supervisor_.all_exited()) {
+          watcher_.stop();  // the store is needed now, not at the next heartbeat
+          finish(elastic::job_completed(control_.store()) ? AgentOutcome::kCompleted : AgentOutcome::kDrained);
+        }
+        return;
+      case WorkerExit::kFailed: break;
     }
     if (exhausted_slots_ == options_.slots) {
       error_ = std::make_exception_ptr(Error("node " + options_.node_id + ": every worker failed " +

@@ -3,10 +3,18 @@
 // `hdp agent`: one per node. Registers the node's lease, runs one worker per slot, keeps the
 // lease alive, takes part in leader election (the leader runs the MembershipController), and
 // handles signals:
-//   SIGTERM / SIGINT / SIGUSR1: drain — workers get SIGTERM (they checkpoint and exit), the agent
-//   waits up to drain_timeout, deregisters and returns kDrained; a second signal ends at once.
+//   SIGTERM / SIGINT: a drain of this node (systemctl stop; `hdp drain` of this node's incarnation
+//   acts alike): the workers get SIGTERM and leave at a step boundary while the job goes on
+//   without this node (trainer/trainer.h);
+//   SIGUSR1: a stop of the whole job (Slurm's scancel --signal; `hdp stop` acts alike): the
+//   workers get SIGUSR1 and every rank of the job stops at one step boundary, with a checkpoint;
+//   either way the agent waits until its workers are out (killing them at drain_timeout),
+//   deregisters and returns kDrained; a second signal while it waits kills the workers and returns
+//   kDrained at once.
 // The control plane (registration, lease, leader candidacy, membership) is elastic::MembershipAgent
-// (elastic/membership_agent.h); this file adds the processes, signals and the event loop.
+// (elastic/membership_agent.h); the workers are SupervisedWorkers (agents/supervised_workers.h),
+// the generation stream's watch a GenerationWatcher (agents/generation_watcher.h); agent.cc is the
+// orchestration: signals and the event loop.
 // An agent whose lease was lost (paused or partitioned past it) notices at its next heartbeat,
 // kills its workers (they belong to a dead incarnation), registers anew and starts them again; one
 // whose lease and node claim were both lost with the store's data keeps its workers and its

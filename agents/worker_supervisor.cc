@@ -9,6 +9,14 @@
 
 namespace hdp::agents {
 
+WorkerExit classify_exit(int status) {
+  if (!WIFEXITED(status)) return WorkerExit::kFailed;
+  const int code = WEXITSTATUS(status);
+  if (code == 0) return WorkerExit::kClean;
+  if (code == kExitJobFailed || code == kExitUsage) return WorkerExit::kJobFailed;
+  return WorkerExit::kFailed;
+}
+
 WorkerSupervisor::WorkerSupervisor(boost::asio::io_context& io, Options options, ExitHandler on_final_exit)
     : io_(io), options_(std::move(options)), on_final_exit_(std::move(on_final_exit)), slots_(options_.slots) {}
 
@@ -35,17 +43,15 @@ bool WorkerSupervisor::on_exit(pid_t pid, int status) {
     if (s.pid != pid) continue;
     s.pid = -1;
     signal_group(pid, SIGKILL);  // whatever the worker left running in its group goes with it
-    const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    if (s.stopping || clean) {
+    const WorkerExit kind = classify_exit(status);
+    if (s.stopping || kind == WorkerExit::kClean) {
       log()->info("worker {} (pid {}) ended: {}", slot, pid, describe_status(status));
       on_final_exit_(slot, status, false);
     } else if (s.restarts >= options_.max_restarts) {
       log()->error("worker {} (pid {}) failed: {}; no restarts left ({} used)", slot, pid, describe_status(status),
                    s.restarts);
       on_final_exit_(slot, status, true);
-    } else if (WIFEXITED(status) && (WEXITSTATUS(status) == kExitJobFailed || WEXITSTATUS(status) == kExitUsage)) {
-      // The worker's word that the job failed permanently (3), or that its configuration cannot
-      // run (2): restarting cannot help.
+    } else if (kind == WorkerExit::kJobFailed) {
       log()->error("worker {} (pid {}) reports the job failed ({})", slot, pid, describe_status(status));
       on_final_exit_(slot, status, false);
     } else {
@@ -62,6 +68,12 @@ bool WorkerSupervisor::on_exit(pid_t pid, int status) {
     return true;
   }
   return false;
+}
+
+void WorkerSupervisor::reap() {
+  int status = 0;
+  pid_t pid;
+  while ((pid = waitpid(-1, &status, WNOHANG)) > 0) on_exit(pid, status);
 }
 
 std::vector<int> WorkerSupervisor::healthy() const {

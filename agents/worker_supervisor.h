@@ -1,8 +1,9 @@
 // File: agents/worker_supervisor.h
 //
 // One worker process per slot: started with its slot's environment, restarted with backoff when
-// it crashes (up to max_restarts per slot; never after exit 3 or 2, common/exit_codes.h), never left behind (process groups + PDEATHSIG, see
-// agents/process.h). The agent reaps children on SIGCHLD and hands each exit to on_exit().
+// it crashes (up to max_restarts per slot; never after exit 3 or 2, common/exit_codes.h: see
+// classify_exit()), never left behind (process groups + PDEATHSIG, see agents/process.h). The
+// agent calls reap() on SIGCHLD, which hands each exit to on_exit().
 // Single-threaded: every call runs on the agent's io_context thread.
 #pragma once
 
@@ -18,6 +19,15 @@
 #include "elastic/backoff.h"
 
 namespace hdp::agents {
+
+// What a worker's exit status (waitpid's) says of the job.
+enum class WorkerExit {
+  kClean,      // exit 0: the job completed, or its ranks agreed to stop
+  kJobFailed,  // exit 3 (the job failed permanently) or 2 (its configuration cannot run):
+               // restarting the worker would fail the same way
+  kFailed,     // anything else (another exit code, a signal): a restart may help
+};
+WorkerExit classify_exit(int status);
 
 class WorkerSupervisor {
  public:
@@ -40,6 +50,9 @@ class WorkerSupervisor {
   void start_all(Environment environment);
   // Returns true when `pid` was one of ours.
   bool on_exit(pid_t pid, int status);
+  // Reaps every child that has exited (the agent's children are its workers) and hands each to
+  // on_exit(); never blocks.
+  void reap();
 
   std::vector<int> healthy() const;  // slots whose worker is running
   bool all_exited() const;

@@ -45,19 +45,17 @@ bool covers(const std::vector<double>& weights, const std::vector<std::uint64_t>
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
-}  // namespace
-
-BlendedPieces::BlendedPieces(std::vector<BlendMember> members, std::uint64_t seed) : members_(std::move(members)) {
-  if (members_.empty()) throw InvalidArgument("data blend: no dataset");
-  if (members_.size() > kMaxBlendMembers) {
-    throw InvalidArgument("data blend: " + std::to_string(members_.size()) + " datasets, at most " +
+// Labels the members that have none; checks every member (a positive finite weight, a source
+// with pieces); returns their piece counts n_d.
+std::vector<std::uint64_t> check_members(std::vector<BlendMember>& members) {
+  if (members.empty()) throw InvalidArgument("data blend: no dataset");
+  if (members.size() > kMaxBlendMembers) {
+    throw InvalidArgument("data blend: " + std::to_string(members.size()) + " datasets, at most " +
                           std::to_string(kMaxBlendMembers));
   }
-  const std::size_t n = members_.size();
-  std::vector<std::uint64_t> sizes(n);
-  double sum = 0;
-  for (std::size_t d = 0; d < n; ++d) {
-    BlendMember& m = members_[d];
+  std::vector<std::uint64_t> sizes(members.size());
+  for (std::size_t d = 0; d < members.size(); ++d) {
+    BlendMember& m = members[d];
     if (m.label.empty()) m.label = "dataset " + std::to_string(d + 1);
     if (!(std::isfinite(m.weight) && m.weight > 0)) {
       throw InvalidArgument("data blend: '" + m.label + "' has weight " + format_short(m.weight) +
@@ -66,18 +64,28 @@ BlendedPieces::BlendedPieces(std::vector<BlendMember> members, std::uint64_t see
     if (!m.source) throw InvalidArgument("data blend: '" + m.label + "' has no piece source");
     sizes[d] = m.source->piece_count();
     if (sizes[d] == 0) throw InvalidArgument("data blend: '" + m.label + "' holds no piece");
-    sum += m.weight;
   }
-  if (!std::isfinite(sum)) throw InvalidArgument("data blend: the weights' sum is not finite");
-  weights_.resize(n);
-  for (std::size_t d = 0; d < n; ++d) weights_[d] = members_[d].weight / sum;
+  return sizes;
+}
 
-  // K: the fewest virtual pieces that read each member's pieces once. Refused above the cap before
-  // anything of that size is allocated; the member that needs the most is the one to name.
+// The weights divided by their sum.
+std::vector<double> normalised_weights(const std::vector<BlendMember>& members) {
+  double sum = 0;
+  for (const BlendMember& m : members) sum += m.weight;
+  if (!std::isfinite(sum)) throw InvalidArgument("data blend: the weights' sum is not finite");
+  std::vector<double> weights(members.size());
+  for (std::size_t d = 0; d < members.size(); ++d) weights[d] = members[d].weight / sum;
+  return weights;
+}
+
+// K: the fewest virtual pieces that read each member's pieces once. Refused above the cap before
+// anything of that size is allocated; the member that needs the most is the one to name.
+std::uint64_t virtual_piece_count(const std::vector<BlendMember>& members, const std::vector<double>& weights,
+                                  const std::vector<std::uint64_t>& sizes) {
   std::size_t widest = 0;
   double need = 0;
-  for (std::size_t d = 0; d < n; ++d) {
-    const double k = std::ceil(static_cast<double>(sizes[d]) / weights_[d]);
+  for (std::size_t d = 0; d < members.size(); ++d) {
+    const double k = std::ceil(static_cast<double>(sizes[d]) / weights[d]);
     if (k > need) {
       need = k;
       widest = d;
@@ -86,29 +94,34 @@ BlendedPieces::BlendedPieces(std::vector<BlendMember> members, std::uint64_t see
   const auto refuse = [&](double pieces) {
     const std::size_t d = widest;
     throw InvalidArgument(
-        "data blend: '" + members_[d].label + "' has " + std::to_string(sizes[d]) + " pieces at weight " +
-        format_short(members_[d].weight) + " (" + format_short(100 * weights_[d]) +
+        "data blend: '" + members[d].label + "' has " + std::to_string(sizes[d]) + " pieces at weight " +
+        format_short(members[d].weight) + " (" + format_short(100 * weights[d]) +
         "%): reading each of them once an epoch takes " + format_short(pieces) +
         " virtual pieces, above the limit of " + std::to_string(kMaxBlendPieces) +
-        " (the other datasets would be repeated to keep the weights); give '" + members_[d].label +
+        " (the other datasets would be repeated to keep the weights); give '" + members[d].label +
         "' a larger weight, or blend a smaller part of it");
   };
   if (!(need <= static_cast<double>(kMaxBlendPieces))) refuse(need);
   std::uint64_t k_total = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(need));
-  while (!covers(weights_, sizes, k_total)) ++k_total;
-  while (k_total > 1 && covers(weights_, sizes, k_total - 1)) --k_total;
+  while (!covers(weights, sizes, k_total)) ++k_total;
+  while (k_total > 1 && covers(weights, sizes, k_total - 1)) --k_total;
   if (k_total > kMaxBlendPieces) refuse(static_cast<double>(k_total));
+  return k_total;
+}
 
-  // c_d: w_d * K by the largest remainder (ties to the lower index). Each is at least
-  // floor(w_d * K) >= n_d, as K covers.
-  counts_.resize(n);
+// c_d: w_d * K by the largest remainder (ties to the lower index). Each is at least
+// floor(w_d * K) >= n_d, as K covers.
+std::vector<std::uint64_t> member_counts(const std::vector<double>& weights, const std::vector<std::uint64_t>& sizes,
+                                         std::uint64_t k_total) {
+  const std::size_t n = weights.size();
+  std::vector<std::uint64_t> counts(n);
   std::vector<double> remainder(n);
   std::uint64_t assigned = 0;
   for (std::size_t d = 0; d < n; ++d) {
-    const double q = weights_[d] * static_cast<double>(k_total);
-    counts_[d] = static_cast<std::uint64_t>(std::floor(q));
-    remainder[d] = q - static_cast<double>(counts_[d]);
-    assigned += counts_[d];
+    const double q = weights[d] * static_cast<double>(k_total);
+    counts[d] = static_cast<std::uint64_t>(std::floor(q));
+    remainder[d] = q - static_cast<double>(counts[d]);
+    assigned += counts[d];
   }
   HDP_CHECK(assigned <= k_total && k_total - assigned <= n,
             "blend counts " + std::to_string(assigned) + " of " + std::to_string(k_total));
@@ -116,50 +129,71 @@ BlendedPieces::BlendedPieces(std::vector<BlendMember> members, std::uint64_t see
   std::iota(by_remainder.begin(), by_remainder.end(), std::size_t{0});
   std::stable_sort(by_remainder.begin(), by_remainder.end(),
                    [&](std::size_t a, std::size_t b) { return remainder[a] > remainder[b]; });
-  for (std::uint64_t i = 0; i < k_total - assigned; ++i) ++counts_[by_remainder[i]];
+  for (std::uint64_t i = 0; i < k_total - assigned; ++i) ++counts[by_remainder[i]];
   for (std::size_t d = 0; d < n; ++d) {
-    HDP_CHECK(counts_[d] >= sizes[d], "blend member " + std::to_string(d) + " gets " + std::to_string(counts_[d]) +
-                                          " slots for " + std::to_string(sizes[d]) + " pieces");
+    HDP_CHECK(counts[d] >= sizes[d], "blend member " + std::to_string(d) + " gets " + std::to_string(counts[d]) +
+                                         " slots for " + std::to_string(sizes[d]) + " pieces");
   }
+  return counts;
+}
 
-  // d(k): every member's slots merged in the order of their ideal places (m - 1/2) / c_d, i.e. of
-  // (2 a_d + 1) / (2 c_d) with a_d the slots given so far, compared exactly in integers
-  // ((2 a + 1) * c < 2^31 * 2^30). The slots below place 1 are exactly the c_d of each member, so
-  // after K picks every member has its c_d.
+// d(k) into `ids` and the prefix counts every kBlendBlock virtual pieces into `prefix`: every
+// member's slots merged in the order of their ideal places (m - 1/2) / c_d, i.e. of
+// (2 a_d + 1) / (2 c_d) with a_d the slots given so far, compared exactly in integers
+// ((2 a + 1) * c < 2^31 * 2^30). The slots below place 1 are exactly the c_d of each member, so
+// after K picks every member has its c_d.
+void spread_slots(const std::vector<std::uint64_t>& counts, std::uint64_t k_total, std::vector<std::uint8_t>& ids,
+                  std::vector<std::uint32_t>& prefix) {
+  const std::size_t n = counts.size();
   const auto later = [&](std::size_t a, std::size_t b, const std::vector<std::uint64_t>& given) {
-    const std::uint64_t ka = (2 * given[a] + 1) * counts_[b], kb = (2 * given[b] + 1) * counts_[a];
+    const std::uint64_t ka = (2 * given[a] + 1) * counts[b], kb = (2 * given[b] + 1) * counts[a];
     return ka != kb ? ka > kb : a > b;
   };
   std::vector<std::uint64_t> given(n, 0);
   const auto cmp = [&](std::size_t a, std::size_t b) { return later(a, b, given); };
   std::priority_queue<std::size_t, std::vector<std::size_t>, decltype(cmp)> next(cmp);
   for (std::size_t d = 0; d < n; ++d) next.push(d);
-  ids_.resize(k_total);
-  prefix_.reserve((k_total / kBlendBlock + 1) * n);
+  ids.resize(k_total);
+  prefix.reserve((k_total / kBlendBlock + 1) * n);
   for (std::uint64_t k = 0; k < k_total; ++k) {
     if (k % kBlendBlock == 0) {
-      for (std::size_t d = 0; d < n; ++d) prefix_.push_back(static_cast<std::uint32_t>(given[d]));
+      for (std::size_t d = 0; d < n; ++d) prefix.push_back(static_cast<std::uint32_t>(given[d]));
     }
     const std::size_t d = next.top();
     next.pop();
-    ids_[k] = static_cast<std::uint8_t>(d);
-    if (++given[d] < counts_[d]) next.push(d);
+    ids[k] = static_cast<std::uint8_t>(d);
+    if (++given[d] < counts[d]) next.push(d);
   }
-  HDP_CHECK(given == counts_, "blend slots differ from the counts");
+  HDP_CHECK(given == counts, "blend slots differ from the counts");
+}
 
-  // perm_d of each upsampled member: a Fisher-Yates shuffle as epoch_order's.
-  order_.resize(n);
-  for (std::size_t d = 0; d < n; ++d) {
-    if (counts_[d] == sizes[d]) continue;
-    std::vector<std::uint32_t>& order = order_[d];
+// perm_d of each upsampled member (empty for the others): a Fisher-Yates shuffle as epoch_order's.
+std::vector<std::vector<std::uint32_t>> upsampled_orders(const std::vector<std::uint64_t>& counts,
+                                                         const std::vector<std::uint64_t>& sizes, std::uint64_t seed) {
+  std::vector<std::vector<std::uint32_t>> orders(counts.size());
+  for (std::size_t d = 0; d < counts.size(); ++d) {
+    if (counts[d] == sizes[d]) continue;
+    std::vector<std::uint32_t>& order = orders[d];
     order.resize(sizes[d]);
     std::iota(order.begin(), order.end(), std::uint32_t{0});
     std::mt19937_64 rng(mix(mix(seed, kPermutationSalt), d));
     for (std::uint64_t i = sizes[d]; i > 1; --i) std::swap(order[i - 1], order[uniform_below(rng, i)]);
   }
+  return orders;
+}
+
+}  // namespace
+
+BlendedPieces::BlendedPieces(std::vector<BlendMember> members, std::uint64_t seed) : members_(std::move(members)) {
+  const std::vector<std::uint64_t> sizes = check_members(members_);
+  weights_ = normalised_weights(members_);
+  const std::uint64_t k_total = virtual_piece_count(members_, weights_, sizes);
+  counts_ = member_counts(weights_, sizes, k_total);
+  spread_slots(counts_, k_total, ids_, prefix_);
+  order_ = upsampled_orders(counts_, sizes, seed);
 
   std::string text = "blend\n" + std::to_string(seed) + "\n";
-  for (std::size_t d = 0; d < n; ++d) {
+  for (std::size_t d = 0; d < members_.size(); ++d) {
     text += format_double(weights_[d]) + " " + members_[d].source->fingerprint() + "\n";
   }
   fingerprint_ = fingerprint_of(text);

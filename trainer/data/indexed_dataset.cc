@@ -90,6 +90,19 @@ IndexedDataset::IndexedDataset(fs::path prefix, std::int64_t context, std::int64
       if (m.data) ::munmap(const_cast<unsigned char*>(m.data), m.size);
     }
   } idx_guard{idx};
+  const auto [sequences, entries] = read_header(idx);
+  bin_ = map(bin_path_);
+  const unsigned char* lengths = idx.data + kHeaderBytes;
+  const unsigned char* pointers = lengths + 4 * sequences;
+  const unsigned char* documents = pointers + 8 * sequences;
+  read_sequences(lengths, pointers, sequences);
+  check_document_index(documents, sequences, entries);
+  documents_ = entries - 1;
+  if (piece_count() == 0) bad(idx_path_, "holds no token");
+  fingerprint_ = fingerprint_of_files(idx);
+}
+
+std::pair<std::uint64_t, std::uint64_t> IndexedDataset::read_header(const Mapped& idx) {
   if (idx.size < kHeaderBytes) bad(idx_path_, "is " + std::to_string(idx.size) + " bytes, shorter than the 34-byte header");
   if (std::memcmp(idx.data, kMagic, sizeof kMagic) != 0) bad(idx_path_, "does not start with the MMIDIDX magic (offset 0)");
   const auto version = load<std::uint64_t>(idx.data + 9);
@@ -112,10 +125,11 @@ IndexedDataset::IndexedDataset(fs::path prefix, std::int64_t context, std::int64
                        std::to_string(expected) + " (the file is truncated or its counts are wrong)");
   }
   if (entries < 1) bad(idx_path_, "the document index is empty (offset 26)");
-  bin_ = map(bin_path_);
-  const unsigned char* lengths = idx.data + kHeaderBytes;
-  const unsigned char* pointers = lengths + 4 * sequences;
-  const unsigned char* documents = pointers + 8 * sequences;
+  return {sequences, entries};
+}
+
+void IndexedDataset::read_sequences(const unsigned char* lengths, const unsigned char* pointers,
+                                    std::uint64_t sequences) {
   lengths_.resize(sequences);
   pointers_.resize(sequences);
   piece_start_.resize(sequences + 1);
@@ -140,8 +154,12 @@ IndexedDataset::IndexedDataset(fs::path prefix, std::int64_t context, std::int64
     lengths_[s] = length;
     pointers_[s] = pointer;
     tokens_ += length;
-    piece_start_[s + 1] = piece_start_[s] + static_cast<std::uint64_t>((length + context - 1) / context);
+    piece_start_[s + 1] = piece_start_[s] + static_cast<std::uint64_t>((length + context_ - 1) / context_);
   }
+}
+
+void IndexedDataset::check_document_index(const unsigned char* documents, std::uint64_t sequences,
+                                          std::uint64_t entries) const {
   std::uint64_t previous = 0;
   for (std::uint64_t d = 0; d < entries; ++d) {
     const auto entry = load<std::int64_t>(documents + 8 * d);
@@ -154,15 +172,16 @@ IndexedDataset::IndexedDataset(fs::path prefix, std::int64_t context, std::int64
     }
     previous = static_cast<std::uint64_t>(entry);
   }
-  documents_ = entries - 1;
-  if (piece_count() == 0) bad(idx_path_, "holds no token");
+}
+
+std::string IndexedDataset::fingerprint_of_files(const Mapped& idx) const {
   constexpr std::size_t kEdge = std::size_t{1} << 20;
   const std::size_t head = std::min(kEdge, bin_.size), tail = std::min(kEdge, bin_.size - head);
-  std::string summary = "indexed " + std::to_string(context) + " " + std::to_string(bin_.size) + "\n";
+  std::string summary = "indexed " + std::to_string(context_) + " " + std::to_string(bin_.size) + "\n";
   summary += fingerprint_of({reinterpret_cast<const char*>(idx.data), idx.size});
   summary += fingerprint_of({reinterpret_cast<const char*>(bin_.data), head});
   summary += fingerprint_of({reinterpret_cast<const char*>(bin_.data) + bin_.size - tail, tail});
-  fingerprint_ = fingerprint_of(summary);
+  return fingerprint_of(summary);
 }
 
 IndexedDataset::~IndexedDataset() {

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "trainer/data/piece_source.h"
@@ -54,6 +55,14 @@ class IndexedDataset final : public PieceSource {
     std::size_t size = 0;
   };
   static Mapped map(const std::filesystem::path& path);
+  // The steps of the constructor, each checking what it reads (InvalidArgument naming the file
+  // and the offset): the header (magic, version, dtype, the index's size for its counts), which
+  // sets the dtype and returns the counts (sequences, document index entries); every sequence's
+  // length and pointer into lengths_, pointers_ and piece_start_; the document index.
+  std::pair<std::uint64_t, std::uint64_t> read_header(const Mapped& idx);
+  void read_sequences(const unsigned char* lengths, const unsigned char* pointers, std::uint64_t sequences);
+  void check_document_index(const unsigned char* documents, std::uint64_t sequences, std::uint64_t entries) const;
+  std::string fingerprint_of_files(const Mapped& idx) const;
 
   std::filesystem::path idx_path_, bin_path_;
   std::int64_t context_ = 0, vocab_ = 0;

@@ -1,9 +1,10 @@
 // File: trainer/data/tokenize.h
 //
-// Text to a Megatron-LM indexed dataset with a SentencePiece model (`hdp tokenize`, cli/): the
-// Tokenizer (Debian's libsentencepiece behind hdp's own interface: no SentencePiece header outside
-// tokenize.cc) and tokenize_to_indexed(), which reads documents, encodes them on several threads and
-// writes them in input order with IndexedDatasetWriter (indexed_writer.h).
+// Text to a Megatron-LM indexed dataset with a SentencePiece model (`hdp tokenize`, cli/):
+// tokenize_to_indexed(), which reads documents (document_sources.h), encodes them with the Tokenizer
+// (sentencepiece_tokenizer.h: Debian's libsentencepiece behind hdp's own interface, no SentencePiece
+// header outside sentencepiece_tokenizer.cc) on several threads (ordered_pipeline.h) and writes them
+// in input order with IndexedDatasetWriter (indexed_writer.h).
 //
 // Documents:
 //   - a directory: one regular file is one document, walked exactly as the training corpus walks
@@ -20,10 +21,9 @@
 // Each document gets the ids of its whole text as one string, as Megatron's preprocess_data.py encodes
 // it, and the model's end-of-sequence id is appended (Megatron's `--append-eod`). A model without an
 // eos piece is refused. A document that encodes to no token (only whitespace) is skipped and counted.
-// SentencePiece's time per string grows faster than its length (a 2 MB document takes 4x longer
-// whole than line by line), so when the model's lines are independent (Tokenizer::lines_independent,
-// true for spm_train's defaults) a long document is encoded in chunks of whole lines, which gives the
-// same ids; TokenizeOptions::whole_documents turns that off.
+// A long document is encoded in chunks of whole lines when the model's lines are independent
+// (Tokenizer::encode_document, sentencepiece_tokenizer.h), which gives the same ids faster;
+// TokenizeOptions::whole_documents turns that off.
 //
 // Deterministic: the batches are cut from the input alone (never from the thread count or timing) and
 // written in input order, so any number of threads writes byte-identical files; with several bad
@@ -34,52 +34,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
-#include <memory>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "trainer/data/indexed_writer.h"
+#include "trainer/data/sentencepiece_tokenizer.h"
 
 namespace hdp::trainer::data {
-
-// A SentencePiece model. Loading throws InvalidArgument naming the file (missing, unreadable, not a
-// model). encode() is const and may be called from several threads at once.
-class Tokenizer {
- public:
-  explicit Tokenizer(const std::filesystem::path& model);
-  ~Tokenizer();
-  Tokenizer(const Tokenizer&) = delete;
-  Tokenizer& operator=(const Tokenizer&) = delete;
-
-  std::int64_t vocab_size() const;
-  // The end-of-sequence id, -1 when the model has none.
-  std::int32_t eos_id() const;
-  // Appends the ids of `text` as one string (no BOS/EOS added). Throws Error if SentencePiece fails.
-  void encode(std::string_view text, std::vector<std::int32_t>& ids) const;
-  // The text of `ids` (SentencePiece's decoding: pieces joined, the whitespace mark a space).
-  // InvalidArgument for an id outside the vocabulary.
-  std::string decode(const std::vector<std::int32_t>& ids) const;
-
-  // Whether a text's ids are the concatenation of its lines' ids (lines split at '\n'), decided at
-  // load: no piece holds '\n' or '\r', none holds the whitespace mark U+2581 but as its first
-  // character (pieces never span a word boundary: spm_train's --split_by_whitespace, the default),
-  // and probe texts with newlines in every position (blank lines, CRLF, spaces and tabs around them,
-  // a leading and a trailing newline) encode to their lines' ids: the normaliser turns a newline into
-  // whitespace that it collapses (spm_train's default nmt_nfkc does; an identity normaliser that keeps
-  // newlines, as LLaMA's model, does not).
-  bool lines_independent() const { return lines_independent_; }
-  // The ids of encode(text); for a long text with lines_independent(), computed in chunks of whole
-  // lines of about 1 KiB (and `whole` false).
-  void encode_document(std::string_view text, std::vector<std::int32_t>& ids, bool whole = false) const;
-
- private:
-  bool check_lines_independent() const;
-
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-  bool lines_independent_ = false;
-};
 
 struct TokenizeOptions {
   std::filesystem::path tokenizer;  // a SentencePiece .model

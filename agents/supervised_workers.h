@@ -1,0 +1,47 @@
+// File: agents/supervised_workers.h
+//
+// The node's workers as the control plane sees them (elastic::NodeWorkers,
+// elastic/membership_agent.h): the WorkerSupervisor's processes (agents/worker_supervisor.h),
+// each started with the worker contract's environment (elastic/worker_env.h) for the incarnation
+// being started: the agent's own environment with every variable of the contract replaced by this
+// agent's values, so its flags win over what it inherited. With metrics, each worker gets its own
+// metrics file, and the metrics of a slot whose worker is gone are dropped (a new process starts
+// with nothing of its predecessor's). Single-threaded, as the supervisor: the agent's Asio thread.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "agents/agent.h"
+#include "agents/agent_metrics.h"
+#include "agents/worker_channel.h"
+#include "agents/worker_supervisor.h"
+#include "elastic/membership_agent.h"
+
+namespace hdp::agents {
+
+class SupervisedWorkers final : public elastic::NodeWorkers {
+ public:
+  // `metrics` may be null (no metrics). Every argument must outlive this object.
+  SupervisedWorkers(const AgentOptions& options, WorkerSupervisor& supervisor, AgentMetrics* metrics,
+                    const WorkerChannel& channel)
+      : options_(options), supervisor_(supervisor), metrics_(metrics), channel_(channel) {}
+
+  std::vector<int> healthy() const override { return supervisor_.healthy(); }
+  void kill_all() override { supervisor_.kill_and_reap_all(); }
+  void start_all(const elastic::NodeLease& lease) override;
+
+  // After the supervisor reaped: the metrics of every slot with no running worker are dropped.
+  void forget_gone() const;
+
+ private:
+  // The whole environment of the worker of `slot` for `incarnation`.
+  std::vector<std::string> worker_environment(const std::string& incarnation, int slot) const;
+
+  const AgentOptions& options_;
+  WorkerSupervisor& supervisor_;
+  AgentMetrics* metrics_;
+  const WorkerChannel& channel_;
+};
+
+}  // namespace hdp::agents
