@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/text.h"
 
 namespace hdp::elastic {
 namespace {
@@ -101,7 +102,7 @@ std::pair<std::string, int> SentinelResolver::find_address(const std::string& wh
   if (!search.answer) {
     if (!search.knew_nothing.empty()) {
       // A mistyped name: retrying would not help (a sentinel that did not answer is not asked).
-      throw InvalidArgument(what + ": the sentinels at " + search.knew_nothing + " do not know a master named '" +
+      throw InvalidArgument(what + ": the sentinels at " + join(search.knew_nothing) + " do not know a master named '" +
                             endpoint_.master_name + "'");
     }
     if (!search.auth_failure.empty()) throw AuthError(what + ": " + search.auth_failure);
@@ -122,7 +123,7 @@ void SentinelResolver::ask_address(const std::string& what, std::size_t i, Durat
     const auto connection = connect_sentinel(i, connect_timeout, command_timeout, remaining);
     const RedisReply reply = connection->command({"SENTINEL", "get-master-addr-by-name", endpoint_.master_name});
     if (reply.type == RedisReply::Type::kNil) {
-      search.knew_nothing += (search.knew_nothing.empty() ? "" : ",") + where;
+      search.knew_nothing.push_back(where);
       log()->debug("{}: the sentinel at {} knows no master named '{}'", what, where, endpoint_.master_name);
       return;
     }

@@ -102,7 +102,7 @@ class SentinelResolver {
   struct AddressSearch {
     std::optional<std::pair<std::string, int>> answer;  // host, port
     std::size_t answered_by = 0;
-    std::string knew_nothing;  // the sentinels that answered nil, "h1:p1,h2:p2"
+    std::vector<std::string> knew_nothing;  // the sentinels that answered nil, as host:port
     std::string last_error, auth_failure;
     bool every_one_asked = true;
   };
