@@ -43,6 +43,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -321,9 +322,13 @@ TEST_F(TrainerCluster, AWholeJobKilledAndRestartedCountsTheStepsItRedoes) {
   const auto run = read_metrics(dir.path() / "metrics.jsonl");
   const auto [replayed, worst] = compare(run, cluster.all_logs());
   EXPECT_GE(replayed, restore->second) << "the steps counted lost were redone";
-  expect_final(dir.path(), /*bitwise=*/true);
+  // Bitwise while the job only ever ran on 4 ranks, as compare() judges the losses: the restarted
+  // agents join within the settle window on a quiet machine, but one that registers later (a
+  // loaded machine) lets the other's node run a few steps alone, on 2 ranks, first.
+  const bool four_ranks_only = std::all_of(run.begin(), run.end(), [](const StepLine& l) { return l.world == 4; });
+  expect_final(dir.path(), /*bitwise=*/four_ranks_only);
   std::cout << "reported step " << reported << ", restored step " << restore->first << ": " << restore->second
-            << " step(s) lost and redone\n";
+            << " step(s) lost and redone" << (four_ranks_only ? "" : "; some steps ran on fewer than 4 ranks") << "\n";
 }
 
 // The store gone for good (redis-server SIGKILLed, never started again; what a primary down with
