@@ -3,9 +3,11 @@
 // `hdp train`: the elastic HDP trainer. One process per rank, started by an agent; it trains the
 // LLaMA model over whatever ranks the current generation has (docs/architecture.md, "The trainer").
 // trainer.cc is the orchestration below; the training state and step 2 are trainer/recovery.h's,
-// speeds and evictions trainer/straggler_monitor.h's, what is reported trainer/step_reporter.h's,
-// the injected faults trainer/fault_injection.h's, and what the configuration builds (data, cost
-// model, checkpoint layout) trainer/training_setup.h's.
+// the boundary of step 3 trainer/step_boundary.h's, the requests and live settings acted on there
+// trainer/job_requests.h's, the redundant shards trainer/shard_copies.h's, the held-out loss
+// trainer/evaluation.h's, speeds and evictions trainer/straggler_monitor.h's, what is reported
+// trainer/step_reporter.h's, the injected faults trainer/fault_injection.h's, and what the
+// configuration builds (data, cost model, checkpoint layout) trainer/training_setup.h's.
 //
 // Per generation (trainer/elastic_loop.h runs the outer loop and builds the "main" communicator):
 //   1. the checkpoint writer's own communicator ("ckpt" channel) is connected;
