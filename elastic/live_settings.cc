@@ -89,12 +89,6 @@ std::string value_text(const LiveSetting& s, double value) {
 
 }  // namespace
 
-bool LiveValues::operator==(const LiveValues& o) const {
-  return straggler_threshold == o.straggler_threshold && straggler_strikes == o.straggler_strikes &&
-         evict_stragglers == o.evict_stragglers && cooldown.base_ms == o.cooldown.base_ms &&
-         cooldown.max_ms == o.cooldown.max_ms && checkpoint_every == o.checkpoint_every && log_every == o.log_every;
-}
-
 LiveTable live_settings() { return kLiveSettings; }
 
 std::optional<double> LiveSettings::value(std::string_view name) const {

@@ -36,7 +36,7 @@ struct LiveValues {
   std::int64_t checkpoint_every = 50; // steps between checkpoints
   int log_every = 1;                  // rank 0 prints one line per this many steps
 
-  bool operator==(const LiveValues& other) const;
+  bool operator==(const LiveValues&) const = default;
 };
 
 enum class SettingKind { kReal, kInteger, kBoolean };

@@ -122,6 +122,7 @@ struct Cooldown {
   std::int64_t base_ms = 60'000;
   std::int64_t max_ms = 3'600'000;
   std::int64_t after(std::int64_t previous_evictions) const;
+  bool operator==(const Cooldown&) const = default;
 };
 
 // A worker the trainer's rank 0 of generation g asks the leader to evict for being slow (key
