@@ -5,11 +5,14 @@
 //   - the agents record `store_primary` = the primary, and no failover (`store_failovers` absent);
 //     `hdp status` and `hdp status --json` show it;
 //   - after the primary is SIGKILLed and the sentinels promote a replica, `store_primary` names the
-//     new primary and `store_failovers` is 1, a few heartbeats later too: both agents saw the
-//     move, one counted it (one agent logged it);
+//     sentinels' primary and `store_failovers` counts the moves once, a few heartbeats later too:
+//     both agents saw the move, one counted it (one agent logged it). The count is 1 when the
+//     sentinels failed over once (as they do unloaded). On a loaded machine they may fail over
+//     again (the fresh primary judged down too); the count is then between 1 and the sentinels'
+//     switches (an agent that was away during the middle primary moves once), never above;
 //   - `hdp status --json` and the text show it; each agent's /metrics has
 //     hdp_agent_store_primary_info{primary="<new>"} 1 (and no series of the old primary) and
-//     hdp_agent_store_failovers_total 1; both agents still run.
+//     hdp_agent_store_failovers_total between 1 and the switches; both agents still run.
 // The agents are started by hand (AgentCluster starts its own redis-server).
 #include <gtest/gtest.h>
 
@@ -143,28 +146,51 @@ TEST_F(StorePrimary, AgentsRecordThePrimaryAndCountAFailoverOnce) {
   // cores shared with other tests (the sentinels' and the agents' timers slip under load).
   const auto killed = Clock::now();
   cluster_->kill_data(cluster_->data_index(old_port));
-  const int new_port = cluster_->wait_for_primary_change(old_port, 45s);
-  const std::string new_primary = "127.0.0.1:" + std::to_string(new_port);
+  const int first_port = cluster_->wait_for_primary_change(old_port, 45s);
   const double promoted = std::chrono::duration<double>(Clock::now() - killed).count();
+
+  // What the job must show is what the sentinels did. One failover is what the kill asks for, but
+  // on a loaded machine the sentinels may judge the freshly promoted primary down too (down-after
+  // is 1 s) and fail over once more. The job counts the moves its agents saw, once each: at least
+  // one, at most the sentinels' switches (an agent that reconnects after two switches moves once).
+  // So the truth is read from the sentinels each time: their primary now, the switches they logged.
+  std::string new_primary;
+  std::size_t switches = 0;
+  std::size_t failovers = 0;  // the job's count, once it agrees
+  const auto job_agrees = [&] {
+    try {
+      switches = cluster_->primary_switches().size();
+      new_primary = "127.0.0.1:" + std::to_string(cluster_->primary_port());
+    } catch (const Error&) {
+      return false;  // no sentinel answered this time
+    }
+    const auto counted = get(elastic::keys::kStoreFailovers);
+    if (get(elastic::keys::kStorePrimary) != new_primary || !counted) return false;
+    failovers = std::stoul(*counted);
+    return failovers >= 1 && failovers <= switches;
+  };
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(45s - (Clock::now() - killed));
-  const double moved = wait_until(
-      [&] { return get(elastic::keys::kStorePrimary) == new_primary && get(elastic::keys::kStoreFailovers) == "1"; },
-      std::max(left, std::chrono::milliseconds(1000)));
+  const double moved = wait_until(job_agrees, std::max(left, std::chrono::milliseconds(1000)));
   ASSERT_GE(moved, 0) << "store_primary " << get(elastic::keys::kStorePrimary).value_or("(none)")
                       << ", store_failovers " << get(elastic::keys::kStoreFailovers).value_or("(none)")
-                      << "; the sentinels name " << new_primary;
-  std::cout << "[ timing ] new primary named " << promoted << " s after the kill, recorded "
-            << std::chrono::duration<double>(Clock::now() - killed).count() << " s after it" << std::endl;
+                      << "; the sentinels name " << new_primary << " after " << switches << " switch(es)";
+  std::cout << "[ timing ] new primary 127.0.0.1:" << first_port << " named " << promoted
+            << " s after the kill, the job agreed with the sentinels (" << new_primary << ", " << failovers
+            << " failover(s)) " << std::chrono::duration<double>(Clock::now() - killed).count() << " s after it"
+            << std::endl;
+  if (switches > 1) std::cout << "[ note ] the sentinels failed over " << switches << " times" << std::endl;
 
-  // Both agents see the move (their /metrics), and it stays counted once: a few heartbeats later
-  // the counter is still 1.
+  // Both agents see the move (their /metrics), and it stays counted once per move: a few
+  // heartbeats later the count is still within [1, switches] (re-read, in case the sentinels moved
+  // again; an over-count stays above, so the wait cannot hide one).
   for (int port : {port1, port2}) {
     std::string text;
     const double seen = wait_until(
         [&] {
           text = scrape(port);
           return sample(text, "hdp_agent_store_primary_info", "primary=\"" + new_primary + "\"") == 1 &&
-                 sample(text, "hdp_agent_store_failovers_total") == 1;
+                 sample(text, "hdp_agent_store_failovers_total") >= 1 &&
+                 sample(text, "hdp_agent_store_failovers_total") <= static_cast<double>(switches);
         },
         15s);
     EXPECT_GE(seen, 0) << "port " << port << ":\n" << text;
@@ -174,21 +200,26 @@ TEST_F(StorePrimary, AgentsRecordThePrimaryAndCountAFailoverOnce) {
         << "the old primary's series is gone\n" << text;
   }
   std::this_thread::sleep_for(3s);  // three heartbeats
-  EXPECT_EQ(get(elastic::keys::kStoreFailovers), "1") << "counted once";
-  EXPECT_EQ(get(elastic::keys::kStorePrimary), new_primary);
-  // One agent counted it (and logged so); the other found the key equal.
+  EXPECT_GE(wait_until(job_agrees, 5s), 0)
+      << "counted once per move: store_failovers " << get(elastic::keys::kStoreFailovers).value_or("(none)")
+      << ", the sentinels switched " << switches << " time(s)";
+  // One agent counted each failover (and logged so); the other found the key equal.
   const std::string logs = agent_logs();
-  std::size_t counted = 0;
-  for (std::size_t at = 0; (at = logs.find("recorded as the job's failover 1", at)) != std::string::npos; ++at) ++counted;
-  EXPECT_EQ(counted, 1u) << logs;
+  for (std::size_t n = 1; n <= failovers; ++n) {
+    const std::string line = "recorded as the job's failover " + std::to_string(n);
+    std::size_t counted = 0;
+    for (std::size_t at = 0; (at = logs.find(line, at)) != std::string::npos; ++at) ++counted;
+    EXPECT_EQ(counted, 1u) << line << "\n" << logs;
+  }
+  EXPECT_EQ(logs.find("recorded as the job's failover " + std::to_string(failovers + 1)), std::string::npos) << logs;
 
   const auto r = status(true);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto facts = nlohmann::json::parse(r.out);
-  EXPECT_EQ(facts["store"], (nlohmann::json{{"primary", new_primary}, {"failovers", 1}})) << r.out;
+  EXPECT_EQ(facts["store"], (nlohmann::json{{"primary", new_primary}, {"failovers", failovers}})) << r.out;
   const auto text = status(false);
   ASSERT_EQ(text.exit_code, 0) << text.err;
-  EXPECT_NE(text.out.find("store: primary " + new_primary + ", 1 failover(s)\n"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("store: primary " + new_primary + ", " + std::to_string(failovers) + " failover(s)\n"), std::string::npos) << text.out;
   EXPECT_TRUE(n1->running());
   EXPECT_TRUE(n2->running());
 }

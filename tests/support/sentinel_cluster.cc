@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <deque>
 #include <fstream>
@@ -336,6 +337,24 @@ std::string SentinelCluster::sentinel_log_tail(int j, int lines) const {
   std::string text;
   for (const auto& line : tail) text += line + "\n";
   return text;
+}
+
+std::vector<std::string> SentinelCluster::primary_switches() const {
+  // Line shape: "<pid>:X <date> <time> # +switch-master <name> <old-ip> <old-port> <new-ip> <new-port>".
+  std::vector<std::string> switches;
+  for (const auto& sentinel : sentinels_) {
+    std::ifstream file(dir_ / (sentinel.name + ".log"));
+    for (std::string line; std::getline(file, line);) {
+      const auto at = line.find("+switch-master ");
+      if (at == std::string::npos) continue;
+      std::istringstream words(line.substr(at));
+      std::string event, name, old_ip, old_port, new_ip, new_port;
+      if (!(words >> event >> name >> old_ip >> old_port >> new_ip >> new_port)) continue;
+      const std::string entry = old_port + " " + new_port;
+      if (std::find(switches.begin(), switches.end(), entry) == switches.end()) switches.push_back(entry);
+    }
+  }
+  return switches;
 }
 
 }  // namespace hdp::test

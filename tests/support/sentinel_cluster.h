@@ -109,6 +109,10 @@ class SentinelCluster {
 
   // The last `lines` lines of sentinel j's log (for failure messages).
   std::string sentinel_log_tail(int j, int lines = 30) const;
+  // The failovers the sentinels have carried out so far, in order, each as "old-port new-port":
+  // the distinct `+switch-master` events of all sentinels' logs (each sentinel logs the switch
+  // it takes part in or learns of, so one failover appears in up to every log, once per pair).
+  std::vector<std::string> primary_switches() const;
 
  private:
   struct Process {
