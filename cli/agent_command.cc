@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "agents/agent.h"
+#include "agents/worker_count.h"
 #include "cli/build_info.h"
 #include "cli/commands.h"
 #include "cli/self_executable.h"
@@ -22,6 +23,7 @@
 #include "elastic/lease_timing.h"
 #include "elastic/membership.h"
 #include "elastic/prefix_store.h"
+#include "ops/tensor.h"
 
 namespace hdp::cli {
 namespace {
@@ -30,7 +32,7 @@ struct AgentFlags {
   JobOptions job;
   std::string node_id;
   std::string advertise;
-  int nproc = 0;
+  std::string nproc = "auto";
   std::string nnodes = "1:4096";
   int lease_ms = static_cast<int>(elastic::kDefaultLease.count());
   int settle_ms = 1000;
@@ -85,9 +87,11 @@ void add_agent_command(CLI::App& app) {
       ->envname("HDP_NODE_ID");
   command->add_option("--advertise-addr", flags->advertise, "Address workers publish to peers (default: the route to Redis)")
       ->envname("HDP_ADVERTISE_ADDR");
-  command->add_option("--nproc-per-node", flags->nproc, "Workers on this node (default: CUDA devices, else 1)")
+  command->add_option("--nproc-per-node", flags->nproc,
+                      "Workers on this node: N, gpu (one per visible CUDA device, refused without one) or auto "
+                      "(one per CUDA device, else 1)")
       ->envname("HDP_NPROC_PER_NODE")
-      ->check(CLI::Range(1, 1024));
+      ->capture_default_str();
   command->add_option("--nnodes", flags->nnodes, "Nodes the job runs on: N or MIN:MAX")
       ->envname("HDP_NNODES")
       ->capture_default_str();
@@ -133,7 +137,7 @@ void add_agent_command(CLI::App& app) {
     options.redis_url = flags->job.redis.url;
     options.redis_password_file = flags->job.redis.password_file;
     options.sentinel_password_file = flags->job.redis.sentinel_password_file;
-    options.slots = flags->nproc > 0 ? flags->nproc : std::max(1, cuda_device_count());
+    options.slots = agents::resolve_worker_count(flags->nproc, ops::cuda_device_count());
     // Lease, heartbeat, leader lease, tick and the Redis timeouts: derived and checked here, once.
     options.timing = elastic::derive_lease_timing(std::chrono::milliseconds(flags->lease_ms),
                                                   flags->job.redis.timeout_given());

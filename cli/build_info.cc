@@ -56,19 +56,6 @@ std::string hdf5_version() {
 
 }  // namespace
 
-int cuda_device_count() {
-#if HDP_HAVE_CUDA
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return devices;
-#else
-  return 0;
-#endif
-}
-
 nlohmann::json build_info() {
   return {{"version", HDP_VERSION},
           {"build_type", HDP_BUILD_TYPE},

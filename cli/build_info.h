@@ -14,9 +14,6 @@ namespace hdp::cli {
 // nccl {built, version}, transport {cpu, asio}, hdf5, hiredis.
 nlohmann::json build_info();
 
-// CUDA devices this process can use (0 without CUDA, a driver or a device).
-int cuda_device_count();
-
 // The same facts as readable lines.
 std::string format_build_info(const nlohmann::json& info);
 

@@ -11,15 +11,20 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 
 #include "cli/commands.h"
+#include "trainer/device_placement.h"
 #include "trainer/hf_model.h"
 #include "cli/exit_codes.h"
 #include "common/error.h"
+#include "common/log.h"
+#include "ops/tensor.h"
 #include "elastic/worker_env.h"
 #include "trainer/smoke_worker.h"
 #include "trainer/trainer.h"
@@ -43,7 +48,8 @@ struct TrainFlags {
   // The trainer's; model shape overrides apply on top of the preset.
   std::string model = "demo";
   std::string model_config;  // --model-config: a Hugging Face config.json instead of the preset
-  std::string dtype = "f32";
+  std::string dtype;   // empty: by device (trainer/device_placement.h)
+  std::string device = "cpu";
   int d_model = 0, layers = 0, heads = 0, kv_heads = 0, ffn_dim = 0;
   long warmup = -1, decay_steps = 0;
   long max_rank_memory_mb = -1;
@@ -61,6 +67,19 @@ long default_rank_memory_mb(int nproc_per_node) {
   return static_cast<long>((static_cast<double>(pages) * page / 2) / (1 << 20) / std::max(1, nproc_per_node));
 }
 
+// Where this worker trains and in which precision (trainer/device_placement.h), logged once.
+void place(const TrainFlags& f, int local_rank, int nproc_per_node, trainer::TrainerConfig& c) {
+  std::optional<ops::model::Precision> precision;
+  if (!f.dtype.empty()) precision = ops::model::parse_precision(f.dtype);
+  const trainer::DevicePlacement placement =
+      trainer::place_worker(trainer::parse_device_request(f.device), precision, local_rank, nproc_per_node,
+                            trainer::VisibleDevices::probe());
+  log()->info("device {}", placement.describe());
+  c.device = placement.device;
+  c.precision = placement.precision;
+  if (placement.device == ops::Device::kCuda) ops::use_cuda_device(placement.ordinal);
+}
+
 trainer::TrainerConfig make_config(TrainFlags& f, int nproc_per_node) {
   trainer::TrainerConfig c = f.config;
   c.model = trainer::model_preset(f.model);
@@ -75,7 +94,6 @@ trainer::TrainerConfig make_config(TrainFlags& f, int nproc_per_node) {
   if (f.heads > 0) c.model.n_heads = f.heads;
   if (f.kv_heads > 0) c.model.n_kv_heads = f.kv_heads;
   if (f.ffn_dim > 0) c.model.ffn_dim = f.ffn_dim;
-  c.precision = ops::model::parse_precision(f.dtype);
   c.steps = f.steps;
   c.lr.total = f.decay_steps > 0 ? f.decay_steps : f.steps;
   c.lr.warmup = f.warmup >= 0 ? f.warmup : std::min<long>(100, f.steps / 10);
@@ -122,9 +140,15 @@ void add_train_command(CLI::App& app) {
   opt("--ffn-dim", f.ffn_dim, "Override the preset's MLP width", "HDP_FFN_DIM");
   opt("--dtype", f.dtype,
       "f32, or bf16 mixed precision: bf16 GEMM and attention operands and bf16 gradients and parameters on the wire, "
-      "f32 master weights, optimizer state and loss (checkpoints hold f32 either way)",
+      "f32 master weights, optimizer state and loss (checkpoints hold f32 either way). Default: bf16 on a GPU, f32 "
+      "on the CPU",
       "HDP_DTYPE")
       ->check(CLI::IsMember({"f32", "bf16"}));
+  opt("--device", f.device,
+      "cuda (the local rank's GPU: local rank mod the visible devices), cpu, or auto (cuda when this worker sees a "
+      "device). This version's step runs on the CPU: a worker placed on a GPU is refused at start",
+      "HDP_DEVICE")
+      ->check(CLI::IsMember({"cuda", "cpu", "auto"}));
   opt("--context", c.context, "Longest training sequence in tokens (documents are cut to it)", "HDP_CONTEXT");
   opt("--capacity", c.capacity, "C: tokens one rank holds in one micro-batch", "HDP_CAPACITY");
   opt("--batch-tokens", c.batch_tokens, "Global batch per step in tokens, whatever the world size", "HDP_BATCH_TOKENS");
@@ -226,8 +250,11 @@ void add_train_command(CLI::App& app) {
     }
     // The configuration is checked before the environment: a bad flag is named even outside a job.
     const char* nproc_text = std::getenv(elastic::worker_env::kNprocPerNode);
+    const char* local_text = std::getenv(elastic::worker_env::kLocalRank);
     const int nproc = std::max(1, nproc_text ? std::atoi(nproc_text) : 1);
+    const int local_rank = std::clamp(local_text ? std::atoi(local_text) : 0, 0, nproc - 1);
     trainer::TrainerConfig config = make_config(*flags, nproc);
+    place(*flags, local_rank, nproc, config);
     config.threads = flags->threads > 0 ? flags->threads
                                         : std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)) / nproc);
     config.validate();

@@ -49,6 +49,7 @@ std::vector<std::string> worker_environment(const WorkerEnvironment& values, con
   set(env::kNodeId, values.node_id);
   set(env::kNodeIncarnation, values.incarnation);
   set(env::kLocalRank, std::to_string(values.local_rank));
+  set(env::kTorchLocalRank, std::to_string(values.local_rank));
   set(env::kNprocPerNode, std::to_string(values.nproc_per_node));
   set(env::kAdvertiseAddr, values.advertise_address);
   if (values.agent_pid > 0) set(env::kAgentPid, std::to_string(values.agent_pid));

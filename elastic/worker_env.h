@@ -9,7 +9,8 @@
 // inherited (HDP_NODE_ID from a systemd EnvironmentFile, a Slurm submission, a shell) is removed
 // from the worker's environment and replaced by the agent's value, or dropped when the agent has
 // none (HDP_REDIS_PASSWORD_FILE without a password file, HDP_SENTINEL_PASSWORD_FILE likewise). Every other inherited variable passes
-// through unchanged (HDP_LOG_LEVEL, PATH, CUDA_VISIBLE_DEVICES, ...).
+// through unchanged (HDP_LOG_LEVEL, PATH, CUDA_VISIBLE_DEVICES, ...): every worker of a node sees the
+// node's devices, and binds to its local rank's (trainer/device_placement.h).
 #pragma once
 
 #include <array>
@@ -28,6 +29,9 @@ inline constexpr const char* kSentinelPasswordFile = "HDP_SENTINEL_PASSWORD_FILE
 inline constexpr const char* kNodeId = "HDP_NODE_ID";
 inline constexpr const char* kNodeIncarnation = "HDP_NODE_INCARNATION";
 inline constexpr const char* kLocalRank = "HDP_LOCAL_RANK";
+// The same local rank under torchrun's name, for a worker command written for torchrun (a script
+// that binds its GPU with LOCAL_RANK); hdp itself reads HDP_LOCAL_RANK.
+inline constexpr const char* kTorchLocalRank = "LOCAL_RANK";
 inline constexpr const char* kNprocPerNode = "HDP_NPROC_PER_NODE";
 inline constexpr const char* kAdvertiseAddr = "HDP_ADVERTISE_ADDR";
 inline constexpr const char* kAgentPid = "HDP_AGENT_PID";
@@ -39,10 +43,9 @@ inline constexpr const char* kMetricsFile = "HDP_AGENT_METRICS_FILE";
 // job's generation (elastic/agent_channel.h). Without it a worker reads `gen` from the store.
 inline constexpr const char* kAgentChannel = "HDP_AGENT_CHANNEL";
 // Every variable of the contract: none of them is ever inherited by a worker.
-inline constexpr std::array<const char*, 12> kAll = {kJobId,    kRedisUrl,     kRedisPasswordFile,
-                                                     kSentinelPasswordFile, kNodeId, kNodeIncarnation,
-                                                     kLocalRank, kNprocPerNode, kAdvertiseAddr, kAgentPid,
-                                                     kMetricsFile, kAgentChannel};
+inline constexpr std::array<const char*, 13> kAll = {
+    kJobId,         kRedisUrl,     kRedisPasswordFile, kSentinelPasswordFile, kNodeId,      kNodeIncarnation, kLocalRank,
+    kTorchLocalRank, kNprocPerNode, kAdvertiseAddr,     kAgentPid,             kMetricsFile, kAgentChannel};
 }  // namespace worker_env
 
 // What an agent tells one worker.

@@ -43,11 +43,24 @@ std::string shape_string(const Shape& shape) {
   return s + "]";
 }
 
-bool cuda_available() {
+bool cuda_available() { return cuda_device_count() > 0; }
+
+int cuda_device_count() {
 #if HDP_HAVE_CUDA
-  return kernels::cuda::device_count() > 0;
+  return kernels::cuda::device_count();
 #else
-  return false;
+  return 0;
+#endif
+}
+
+void use_cuda_device(int ordinal) {
+  const int count = cuda_device_count();
+  if (ordinal < 0 || ordinal >= count) {
+    throw InvalidArgument("CUDA device " + std::to_string(ordinal) + ": this process sees " + std::to_string(count) +
+                          " CUDA device(s)");
+  }
+#if HDP_HAVE_CUDA
+  kernels::cuda::set_device(ordinal);
 #endif
 }
 

@@ -77,5 +77,11 @@ class Tensor {
 
 // Whether a CUDA device can be used by this build on this machine.
 bool cuda_available();
+// The CUDA devices this process sees (after CUDA_VISIBLE_DEVICES); 0 in a build without CUDA, or
+// without a driver or a device. Never throws.
+int cuda_device_count();
+// Makes visible device `ordinal` this thread's current device (the one Tensor allocates on);
+// InvalidArgument when there is no such device (or no CUDA in this build).
+void use_cuda_device(int ordinal);
 
 }  // namespace hdp::ops

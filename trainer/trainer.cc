@@ -48,7 +48,7 @@ class Trainer {
         config_(config),
         stop_(stop),
         setup_(build_setup(config)),
-        model_(config.model, ops::DType::kF32, ops::Device::kCpu, config.precision),
+        model_(config.model, ops::DType::kF32, config.device, config.precision),
         source_(setup_.data, config.seed),
         eval_(setup_, config, [this](const data::GlobalBatch& batch, const Membership& m) { return plan(batch, m); }),
         checkpoints_{.root = config.checkpoint_dir,

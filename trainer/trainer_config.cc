@@ -158,6 +158,10 @@ ops::model::LlamaConfig model_preset(std::string_view name) {
 }
 
 void TrainerConfig::validate() const {
+  if (device != ops::Device::kCpu) {
+    throw InvalidArgument("--device: this worker was placed on a CUDA device, but this version of the trainer runs "
+                          "its step on the CPU only: use --device cpu");
+  }
   if (!init_from.empty() && !std::filesystem::exists(init_from / "model.safetensors") &&
       !std::filesystem::exists(init_from / "model.safetensors.index.json")) {
     throw InvalidArgument("--init-from '" + init_from.string() +

@@ -77,6 +77,9 @@ struct TrainerConfig : elastic::LiveValues {
   // moments and loss. Checkpoints hold the f32 master state either way, so a job may resume with
   // the other dtype.
   ops::model::Precision precision = ops::model::Precision::kFull;
+  // --device, as placed (trainer/device_placement.h): where the model, its gradients and the
+  // optimizer state live. This version's step runs on the CPU only: validate() refuses kCuda.
+  ops::Device device = ops::Device::kCpu;
   std::int64_t context = 1024;       // the longest training sequence: documents are cut to it
   std::int64_t capacity = 1024;      // C: tokens one rank holds in one micro-batch
   std::int64_t batch_tokens = 8192;  // the global batch of every step, in tokens, whatever the world size

@@ -15,6 +15,10 @@ int device_count() {
   return n;
 }
 
+// Before the first allocation (the worker binds its device at start): keep_freed_memory() below
+// configures the pool of the device current at the first allocation.
+void set_device(int ordinal) { CUDA_CHECK(cudaSetDevice(ordinal)); }
+
 namespace {
 
 // The device's default memory pool keeps what is freed (release threshold: unlimited), so the

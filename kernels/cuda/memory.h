@@ -13,6 +13,8 @@ namespace hdp::kernels::cuda {
 
 // Number of usable CUDA devices; 0 when there is no device or no driver (never throws).
 int device_count();
+// Makes `ordinal` the calling thread's current device (cudaSetDevice).
+void set_device(int ordinal);
 
 void* device_alloc(size_t bytes);
 void device_free(void* ptr) noexcept;

@@ -2,7 +2,9 @@
 // --smoke` workers, a private redis-server; issue 13, defects 10 and 13):
 //   - its identity comes from the agent's flags, never from variables the agent inherited
 //     (elastic/worker_env.h);
-//   - it shares no open file or socket with its agent beyond stdin, stdout and stderr.
+//   - it shares no open file or socket with its agent beyond stdin, stdout and stderr;
+//   - a worker asking for a device it cannot have fails once, with one line, and is not restarted.
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -92,7 +94,8 @@ TEST(WorkerLaunch, AgentFlagsWinOverVariablesTheAgentInherited) {
   const std::vector<std::string> planted = {
       "HDP_NODE_ID=x",         "HDP_JOB_ID=some-other-job", "HDP_REDIS_URL=redis://127.0.0.1:1",
       "HDP_LOCAL_RANK=7",      "HDP_NODE_INCARNATION=dead", "HDP_NPROC_PER_NODE=9",
-      "HDP_ADVERTISE_ADDR=192.0.2.1", "HDP_AGENT_PID=1",    "HDP_WORKER_LAUNCH_TEST=passes-through"};
+      "HDP_ADVERTISE_ADDR=192.0.2.1", "HDP_AGENT_PID=1",    "HDP_WORKER_LAUNCH_TEST=passes-through",
+      "LOCAL_RANK=7"};
   // --advertise-addr too: HDP_ADVERTISE_ADDR is also the agent's own fallback for that flag.
   const auto pids = train_one_node(cluster, "e1", {"--advertise-addr", "127.0.0.1"}, planted);
   ASSERT_FALSE(HasFailure());
@@ -107,6 +110,7 @@ TEST(WorkerLaunch, AgentFlagsWinOverVariablesTheAgentInherited) {
     EXPECT_EQ(values_of(env, "HDP_JOB_ID"), std::vector<std::string>{cluster.job()});
     EXPECT_EQ(values_of(env, "HDP_REDIS_URL"), std::vector<std::string>{cluster.redis().url()});
     EXPECT_EQ(values_of(env, "HDP_LOCAL_RANK"), std::vector<std::string>{std::to_string(slot)});
+    EXPECT_EQ(values_of(env, "LOCAL_RANK"), std::vector<std::string>{std::to_string(slot)});
     EXPECT_EQ(values_of(env, "HDP_NPROC_PER_NODE"), std::vector<std::string>{"2"});
     EXPECT_EQ(values_of(env, "HDP_ADVERTISE_ADDR"), std::vector<std::string>{"127.0.0.1"});
     EXPECT_EQ(values_of(env, "HDP_AGENT_PID"), std::vector<std::string>{std::to_string(agent)});
@@ -144,6 +148,37 @@ TEST(WorkerLaunch, WorkersInheritNoDescriptorOfTheirAgentButStdio) {
           << "worker " << slot << " (pid " << pid << ") holds its agent's " << target << " as fd " << fd;
     }
   }
+}
+
+// `hdp train --device cuda` on a node where it cannot have one: on a machine without a GPU (the
+// suite's) the worker sees none; on a GPU machine this version's trainer refuses the CUDA step. In
+// both cases the worker exits 2 at its start with one line naming the device and what was found,
+// and its agent does not restart it in a loop (exit 2 is the job's failure,
+// agents/worker_supervisor.h): the agent exits 3, do not requeue. Bound: the agent's start,
+// registration and settle (0.3 s), one worker's start (~0.5 s, it loads CUDA), and the agent's
+// exit: 30 s leaves room for two loaded cores; the restart count is what is asserted.
+TEST(WorkerLaunch, AWorkerAskingForADeviceItCannotHaveFailsOnceAndIsNotRestarted) {
+  AgentCluster cluster({.nproc = 1,
+                        .train_args = {"--model", "tiny", "--steps", "5", "--context", "128", "--capacity", "128",
+                                       "--batch-tokens", "256", "--data", "synthetic:github", "--threads", "1",
+                                       "--device", "cuda"}});
+  ChildProcess& agent = cluster.start_agent("g1");
+  const auto status = agent.wait_for(30s);
+  const std::string log = cluster.agent_log("g1");
+  ASSERT_TRUE(status) << "the agent still runs 30 s later\n" << log;
+  ASSERT_TRUE(WIFEXITED(*status)) << log;
+  EXPECT_EQ(WEXITSTATUS(*status), 3) << "the job failed permanently: do not requeue\n" << log;
+  EXPECT_EQ(worker_pids(log).size(), 1u) << log;
+  std::size_t starts = 0, errors = 0;
+  for (std::size_t at = 0; (at = log.find("worker 0 started", at)) != std::string::npos; ++at) ++starts;
+  for (std::size_t at = 0; (at = log.find("hdp: error: --device", at)) != std::string::npos; ++at) ++errors;
+  EXPECT_EQ(starts, 1u) << "the worker was restarted\n" << log;
+  EXPECT_EQ(errors, 1u) << log;
+  const bool no_device = log.find("hdp: error: --device cuda: ") != std::string::npos &&
+                         (log.find("no CUDA device visible to this worker") != std::string::npos ||
+                          log.find("this build of hdp has no CUDA") != std::string::npos);
+  const bool cpu_only = log.find("runs its step on the CPU only") != std::string::npos;
+  EXPECT_TRUE(no_device || cpu_only) << log;
 }
 
 }  // namespace

@@ -37,6 +37,7 @@ const std::vector<std::string> kInherited = {
     "HDP_NODE_INCARNATION=dead",   "HDP_NPROC_PER_NODE=8",
     "HDP_ADVERTISE_ADDR=192.0.2.1", "HDP_AGENT_PID=1",
     "HDP_LOG_LEVEL=debug",         "HDP_NODE_ID_SUFFIX=not-a-contract-name",
+    "LOCAL_RANK=5",
     "NO_EQUALS_SIGN"};
 
 std::vector<const char*> as_environ(const std::vector<std::string>& entries) {
@@ -71,6 +72,7 @@ TEST(WorkerEnvironment, AgentValuesReplaceEveryInheritedContractVariable) {
   EXPECT_STREQ(first_match(env, "HDP_JOB_ID"), "job-1");
   EXPECT_STREQ(first_match(env, "HDP_REDIS_URL"), "redis://10.0.0.5:6379/2");
   EXPECT_STREQ(first_match(env, "HDP_LOCAL_RANK"), "1");
+  EXPECT_STREQ(first_match(env, "LOCAL_RANK"), "1") << "torchrun's name, for workers written for torchrun";
   EXPECT_STREQ(first_match(env, "HDP_NODE_INCARNATION"), "00ff00ff00ff00ff");
   EXPECT_STREQ(first_match(env, "HDP_NPROC_PER_NODE"), "2");
   EXPECT_STREQ(first_match(env, "HDP_ADVERTISE_ADDR"), "10.0.0.7");
