@@ -67,17 +67,17 @@ long default_rank_memory_mb(int nproc_per_node) {
   return static_cast<long>((static_cast<double>(pages) * page / 2) / (1 << 20) / std::max(1, nproc_per_node));
 }
 
-// Where this worker trains and in which precision (trainer/device_placement.h), logged once.
-void place(const TrainFlags& f, int local_rank, int nproc_per_node, trainer::TrainerConfig& c) {
+// Where this worker trains and in which precision (trainer/device_placement.h).
+trainer::DevicePlacement place(const TrainFlags& f, int local_rank, int nproc_per_node, trainer::TrainerConfig& c) {
   std::optional<ops::model::Precision> precision;
   if (!f.dtype.empty()) precision = ops::model::parse_precision(f.dtype);
   const trainer::DevicePlacement placement =
       trainer::place_worker(trainer::parse_device_request(f.device), precision, local_rank, nproc_per_node,
                             trainer::VisibleDevices::probe());
-  log()->info("device {}", placement.describe());
   c.device = placement.device;
+  c.device_ordinal = placement.ordinal;
   c.precision = placement.precision;
-  if (placement.device == ops::Device::kCuda) ops::use_cuda_device(placement.ordinal);
+  return placement;
 }
 
 trainer::TrainerConfig make_config(TrainFlags& f, int nproc_per_node) {
@@ -254,11 +254,14 @@ void add_train_command(CLI::App& app) {
     const int nproc = std::max(1, nproc_text ? std::atoi(nproc_text) : 1);
     const int local_rank = std::clamp(local_text ? std::atoi(local_text) : 0, 0, nproc - 1);
     trainer::TrainerConfig config = make_config(*flags, nproc);
-    place(*flags, local_rank, nproc, config);
+    const trainer::DevicePlacement placement = place(*flags, local_rank, nproc, config);
     config.threads = flags->threads > 0 ? flags->threads
                                         : std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)) / nproc);
     config.validate();
     auto ctx = elastic::ElasticContext::from_environment();
+    // Logged once the worker is sure to train (a refusal above is its one line).
+    log()->info("device {}", placement.describe());
+    if (placement.device == ops::Device::kCuda) ops::use_cuda_device(placement.ordinal);
     trainer::run_trainer(ctx, config, stop_request);
   });
 }

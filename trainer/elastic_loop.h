@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "elastic/elastic_context.h"
+#include "mesh/comm/data_plane.h"
 #include "mesh/comm/communicator.h"
 
 namespace hdp::trainer {
@@ -27,6 +28,9 @@ using GenerationBody = std::function<BodyResult(const elastic::Membership& m, me
 
 struct LoopOptions {
   std::chrono::milliseconds connect_timeout{30000};  // rendezvous and every collective
+  // Where this rank's tensors live (trainer/device_placement.h): the generation's data plane is
+  // chosen from every rank's (mesh/comm/data_plane.h). Its host, when empty, is the advertised address.
+  mesh::RankDevice device;
   std::chrono::milliseconds wait_slice{1000};        // how often waiting re-checks `stop`
   // How often a thread beside the body reads the generation number from the store, for a worker
   // without an agent's channel (with one, it looks every 20 ms at what the agent announced, which

@@ -71,6 +71,9 @@ class Trainer {
     check_world(config_, setup_.cost, min_nodes_.value_or(1) * ctx_.identity().nproc_per_node);
     LoopOptions loop;
     loop.connect_timeout = config_.timeout;
+    if (config_.device == ops::Device::kCuda) {
+      loop.device = {.device = ops::Device::kCuda, .device_id = std::to_string(config_.device_ordinal)};
+    }
     loop.cooldown = config_.cooldown;
     run_elastic_loop(ctx_, loop, stop_.requested, [this](const Membership& m, Communicator& comm) {
       try {

@@ -80,6 +80,7 @@ struct TrainerConfig : elastic::LiveValues {
   // --device, as placed (trainer/device_placement.h): where the model, its gradients and the
   // optimizer state live. This version's step runs on the CPU only: validate() refuses kCuda.
   ops::Device device = ops::Device::kCpu;
+  int device_ordinal = -1;  // the visible CUDA device on kCuda; -1 on the CPU
   std::int64_t context = 1024;       // the longest training sequence: documents are cut to it
   std::int64_t capacity = 1024;      // C: tokens one rank holds in one micro-batch
   std::int64_t batch_tokens = 8192;  // the global batch of every step, in tokens, whatever the world size
