@@ -21,10 +21,13 @@ if(NOT HDP_CUDA STREQUAL "OFF")
     find_library(HDP_NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${HDP_CUDA_ROOT}/lib64 ${HDP_CUDA_ROOT}/lib)
     if(HDP_NCCL_INCLUDE AND HDP_NCCL_LIBRARY)
       set(HDP_HAVE_NCCL 1)
-      add_library(hdp_nccl UNKNOWN IMPORTED)
+      # NCCL's headers only: the library is opened on first use (mesh/comm/nccl_api.h), from the
+      # loader's search path, else from the directory it was found in here.
+      add_library(hdp_nccl INTERFACE IMPORTED)
+      get_filename_component(_hdp_nccl_dir "${HDP_NCCL_LIBRARY}" DIRECTORY)
       set_target_properties(hdp_nccl PROPERTIES
-        IMPORTED_LOCATION ${HDP_NCCL_LIBRARY}
-        INTERFACE_INCLUDE_DIRECTORIES ${HDP_NCCL_INCLUDE})
+        INTERFACE_INCLUDE_DIRECTORIES ${HDP_NCCL_INCLUDE}
+        INTERFACE_COMPILE_DEFINITIONS "HDP_NCCL_LIBRARY_DIR=\"${_hdp_nccl_dir}\"")
     endif()
     message(STATUS "hdp: CUDA ${CUDAToolkit_VERSION} found (NCCL: ${HDP_HAVE_NCCL}); CUDA parts are built for sm_${CMAKE_CUDA_ARCHITECTURES}")
   elseif(HDP_CUDA STREQUAL "ON")

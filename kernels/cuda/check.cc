@@ -3,6 +3,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "kernels/cuda/cublas_api.h"
 
 namespace hdp::kernels::cuda::detail {
 
@@ -15,7 +16,7 @@ void throw_cuda_error(cudaError_t err, const char* call, const char* file, int l
 
 void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line) {
   throw FatalError("[" + std::string(file) + ":" + std::to_string(line) + "] cuBLAS error " +
-                   cublasGetStatusName(status) + ": " + cublasGetStatusString(status) + " in " + call);
+                   cublas().status_name(status) + ": " + cublas().status_string(status) + " in " + call);
 }
 
 }  // namespace hdp::kernels::cuda::detail

@@ -1,4 +1,5 @@
-// NCCL and the CUDA runtime behind nccl_backend.h: the one file of hdp that includes nccl.h.
+// NCCL and the CUDA runtime behind nccl_backend.h. NCCL's functions come from nccl_api.h (the
+// library opened on first use); with nccl_api.cc, the files of hdp that include nccl.h.
 //
 // Every NCCL communicator is non-blocking (ncclConfig_t::blocking = 0), so no call here waits on
 // the device or on another rank: an init, or a group whose ncclGroupEnd says ncclInProgress, is
@@ -17,6 +18,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "mesh/comm/nccl_api.h"
 #include "mesh/comm/nccl_backend.h"
 
 namespace hdp::mesh::nccl {
@@ -29,8 +31,8 @@ void check_cuda(cudaError_t error, const char* what) {
 }
 
 std::string nccl_text(ncclResult_t result, ncclComm_t comm) {
-  std::string text = ncclGetErrorString(result);
-  const char* last = ncclGetLastError(comm);
+  std::string text = api().get_error_string(result);
+  const char* last = api().get_last_error(comm);
   if (last != nullptr && *last != '\0') text += std::string(" (") + last + ")";
   return text;
 }
@@ -85,35 +87,35 @@ struct State {
 
   ncclResult_t async_state() {
     ncclResult_t state = ncclSuccess;
-    const ncclResult_t r = ncclCommGetAsyncError(comm, &state);
+    const ncclResult_t r = api().comm_get_async_error(comm, &state);
     return r != ncclSuccess ? r : state;
   }
 
   void issue(Issued& group) {
     check_cuda(cudaStreamWaitEvent(stream, group.inputs_ready.event, 0), "cudaStreamWaitEvent");
-    ncclResult_t r = ncclGroupStart();
+    ncclResult_t r = api().group_start();
     for (const Op& op : group.ops) {
       if (r != ncclSuccess) break;
       const auto count = static_cast<std::size_t>(op.count);
       switch (op.kind) {
-        case Op::Kind::kSend: r = ncclSend(op.send, count, nccl_type(op.dtype), op.peer, comm, stream); break;
-        case Op::Kind::kRecv: r = ncclRecv(op.recv, count, nccl_type(op.dtype), op.peer, comm, stream); break;
+        case Op::Kind::kSend: r = api().send(op.send, count, nccl_type(op.dtype), op.peer, comm, stream); break;
+        case Op::Kind::kRecv: r = api().recv(op.recv, count, nccl_type(op.dtype), op.peer, comm, stream); break;
         case Op::Kind::kAllReduce:
-          r = ncclAllReduce(op.send, op.recv, count, nccl_type(op.dtype), nccl_op(op.op), comm, stream);
+          r = api().all_reduce(op.send, op.recv, count, nccl_type(op.dtype), nccl_op(op.op), comm, stream);
           break;
         case Op::Kind::kReduce:
-          r = ncclReduce(op.send, op.recv, count, nccl_type(op.dtype), nccl_op(op.op), op.peer, comm, stream);
+          r = api().reduce(op.send, op.recv, count, nccl_type(op.dtype), nccl_op(op.op), op.peer, comm, stream);
           break;
         case Op::Kind::kReduceScatter:
-          r = ncclReduceScatter(op.send, op.recv, count, nccl_type(op.dtype), nccl_op(op.op), comm, stream);
+          r = api().reduce_scatter(op.send, op.recv, count, nccl_type(op.dtype), nccl_op(op.op), comm, stream);
           break;
-        case Op::Kind::kAllGather: r = ncclAllGather(op.send, op.recv, count, nccl_type(op.dtype), comm, stream); break;
+        case Op::Kind::kAllGather: r = api().all_gather(op.send, op.recv, count, nccl_type(op.dtype), comm, stream); break;
         case Op::Kind::kBroadcast:
-          r = ncclBroadcast(op.send, op.recv, count, nccl_type(op.dtype), op.peer, comm, stream);
+          r = api().broadcast(op.send, op.recv, count, nccl_type(op.dtype), op.peer, comm, stream);
           break;
       }
     }
-    const ncclResult_t end = ncclGroupEnd();
+    const ncclResult_t end = api().group_end();
     if (r != ncclSuccess && r != ncclInProgress) throw PeerLost("NCCL: " + nccl_text(r, comm));
     if (end != ncclSuccess && end != ncclInProgress) throw PeerLost("NCCL: " + nccl_text(end, comm));
   }
@@ -167,19 +169,19 @@ class CudaComm final : public Comm {
     state_->gone = true;
     cudaSetDevice(state_->device);
     // Finalize (flushes what is queued), bounded; then destroy, or abort when it did not finish.
-    ncclResult_t r = ncclCommFinalize(state_->comm);
+    ncclResult_t r = api().comm_finalize(state_->comm);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
     while (r == ncclInProgress && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
       r = state_->async_state();
     }
     if (r == ncclSuccess) {
-      r = ncclCommDestroy(state_->comm);
+      r = api().comm_destroy(state_->comm);
     } else {
       log()->warn("NCCL: finalize did not finish ({}); aborting the communicator", nccl_text(r, state_->comm));
-      r = ncclCommAbort(state_->comm);
+      r = api().comm_abort(state_->comm);
     }
-    if (r != ncclSuccess) log()->warn("NCCL: destroying the communicator: {}", ncclGetErrorString(r));
+    if (r != ncclSuccess) log()->warn("NCCL: destroying the communicator: {}", api().get_error_string(r));
     cudaStreamDestroy(state_->stream);
   }
 
@@ -211,8 +213,8 @@ class CudaComm final : public Comm {
     if (state_->gone) return;
     state_->gone = true;
     cudaSetDevice(state_->device);
-    const ncclResult_t r = ncclCommAbort(state_->comm);
-    if (r != ncclSuccess) log()->warn("NCCL: ncclCommAbort: {}", ncclGetErrorString(r));
+    const ncclResult_t r = api().comm_abort(state_->comm);
+    if (r != ncclSuccess) log()->warn("NCCL: ncclCommAbort: {}", api().get_error_string(r));
     cudaStreamDestroy(state_->stream);
   }
 
@@ -227,8 +229,8 @@ class CudaBackend final : public Backend {
 
   UniqueId unique_id() override {
     ncclUniqueId id;
-    const ncclResult_t r = ncclGetUniqueId(&id);
-    if (r != ncclSuccess) throw PeerLost(std::string("ncclGetUniqueId: ") + ncclGetErrorString(r));
+    const ncclResult_t r = api().get_unique_id(&id);
+    if (r != ncclSuccess) throw PeerLost(std::string("ncclGetUniqueId: ") + api().get_error_string(r));
     UniqueId out{};
     std::memcpy(out.data(), id.internal, out.size());
     return out;
@@ -243,7 +245,7 @@ class CudaBackend final : public Backend {
     std::memcpy(nid.internal, id.data(), id.size());
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
-    const ncclResult_t r = ncclCommInitRankConfig(&state->comm, size, nid, rank, &config);
+    const ncclResult_t r = api().comm_init_rank_config(&state->comm, size, nid, rank, &config);
     if (r != ncclSuccess && r != ncclInProgress) {
       cudaStreamDestroy(state->stream);
       throw PeerLost("ncclCommInitRankConfig: " + nccl_text(r, state->comm));
@@ -268,7 +270,11 @@ std::shared_ptr<Backend> make_cuda_backend(int device) {
 
 std::string library_version() {
   int version = 0;
-  if (ncclGetVersion(&version) != ncclSuccess) return "unknown";
+  try {
+    if (api().get_version(&version) != ncclSuccess) return "unknown";
+  } catch (const Error& e) {
+    return std::string("unavailable: ") + e.what();
+  }
   // NCCL >= 2.9 encodes major*10000 + minor*100 + patch.
   return std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) + "." + std::to_string(version % 100);
 }

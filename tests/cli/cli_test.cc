@@ -36,6 +36,23 @@ TEST(Cli, NoTrainerSettingSharesANameWithTheAgentWorkerContract) {
   }
 }
 
+// cuBLAS and NCCL are opened on first use (kernels/cuda/cublas_api.h, mesh/comm/nccl_api.h): a
+// command that uses no GPU starts without mapping them (they were ~0.2-0.5 s of every start). The
+// dynamic loader's own report (LD_DEBUG=libs) says what was loaded; `hdp version`, which reads
+// NCCL's version, shows that the report would name the library if it were loaded.
+TEST(Cli, ACommandThatUsesNoGpuLoadsNeitherCublasNorNccl) {
+  const auto help = hdp({"train", "--help"}, {"LD_DEBUG=libs"});
+  ASSERT_EQ(help.exit_code, 0) << help.err;
+  ASSERT_NE(help.err.find("calling init:"), std::string::npos) << "the loader reported nothing:\n" << help.err;
+  EXPECT_EQ(help.err.find("libcublas"), std::string::npos) << help.err;
+  EXPECT_EQ(help.err.find("libnccl"), std::string::npos) << help.err;
+  const auto version = hdp({"version", "--json"}, {"LD_DEBUG=libs"});
+  ASSERT_EQ(version.exit_code, 0) << version.err;
+  if (nlohmann::json::parse(version.out)["nccl"].value("built", false)) {
+    EXPECT_NE(version.err.find("libnccl"), std::string::npos) << "hdp version reads NCCL's version from the library";
+  }
+}
+
 TEST(Cli, VersionPrintsVersionAndFeatures) {
   auto r = hdp({"version"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
