@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "kernels/cpu/bf16.h"
 #include "mesh/comm/communicator_factory.h"
+#include "tests/support/error_message.h"
 #include "tests/support/ranks.h"
 
 namespace hdp::mesh {
@@ -31,6 +32,7 @@ using Comms = std::vector<std::unique_ptr<Communicator>>;
 
 using test::on_ranks;     // tests/support/ranks.h
 using test::on_ranks_ok;
+using test::invalid_argument_message;  // tests/support/error_message.h
 
 // What rank r contributes at index i: small integers, so that f32 sums are exact.
 double value(int r, std::int64_t i) { return static_cast<double>((r + 1) * ((i % 7) + 1) - 3 * (i % 2)); }
@@ -280,18 +282,6 @@ INSTANTIATE_TEST_SUITE_P(Ranks, CommunicatorTest, ::testing::Values(1, 2, 3, 4, 
                          [](const auto& info) { return std::to_string(info.param) + "ranks"; });
 
 // ---- errors -------------------------------------------------------------------------------------
-
-template <typename F>
-std::string invalid_argument_message(F&& f) {
-  try {
-    f();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("unexpected exception: ") + e.what();
-  }
-  return "no exception";
-}
 
 TEST(CommunicatorErrors, BadArgumentsAreRejectedBeforeAnythingIsSent) {
   Comms comms = connect_local(2, kTimeout);

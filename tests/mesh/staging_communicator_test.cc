@@ -22,6 +22,7 @@
 #include "mesh/comm/communicator_factory.h"
 #include "mesh/comm/staging_communicator.h"
 #include "mesh/comm/tcp_communicator.h"
+#include "tests/support/error_message.h"
 #include "tests/support/ranks.h"
 
 namespace hdp::mesh {
@@ -33,6 +34,7 @@ using Clock = std::chrono::steady_clock;
 using ops::DType;
 using ops::Tensor;
 using test::on_ranks_ok;
+using test::invalid_argument_message;
 
 constexpr auto kTimeout = 20s;
 using Comms = std::vector<std::unique_ptr<Communicator>>;
@@ -203,17 +205,6 @@ TEST(Staging, HostTensorsPassStraightThroughWithoutStageAll) {
     EXPECT_EQ(s->staged_bytes(), 0);
     EXPECT_EQ(s->buffers_allocated(), 0);
   }
-}
-
-std::string invalid_argument_message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("unexpected exception: ") + e.what();
-  }
-  return "no exception";
 }
 
 TEST(Staging, BadArgumentsAreRefusedBeforeAnythingIsCopiedOrSent) {
