@@ -157,37 +157,49 @@ ops::model::LlamaConfig model_preset(std::string_view name) {
   throw InvalidArgument("--model '" + std::string(name) + "' is not one of tiny, demo, small");
 }
 
-void TrainerConfig::validate() const {
+namespace {
+
+// This version's step, its data plane and its recovery run on the CPU only.
+void check_device(ops::Device device) {
   if (device != ops::Device::kCpu) {
     throw InvalidArgument("--device: this worker was placed on a CUDA device, but this version of the trainer runs "
                           "its step on the CPU only: use --device cpu");
   }
+}
+
+// A blend's form is checked here, before the environment (its paths when they are opened), and a
+// vocabulary too small for a text corpus's byte tokens.
+void check_data(const std::string& data, std::int64_t vocab_size) {
+  std::vector<std::string> paths{data};
+  if (data::is_blend_spec(data)) {
+    paths.clear();
+    for (auto& [weight, path] : data::parse_blend_spec(data)) paths.push_back(std::move(path));
+  }
+  if (vocab_size >= 256) return;
+  // Synthetic documents and indexed datasets hold ids below --vocab (an indexed dataset's are
+  // checked as they are read); a text corpus's are bytes. In a blend, each dataset alike.
+  const auto text_corpus = [](const std::string& path) {
+    return path.rfind("synthetic:", 0) != 0 && !data::IndexedDataset::exists(path);
+  };
+  for (const std::string& path : paths) {
+    if (!text_corpus(path)) continue;
+    throw InvalidArgument("--vocab " + std::to_string(vocab_size) + " cannot hold a text corpus's byte tokens (0-255)" +
+                          (path == data ? std::string() : " of '" + path + "' in the --data blend") +
+                          ": use 256 or more");
+  }
+}
+
+}  // namespace
+
+void TrainerConfig::validate() const {
+  check_device(device);
   if (!init_from.empty() && !std::filesystem::exists(init_from / "model.safetensors") &&
       !std::filesystem::exists(init_from / "model.safetensors.index.json")) {
     throw InvalidArgument("--init-from '" + init_from.string() +
                           "' holds neither model.safetensors nor model.safetensors.index.json");
   }
   model.validate();
-  // A blend's form is checked here, before the environment (its paths when they are opened).
-  std::vector<std::string> paths{data};
-  if (data::is_blend_spec(data)) {
-    paths.clear();
-    for (auto& [weight, path] : data::parse_blend_spec(data)) paths.push_back(std::move(path));
-  }
-  if (model.vocab_size < 256) {
-    // Synthetic documents and indexed datasets hold ids below --vocab (an indexed dataset's are
-    // checked as they are read); a text corpus's are bytes. In a blend, each dataset alike.
-    const auto text_corpus = [](const std::string& path) {
-      return path.rfind("synthetic:", 0) != 0 && !data::IndexedDataset::exists(path);
-    };
-    for (const std::string& path : paths) {
-      if (!text_corpus(path)) continue;
-      throw InvalidArgument("--vocab " + std::to_string(model.vocab_size) +
-                            " cannot hold a text corpus's byte tokens (0-255)" +
-                            (path == data ? std::string() : " of '" + path + "' in the --data blend") +
-                            ": use 256 or more");
-    }
-  }
+  check_data(data, model.vocab_size);
   if (eval_every < 0) throw InvalidArgument("--eval-every " + std::to_string(eval_every) + " must be >= 1");
   if (!eval_data.empty() && eval_every == 0) throw InvalidArgument("--eval-data needs --eval-every N (steps between evaluations)");
   if (eval_data.empty() && eval_every > 0) throw InvalidArgument("--eval-every needs --eval-data (the held-out data)");

@@ -133,7 +133,7 @@ export HDP_DRAIN_TIMEOUT=20
 # Several agents may share one network namespace here: each takes a free metrics port.
 export HDP_METRICS_PORT=0
 export HDP_NNODES=1:$NNODES
-readonly STEPS=200
+readonly STEPS=100
 ckpt=$CLUSTER_DIR/ckpt
 # --no-kill: the allocation outlives a node that goes down (hdp.sbatch's srun has --no-kill too).
 job=$(sbatch --parsable --no-kill --nodes=$NNODES --output="$CLUSTER_DIR/jobs/hdp-%j.out" "$sbatch_script" -- \
