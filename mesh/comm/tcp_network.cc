@@ -106,7 +106,11 @@ void TcpNetwork::Impl::pump(int peer) {
   op->header = {op->slot, op->bytes};
   const std::array<asio::const_buffer, 2> buffers{asio::buffer(&op->header, sizeof op->header),
                                                   asio::buffer(op->data, op->bytes)};
-  asio::async_write(*socket, buffers, [this, peer, op](const boost::system::error_code& ec, std::size_t) {
+  // The handler holds the socket, as the reads' do: async_write continues on the stream it was
+  // given (a partial write issues the next write_some on it), so the socket must outlive the whole
+  // write even when the read side lost the link and released its own reference meanwhile (ASan
+  // caught a use after free there once, in CommunicatorFaultTest's ring-attention peer kill).
+  asio::async_write(*socket, buffers, [this, peer, op, socket](const boost::system::error_code& ec, std::size_t) {
     if (ec) return lose(peer, closed_why(peer, ec));
     bytes_sent += static_cast<std::int64_t>(op->bytes);
     {
