@@ -28,9 +28,7 @@ CublasApi load() {
     api.status_name = lib.symbol<decltype(api.status_name)>(HDP_CUBLAS_SYMBOL(cublasGetStatusName));
     api.status_string = lib.symbol<decltype(api.status_string)>(HDP_CUBLAS_SYMBOL(cublasGetStatusString));
     return api;
-  } catch (const FatalError&) {
-    throw;
-  } catch (const Error& e) {
+  } catch (const Error& e) {  // SharedLibrary's: fatal here, as every CUDA failure in kernels/cuda
     throw FatalError(e.what());
   }
 }

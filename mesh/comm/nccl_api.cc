@@ -34,9 +34,7 @@ NcclApi load() {
     a.all_gather = lib.symbol<decltype(a.all_gather)>("ncclAllGather");
     a.broadcast = lib.symbol<decltype(a.broadcast)>("ncclBroadcast");
     return a;
-  } catch (const FatalError&) {
-    throw;
-  } catch (const Error& e) {
+  } catch (const Error& e) {  // SharedLibrary's: a library that cannot be used is fatal
     throw FatalError(e.what());
   }
 }
