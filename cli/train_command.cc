@@ -252,7 +252,7 @@ void add_train_command(CLI::App& app) {
     const char* nproc_text = std::getenv(elastic::worker_env::kNprocPerNode);
     const char* local_text = std::getenv(elastic::worker_env::kLocalRank);
     const int nproc = std::max(1, nproc_text ? std::atoi(nproc_text) : 1);
-    const int local_rank = std::clamp(local_text ? std::atoi(local_text) : 0, 0, nproc - 1);
+    const int local_rank = local_text ? std::atoi(local_text) : 0;  // out of [0, nproc): place() refuses it
     trainer::TrainerConfig config = make_config(*flags, nproc);
     const trainer::DevicePlacement placement = place(*flags, local_rank, nproc, config);
     config.threads = flags->threads > 0 ? flags->threads
