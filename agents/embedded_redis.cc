@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,6 +33,20 @@ sockaddr_in loopback(int port) {
 bool accepts_connections(int port) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr = loopback(port);
+  const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  close(fd);
+  return ok;
+}
+
+// The socket file appears at bind(), before listen(): only a connection that succeeds says the
+// server is ready on it.
+bool accepts_connections(const std::filesystem::path& socket_path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::string path = socket_path.string();
+  if (path.size() >= sizeof addr.sun_path) return false;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
   close(fd);
   return ok;
@@ -107,8 +122,8 @@ bool EmbeddedRedis::try_start() {
       pid_ = -1;
       return false;  // it exited: most likely the port was taken
     }
-    // The server opens its TCP listener before its unix socket: ready once both exist.
-    if (accepts_connections(port_) && (!options_.unix_socket || std::filesystem::exists(socket_path()))) return true;
+    // Ready once every listener it was given accepts a connection.
+    if (accepts_connections(port_) && (!options_.unix_socket || accepts_connections(socket_path()))) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   kill();
