@@ -27,6 +27,8 @@ endfunction()
 # hdp_test(NAME <exe> SOURCES ... LIBS ... LABELS unit|integration|gpu|system [TIMEOUT s] [SERIAL])
 # Each GoogleTest case becomes one CTest test, so `ctest -j` runs cases in parallel. SERIAL cases
 # run alone: multi-process scenarios whose timing bounds would not survive a loaded machine.
+# gtest_discover_tests passes each property one value (a list's items become separate words in
+# the generated set_tests_properties), so each environment variable goes in a property of its own.
 function(hdp_test)
   cmake_parse_arguments(ARG "SERIAL" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
   set(_serial FALSE)
@@ -43,5 +45,6 @@ function(hdp_test)
   gtest_discover_tests(${ARG_NAME}
     DISCOVERY_TIMEOUT 60
     PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT} RUN_SERIAL ${_serial}
-               ENVIRONMENT "HDP_BIN_DIR=${CMAKE_BINARY_DIR}/bin;HDP_REDIS_SERVER=${HDP_REDIS_SERVER}")
+               ENVIRONMENT "HDP_BIN_DIR=${CMAKE_BINARY_DIR}/bin"
+               ENVIRONMENT_MODIFICATION "HDP_TEST_CACHE=set:${CMAKE_BINARY_DIR}/test-cache")
 endfunction()

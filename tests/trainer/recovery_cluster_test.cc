@@ -181,7 +181,7 @@ class RecoveryCluster : public ::testing::Test {
   void standby_replaces(bool drained);
   static void SetUpTestSuite() {
     reference_ = std::make_unique<ReferenceRun>([](const fs::path& dir) { return options(dir, "2:2", 1); },
-                                                std::vector<std::string>{"n1", "n2"}, 240s);
+                                                std::vector<std::string>{"n1", "n2"}, 240s, "recovery-two-nodes");
   }
   static void TearDownTestSuite() { reference_.reset(); }
   void SetUp() override {
@@ -757,7 +757,8 @@ class DrainOfThree : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     reference_ = std::make_unique<ReferenceRun>([](const fs::path& dir) { return options(dir, "3:3", 1); },
-                                                std::vector<std::string>{"n1", "n2", "n3"}, 240s);
+                                                std::vector<std::string>{"n1", "n2", "n3"}, 240s,
+                                                "recovery-three-nodes");
   }
   static void TearDownTestSuite() { reference_.reset(); }
   void SetUp() override {

@@ -64,7 +64,7 @@ class StoreFailover : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     reference_ = std::make_unique<ReferenceRun>([](const std::filesystem::path& dir) { return options_for(dir); },
-                                                kNodes, 240s);
+                                                kNodes, 240s, "store-failover");
   }
   static void TearDownTestSuite() { reference_.reset(); }
 

@@ -112,7 +112,7 @@ class TrainerCluster : public ::testing::Test {
   // (a), once for every test of the suite.
   static void SetUpTestSuite() {
     reference_ = std::make_unique<ReferenceRun>([](const std::filesystem::path& dir) { return options_for(dir); },
-                                                std::vector<std::string>{"n1", "n2"}, 240s);
+                                                std::vector<std::string>{"n1", "n2"}, 240s, "trainer-cluster");
   }
   static void TearDownTestSuite() { reference_.reset(); }
   void SetUp() override {
