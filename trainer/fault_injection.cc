@@ -6,9 +6,12 @@
 
 #include <ctime>
 #include <string>
+#include <thread>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "elastic/job_keys.h"
 #include "trainer/cpu_throttle.h"
 
 namespace hdp::trainer {
@@ -76,9 +79,54 @@ void FaultInjector::fire(int rank, std::int64_t step, std::optional<mesh::StepPh
       }
       case Fault::Kind::kSlow:
       case Fault::Kind::kThrottle:
-        break;  // not claimed (above)
+      case Fault::Kind::kHold:
+        break;  // not claimed (above; hold())
     }
   }
+}
+
+bool FaultInjector::asked_something() const {
+  try {
+    return store_->get(elastic::keys::kControl) || store_->get(elastic::keys::kSettings);
+  } catch (const Error& e) {
+    log()->debug("hold: cannot read the job's requests now: {}", e.what());
+  }
+  return false;
+}
+
+bool FaultInjector::released(std::size_t index) const {
+  try {
+    return store_->get("fault:" + std::to_string(index)).has_value();
+  } catch (const Error& e) {
+    log()->debug("hold: cannot read its release now: {}", e.what());
+  }
+  return false;
+}
+
+bool FaultInjector::hold(std::int64_t step, const std::function<bool()>& released_here) {
+  bool held = false;
+  for (std::size_t i = 0; i < faults_.size(); ++i) {
+    const Fault& f = faults_[i];
+    if (f.kind != Fault::Kind::kHold || f.step != step || !held_.insert(i).second || released(i)) continue;
+    held = true;
+    log()->warn("fault {}: holding before step {} until the job is asked something (at most {} ms)", f.spec, step,
+                f.hang.count());
+    const auto deadline = SteadyClock::now() + f.hang;
+    while (!released(i)) {
+      const bool timed_out = SteadyClock::now() >= deadline;
+      if (timed_out || released_here() || asked_something()) {
+        if (timed_out) log()->warn("fault {}: nothing asked within {} ms; going on", f.spec, f.hang.count());
+        try {
+          store_->compare_and_set("fault:" + std::to_string(i), std::nullopt, f.spec);
+        } catch (const Error& e) {
+          log()->warn("fault {}: cannot release the other ranks ({}); they go on when asked", f.spec, e.what());
+        }
+        break;
+      }
+      std::this_thread::sleep_for(kHoldPoll);
+    }
+  }
+  return held;
 }
 
 }  // namespace hdp::trainer

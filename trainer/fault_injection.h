@@ -3,13 +3,17 @@
 // The faults of --fault (trainer_config.h, Fault) as one worker fires them: before a step or in
 // one of its phases, SIGKILL of this worker (crash) or of its agent and itself (kill-node), a
 // SIGSTOP that a forked child ends (hang), a CPU cgroup limit (throttle, cpu_throttle.h), and the
-// factor by which slow: faults stretch this worker's compute (mesh::StepOptions::slowdown). A
-// claimed fault fires once per job: the first rank to reach it takes the key fault:<index> in the
-// job's namespace, so a restarted worker or a rolled-back job does not fire it again.
+// factor by which slow: faults stretch this worker's compute (mesh::StepOptions::slowdown), and
+// the hold of a test that acts on a running job (hold()). A claimed fault fires once per job: the
+// first rank to reach it takes the key fault:<index> in the job's namespace, so a restarted worker
+// or a rolled-back job does not fire it again.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <set>
 #include <optional>
 #include <vector>
 
@@ -34,12 +38,23 @@ class FaultInjector {
   // stop (SIGSTOP, then SIGCONT from the child).
   void fire(int rank, std::int64_t step, std::optional<mesh::StepPhase> phase = std::nullopt);
 
+  // Every rank, before step `step`: a hold of that step waits until the job is asked something
+  // (trainer_config.h, hold), `released_here()` (a signal to this worker, a new generation) or its
+  // MS passed, polling every kHoldPoll. The first rank released takes the key fault:<index>, which
+  // releases every other rank and keeps a worker that starts later (a joiner) from holding it
+  // again: a hold holds the job once. Returns whether this worker held.
+  bool hold(std::int64_t step, const std::function<bool()>& released_here);
+  static constexpr std::chrono::milliseconds kHoldPoll{20};
+
  private:
   bool is_me(const Fault& f) const;
+  bool asked_something() const;
+  bool released(std::size_t index) const;
 
   const std::vector<Fault>& faults_;
   const elastic::WorkerIdentity& identity_;
   std::shared_ptr<elastic::Store> store_;
+  std::set<std::size_t> held_;  // the holds this worker held
 };
 
 }  // namespace hdp::trainer

@@ -174,6 +174,21 @@ void StepReporter::read_settings_now() {
   }
 }
 
+void StepReporter::read_requests_now() {
+  // The reports written or in flight read the store before now: take what they read first, so
+  // that none of it replaces what is read here.
+  if (state_report_) {
+    state_report_->flush(kFlushTimeout);
+    take_reads();
+  }
+  try {
+    read_requests(job_.store().get(elastic::keys::kControl));
+  } catch (const Error& e) {
+    log()->warn("cannot read the pending requests: {}", e.what());
+  }
+  read_settings_now();
+}
+
 void StepReporter::settings_applied(const elastic::Membership& m, std::int64_t step, const std::string& in_force) {
   events_.record(m, "settings_applied", {{"step", std::to_string(step)}, {"settings", in_force}});
 }

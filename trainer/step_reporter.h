@@ -94,6 +94,9 @@ class StepReporter {
   int standby() const { return standby_; }
   // Rank 0, at a generation's start: reads them now rather than with the first step report.
   void read_settings_now();
+  // Rank 0, after a hold (fault_injection.h): the pending requests and the settings, read now, so
+  // that the boundary that follows carries what the job was asked during the hold.
+  void read_requests_now();
   // Rank 0: the settings in force changed at `step` (an event).
   void settings_applied(const elastic::Membership& m, std::int64_t step, const std::string& in_force);
   // Rank 0: a `hdp checkpoint` request its last step report read, not yet taken.

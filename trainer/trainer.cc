@@ -142,6 +142,9 @@ class Trainer {
     bool first = true;
     std::uint64_t digest = 0;  // the plan of the step before
     while (recovery_.step() < config_.steps) {
+      if (faults_.hold(recovery_.step() + 1, [&] { return stop_.requested.load() || ctx_.changed(m); }) && m.rank == 0) {
+        reporter_.read_requests_now();
+      }
       // Rank 0 that asked for an eviction leaves with the others: the leader answers with a new
       // generation.
       const Boundary boundary =

@@ -29,13 +29,15 @@ Fault::Kind fault_kind(std::string_view kind, const std::string& quoted) {
   if (kind == "hang") return Fault::Kind::kHang;
   if (kind == "slow") return Fault::Kind::kSlow;
   if (kind == "throttle") return Fault::Kind::kThrottle;
-  throw InvalidArgument(quoted + ": unknown fault '" + std::string(kind) + "' (crash, kill-node, hang, slow, throttle)");
+  if (kind == "hold") return Fault::Kind::kHold;
+  throw InvalidArgument(quoted + ": unknown fault '" + std::string(kind) + "' (crash, kill-node, hang, slow, throttle, hold)");
 }
 
-// Splits the value after the step off `step_text`: hang's MS, slow's F, throttle's CPUS (returned),
+// Splits the value after the step off `step_text`: hang's and hold's MS, slow's F, throttle's CPUS (returned),
 // or a crash's or kill-node's phase (set in `fault`).
 std::string_view split_tail(Fault& fault, std::string_view& step_text, std::string_view kind, const std::string& quoted) {
-  if (fault.kind == Fault::Kind::kHang || fault.kind == Fault::Kind::kSlow || fault.kind == Fault::Kind::kThrottle) {
+  if (fault.kind == Fault::Kind::kHang || fault.kind == Fault::Kind::kHold || fault.kind == Fault::Kind::kSlow ||
+      fault.kind == Fault::Kind::kThrottle) {
     const auto sep = step_text.find(':');
     if (sep == std::string_view::npos) throw InvalidArgument(quoted + ": " + std::string(kind) + " needs a value after the step");
     const std::string_view tail = step_text.substr(sep + 1);
@@ -57,8 +59,12 @@ std::string_view split_tail(Fault& fault, std::string_view& step_text, std::stri
   return {};
 }
 
-// The rank (crash, kill-node) or NODE/SLOT (the others) the fault names.
+// The rank (crash, kill-node, hang), `all` (hold) or NODE/SLOT (the others) the fault names.
 void parse_target(Fault& fault, std::string_view who, std::string_view kind, const std::string& quoted) {
+  if (fault.kind == Fault::Kind::kHold) {
+    if (who != "all") throw InvalidArgument(quoted + ": hold holds every rank: write hold:all@STEP:MS");
+    return;
+  }
   if (fault.claimed_once()) {
     if (!parse_number(who, fault.rank) || fault.rank < 0) throw InvalidArgument(quoted + ": the rank must be an integer >= 0");
     return;
@@ -87,13 +93,15 @@ void parse_steps(Fault& fault, std::string_view step_text, const std::string& qu
   if (fault.until != 0 && fault.until < fault.step) throw InvalidArgument(quoted + ": the range ends before it starts");
 }
 
-// hang's MS, slow's F, throttle's CPUS.
+// hang's and hold's MS, slow's F, throttle's CPUS.
 void parse_value(Fault& fault, std::string_view tail, const std::string& quoted) {
   switch (fault.kind) {
-    case Fault::Kind::kHang: {
+    case Fault::Kind::kHang:
+    case Fault::Kind::kHold: {
       std::int64_t hang_ms = 0;
       if (!parse_number(tail, hang_ms) || hang_ms < 1 || hang_ms > 3'600'000) {
-        throw InvalidArgument(quoted + ": hang needs :MS with 1 <= MS <= 3600000 after the step");
+        throw InvalidArgument(quoted + ": " + (fault.kind == Fault::Kind::kHang ? "hang" : "hold") +
+                              " needs :MS with 1 <= MS <= 3600000 after the step");
       }
       fault.hang = std::chrono::milliseconds(hang_ms);
       break;
@@ -121,7 +129,7 @@ Fault parse_fault(std::string_view spec) {
   const auto at = spec.find('@');
   if (colon == std::string_view::npos || at == std::string_view::npos || at < colon) {
     throw InvalidArgument(quoted + " is not KIND:RANK@STEP[:PHASE] (crash, kill-node), hang:RANK@STEP:MS, "
-                          "slow:NODE/SLOT@STEP[-END]:F or throttle:NODE/SLOT@STEP:CPUS");
+                          "slow:NODE/SLOT@STEP[-END]:F, throttle:NODE/SLOT@STEP:CPUS or hold:all@STEP:MS");
   }
   Fault fault;
   fault.spec = std::string(spec);

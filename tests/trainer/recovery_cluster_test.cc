@@ -275,6 +275,11 @@ CommandResult hdp(AgentCluster& cluster, std::vector<std::string> args) {
 int command_step() { return std::min(fault_step(), kSteps - 14); }
 int drain_step(DrainBy by) { return by == DrainBy::kCommand ? command_step() : fault_step(); }
 
+// The job holds before step `step` + 1 (trainer_config.h, hold:all): it stands at `step` until the
+// test acts on it (a request, a signal to a worker or a new generation releases it), so that a
+// short job cannot end before the action comes, at any speed (docs/testing.md, "Holding a job").
+std::vector<std::string> held_after(int step) { return {"--fault", "hold:all@" + std::to_string(step + 1) + ":60000"}; }
+
 // Starts n1 and n2 and waits until the job reached `step` (default: the fault step).
 bool reach_fault_step(AgentCluster& cluster, int step = fault_step()) {
   cluster.start_agent("n1");
@@ -306,13 +311,14 @@ bool drain_at_fault_step(AgentCluster& cluster, DrainBy by = DrainBy::kSignals) 
 void RecoveryCluster::drain_goes_on_from_memory(DrainBy by) {
   TempDir dir;
   std::cout << "the drain comes at step " << drain_step(by) << " (HDP_FAULT_STEP)\n";
-  AgentCluster cluster(options(dir.path(), "1:2", 1000));
+  AgentCluster cluster(options(dir.path(), "1:2", 1000, held_after(drain_step(by))));
   ASSERT_TRUE(drain_at_fault_step(cluster, by));
   EXPECT_EQ(exit_code(cluster, "n2", 60s), 4) << cluster.all_logs();
   EXPECT_EQ(exit_code(cluster, "n1", 240s), 0) << cluster.all_logs();
   EXPECT_EQ(cluster.state()["status"], "completed");
   const std::vector<StepLine> run = read_metrics(dir.path() / "metrics.jsonl");
   const std::int64_t t = expect_continued_from_memory(cluster, run);
+  EXPECT_EQ(t, drain_step(by)) << "the job held at the drain's step: the boundary after it lets n2 leave";
   bool left = false;
   for (const Event& e : events(cluster)) {
     if (e.at("type") != "nodes_leave") continue;
@@ -364,11 +370,12 @@ std::int64_t expect_stopped(AgentCluster& cluster, const fs::path& dir) {
 // as a whole (every rank at one step, a final checkpoint), and both agents exit 4.
 TEST_F(RecoveryCluster, ANodeDrainedBelowTheMinimumStopsTheJobCleanly) {
   TempDir dir;
-  AgentCluster cluster(options(dir.path(), "2:2", 1000));
+  AgentCluster cluster(options(dir.path(), "2:2", 1000, held_after(fault_step())));
   ASSERT_TRUE(drain_at_fault_step(cluster));
   EXPECT_EQ(exit_code(cluster, "n2", 60s), 4) << cluster.all_logs();
   EXPECT_EQ(exit_code(cluster, "n1", 60s), 4) << cluster.all_logs();
   const std::int64_t step = expect_stopped(cluster, dir.path());
+  EXPECT_EQ(step, fault_step());
   EXPECT_NE(cluster.all_logs().find("below the job's minimum of 2"), std::string::npos) << cluster.all_logs();
   std::cout << "stopped at step " << step << "\n";
 }
@@ -381,7 +388,7 @@ TEST_F(RecoveryCluster, ANodeDrainedBelowTheMinimumStopsTheJobCleanly) {
 // `running` with no worker. (CI once drew this race with two SIGTERMs at once: TrainerCluster.)
 TEST_F(RecoveryCluster, TheLastNodeDrainedWhileTheJobReformsStopsTheJobWithAFinalCheckpoint) {
   TempDir dir;
-  AgentCluster cluster(options(dir.path(), "1:2", 1000));
+  AgentCluster cluster(options(dir.path(), "1:2", 1000, held_after(fault_step())));
   // n2 leads (as in the CI run): with it gone, only n1, draining too, is left to publish the
   // generation n1's ranks stop in.
   cluster.start_agent("n2");
@@ -425,13 +432,14 @@ TEST_F(RecoveryCluster, TheLastNodeDrainedWhileTheJobReformsStopsTheJobWithAFina
 // losses (expect_reference_losses).
 TEST_F(RecoveryCluster, SigusrOneToEveryAgentStopsTheJobAndARestartResumesIt) {
   TempDir dir;
-  AgentCluster cluster(options(dir.path(), "1:2", 1000));
+  AgentCluster cluster(options(dir.path(), "1:2", 1000, held_after(fault_step())));
   ASSERT_TRUE(reach_fault_step(cluster));
-  cluster.agent("n1").signal(SIGUSR1);
+  cluster.agent("n1").signal(SIGUSR1);  // each agent passes it to its workers: that releases the hold
   cluster.agent("n2").signal(SIGUSR1);
   EXPECT_EQ(exit_code(cluster, "n1", 60s), 4) << cluster.all_logs();
   EXPECT_EQ(exit_code(cluster, "n2", 60s), 4) << cluster.all_logs();
   const std::int64_t step = expect_stopped(cluster, dir.path());
+  EXPECT_EQ(step, fault_step());
   EXPECT_EQ(cluster.all_logs().find("nodes_leave"), std::string::npos);
   if (HasFailure()) return;
   cluster.start_agent("n1");
@@ -458,8 +466,12 @@ TEST_F(RecoveryCluster, SigusrOneToEveryAgentStopsTheJobAndARestartResumesIt) {
 // exits 4; never `running` with no worker.
 void RecoveryCluster::drain_and_stop_at_once(DrainBy by, bool stop_after_leave) {
   TempDir dir;
-  AgentCluster cluster(options(dir.path(), "1:2", 1000));
-  ASSERT_TRUE(reach_fault_step(cluster, by == DrainBy::kCommand ? command_step() : fault_step()));
+  const int at = by == DrainBy::kCommand ? command_step() : fault_step();
+  // After n2 left (at `at`), n1 alone holds before the step after next until its SIGUSR1.
+  std::vector<std::string> holds = held_after(at);
+  if (stop_after_leave) holds.back() += ",hold:all@" + std::to_string(at + 2) + ":60000";
+  AgentCluster cluster(options(dir.path(), "1:2", 1000, holds));
+  ASSERT_TRUE(reach_fault_step(cluster, at));
   if (by == DrainBy::kCommand) {
     elastic::JobControl control(cluster.store(), "test@localhost");
     const std::string incarnation = cluster.get(elastic::keys::node("n2")).value_or("");
@@ -504,7 +516,7 @@ TEST_F(RecoveryCluster, AJobStopWhileTheJobReformsAfterADrainEndsStopped) {
 // a final checkpoint, every agent exits 4, and the request's outcome is `stopped`.
 TEST_F(RecoveryCluster, HdpStopStopsTheJobAtOneStepWithAFinalCheckpoint) {
   TempDir dir;
-  AgentCluster cluster(options(dir.path(), "1:2", 1000));
+  AgentCluster cluster(options(dir.path(), "1:2", 1000, held_after(command_step())));
   ASSERT_TRUE(reach_fault_step(cluster, command_step()));
   const CommandResult r = hdp(cluster, {"stop", "--wait", "--timeout-s", "60"});
   EXPECT_EQ(r.exit_code, 0) << r.err << cluster.all_logs();
@@ -512,39 +524,36 @@ TEST_F(RecoveryCluster, HdpStopStopsTheJobAtOneStepWithAFinalCheckpoint) {
   EXPECT_EQ(exit_code(cluster, "n1", 60s), 4) << cluster.all_logs();
   EXPECT_EQ(exit_code(cluster, "n2", 60s), 4) << cluster.all_logs();
   const std::int64_t step = expect_stopped(cluster, dir.path());
-  EXPECT_LT(step, kSteps);
+  EXPECT_EQ(step, command_step()) << "the job held at the step it was asked at: the boundary after it stops it";
   EXPECT_FALSE(cluster.get(elastic::keys::kControl).has_value()) << "the done stop stays pending";
   std::cout << "stopped at step " << step << "\n";
 }
 
-// `hdp checkpoint --wait`: rank 0 reads the request with its next step report, every rank saves the
-// step after it, and the command prints that step and the checkpoint's directory. Training is
-// unchanged by it: every step's loss equals the fault-free run's.
+// `hdp checkpoint --wait`: rank 0 reads the request, every rank saves at the next boundary, and
+// the command prints the step saved and the checkpoint's directory. The job holds at the step the
+// request comes at, so the boundary after that step saves it. Training is unchanged by it: every
+// step's loss equals the fault-free run's.
 TEST_F(RecoveryCluster, HdpCheckpointSavesAtTheNextStepAndReportsWhere) {
   TempDir dir;
-  AgentCluster cluster(options(dir.path(), "2:2", 1000));
-  // Early enough that the command's own request (when the first is already done) is taken too.
+  AgentCluster cluster(options(dir.path(), "2:2", 1000, held_after(command_step())));
   ASSERT_TRUE(reach_fault_step(cluster, command_step()));
-  // The request written from here, to know the step it came at; then `hdp checkpoint --wait`
-  // (the same request while it is pending, else a second one) follows it to its end.
   const std::int64_t asked_at = cluster.step();
-  const elastic::Request request = elastic::JobControl(cluster.store(), "test@localhost").checkpoint();
+  ASSERT_EQ(asked_at, command_step()) << "the job went past its hold";
   const CommandResult r = hdp(cluster, {"checkpoint", "--wait", "--timeout-s", "60"});
   ASSERT_EQ(r.exit_code, 0) << r.err << cluster.all_logs();
   EXPECT_NE(r.out.find("outcome=saved"), std::string::npos) << r.out;
   std::int64_t step = -1;
   std::string path;
+  int done = 0;
   for (const Event& e : events(cluster)) {
-    if (e.at("type") != "request_done" || e.at("id") != request.id) continue;
-    EXPECT_EQ(e.at("op"), "checkpoint");
+    if (e.at("type") != "request_done" || e.at("op") != "checkpoint") continue;
+    ++done;
     EXPECT_EQ(e.at("outcome"), "saved");
     step = std::stoll(e.at("step"));
     path = e.at("path");
   }
-  // Rank 0 reads the request with its next step report and the ranks save at the boundary after
-  // it: the step completed then (one step later when a report was in flight as it was written).
-  EXPECT_GT(step, asked_at) << cluster.all_logs();
-  EXPECT_LE(step, asked_at + 3) << "taken up later than the next steps";
+  EXPECT_EQ(done, 1) << cluster.all_logs();
+  EXPECT_EQ(step, asked_at) << "not saved at the boundary after the step it was asked at";
   EXPECT_EQ(fs::path(path), fs::absolute(dir.path() / "ckpt" / checkpoint::step_dir_name(step)));
   EXPECT_TRUE(fs::is_directory(path)) << path;
   const auto at = r.out.find("path=");
@@ -559,20 +568,21 @@ TEST_F(RecoveryCluster, HdpCheckpointSavesAtTheNextStepAndReportsWhere) {
   std::cout << "asked after step " << asked_at << ", saved step " << step << " at " << path << "\n";
 }
 
-// `hdp config set`: rank 0 reads the settings with its next step report and the boundary after it
-// puts them in force on every rank at one step (each rank logs that step); a bad name or value is
+// `hdp config set`: rank 0 reads the settings and the next boundary puts them in force on every
+// rank at one step (each rank logs that step; the job holds at the step they are set at, so it is
+// the step after that one); a bad name or value is
 // refused before anything is written; training is unchanged (every loss equals the fault-free run's).
 TEST_F(RecoveryCluster, HdpConfigSetTakesEffectAtOneStepOnEveryRank) {
   TempDir dir;
-  AgentCluster cluster(options(dir.path(), "2:2", 1000));
+  AgentCluster cluster(options(dir.path(), "2:2", 1000, held_after(command_step())));
   ASSERT_TRUE(reach_fault_step(cluster, command_step()));
   // Before any change, rank 0 reports every value in force with each step: the job's flags.
   EXPECT_EQ(cluster.state()["settings_in_force"].rfind("straggler_threshold=0.35, straggler_strikes=", 0), 0u)
       << cluster.state()["settings_in_force"];
   const std::int64_t asked_at = cluster.step();
+  ASSERT_EQ(asked_at, command_step()) << "the job went past its hold";
   CommandResult r = hdp(cluster, {"config", "set", "straggler_threshold=0.5", "log_every=2"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const std::int64_t set_at = cluster.step();  // the command's own start-up takes steps
   std::int64_t step = -1;
   std::string in_force;
   ASSERT_GE(cluster.wait_until([&] {
@@ -583,8 +593,7 @@ TEST_F(RecoveryCluster, HdpConfigSetTakesEffectAtOneStepOnEveryRank) {
     }
     return step > 0;
   }, 60s), 0) << cluster.all_logs();
-  EXPECT_GT(step, asked_at);
-  EXPECT_LE(step, set_at + 3) << "taken up later than the next steps";
+  EXPECT_EQ(step, asked_at + 1) << "the job held at the step it was asked at: in force from the step after it";
   EXPECT_NE(in_force.find("straggler_threshold=0.5"), std::string::npos) << in_force;
   EXPECT_NE(in_force.find("log_every=2"), std::string::npos) << in_force;
   EXPECT_EQ(exit_code(cluster, "n1", 240s), 0) << cluster.all_logs();
@@ -643,7 +652,8 @@ TEST_F(RecoveryCluster, AStandbyNodeReplacesADrainedMemberFromMemory) { standby_
 void RecoveryCluster::standby_replaces(bool drained) {
   TempDir dir;
   std::cout << "the " << (drained ? "drain" : "kill") << " comes at step " << fault_step() << " (HDP_FAULT_STEP)\n";
-  AgentCluster cluster(options(dir.path(), "2:2", 1000));
+  // Held there: the survivor's ranks go on when the victim's new generation comes, or when released.
+  AgentCluster cluster(options(dir.path(), "2:2", 1000, held_after(fault_step())));
   cluster.start_agent("n1");
   cluster.start_agent("n2");
   ASSERT_GE(cluster.wait_for_members({"n1", "n2"}, 60s), 0) << cluster.all_logs();
@@ -769,7 +779,7 @@ class DrainOfThree : public ::testing::Test {
   void drain_one(DrainBy by) {
     TempDir dir;
     std::cout << "the drain comes at step " << drain_step(by) << " (HDP_FAULT_STEP)\n";
-    AgentCluster cluster(options(dir.path(), "2:3", 1000));
+    AgentCluster cluster(options(dir.path(), "2:3", 1000, held_after(drain_step(by))));
     for (const char* node : {"n1", "n2", "n3"}) cluster.start_agent(node);
     ASSERT_GE(cluster.wait_until([&] { return cluster.step() >= drain_step(by); }, 120s), 0) << cluster.all_logs();
     if (by == DrainBy::kCommand) {
@@ -786,6 +796,7 @@ class DrainOfThree : public ::testing::Test {
     EXPECT_EQ(cluster.state()["status"], "completed");
     const std::vector<StepLine> run = read_metrics(dir.path() / "metrics.jsonl");
     const std::int64_t t = continued_from_memory(*reference_, cluster, run, 6);
+    EXPECT_EQ(t, drain_step(by)) << "the job held at the drain's step: the boundary after it lets n3 leave";
     int left = 0;
     for (const Event& e : events(cluster)) {
       if (e.at("type") != "nodes_leave") continue;
