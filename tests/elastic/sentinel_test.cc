@@ -248,6 +248,11 @@ TEST(Sentinel, AStaleSentinelDoesNotLeadBackToAResumedOldPrimary) {
   cluster.kill_sentinel(2);
   cluster.pause_data(0);
   const int new_port = cluster.wait_for_primary_change(old_port, 30s);
+  // Sentinels 0 and 1 paused while the old primary resumes and sentinel 2 comes back and is asked:
+  // nothing demotes the old primary, and nothing tells sentinel 2 of the failover (they would in
+  // their hello messages, at once on a fast machine and late on a loaded one).
+  cluster.pause_sentinel(0);
+  cluster.pause_sentinel(1);
   cluster.resume_data(0);
   cluster.start_sentinel(2);
   RedisEndpoint stale_first = cluster.endpoint();
@@ -260,6 +265,13 @@ TEST(Sentinel, AStaleSentinelDoesNotLeadBackToAResumedOldPrimary) {
       {"SENTINEL", "get-master-addr-by-name", cluster.options().master_name});
   const bool was_stale = named.elements.size() == 2 && named.elements[1].str == std::to_string(old_port);
   const bool old_says_master = cluster.role(0) == "master";
+  // They resume once the resolution has asked sentinel 2 (a few ms in), in time to answer its
+  // confirmation; resumed before it, they may tell sentinel 2 first (a hello at once).
+  std::thread resume([&] {
+    std::this_thread::sleep_for(100ms);
+    cluster.resume_sentinel(0);
+    cluster.resume_sentinel(1);
+  });
 
   elastic::SentinelResolver resolver(stale_first);
   int refused = 0;
@@ -275,6 +287,7 @@ TEST(Sentinel, AStaleSentinelDoesNotLeadBackToAResumedOldPrimary) {
       std::this_thread::sleep_for(50ms);
     }
   }
+  resume.join();
   ASSERT_TRUE(found) << why;
   EXPECT_EQ(found->port, new_port) << "resolved to the old primary " << old_port;
   // What makes this test bite: the stale sentinel named the old primary, which said ROLE master.
