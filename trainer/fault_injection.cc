@@ -47,7 +47,7 @@ void FaultInjector::fire(int rank, std::int64_t step, std::optional<mesh::StepPh
     if (!f.claimed_once() || f.rank != rank || f.step != step) continue;
     bool claimed = false;
     try {
-      claimed = store_->compare_and_set("fault:" + std::to_string(i), std::nullopt, f.spec);
+      claimed = store_->compare_and_set(fault_key(i), std::nullopt, f.spec);
     } catch (const Error& e) {
       log()->warn("fault {}: cannot claim it ({}); not firing", f.spec, e.what());
     }
@@ -96,7 +96,7 @@ bool FaultInjector::asked_something() const {
 
 bool FaultInjector::released(std::size_t index) const {
   try {
-    return store_->get("fault:" + std::to_string(index)).has_value();
+    return store_->get(fault_key(index)).has_value();
   } catch (const Error& e) {
     log()->debug("hold: cannot read its release now: {}", e.what());
   }
@@ -117,7 +117,7 @@ bool FaultInjector::hold(std::int64_t step, const std::function<bool()>& release
       if (timed_out || released_here() || asked_something()) {
         if (timed_out) log()->warn("fault {}: nothing asked within {} ms; going on", f.spec, f.hang.count());
         try {
-          store_->compare_and_set("fault:" + std::to_string(i), std::nullopt, f.spec);
+          store_->compare_and_set(fault_key(i), std::nullopt, f.spec);
         } catch (const Error& e) {
           log()->warn("fault {}: cannot release the other ranks ({}); they go on when asked", f.spec, e.what());
         }

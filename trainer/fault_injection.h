@@ -13,8 +13,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <set>
 #include <optional>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "elastic/elastic_context.h"
@@ -23,6 +24,10 @@
 #include "trainer/trainer_config.h"
 
 namespace hdp::trainer {
+
+// The key of the job's namespace that claims fault `index` of --fault (a crash, a kill-node, a
+// hang) or records its release (a hold).
+inline std::string fault_key(std::size_t index) { return "fault:" + std::to_string(index); }
 
 class FaultInjector {
  public:

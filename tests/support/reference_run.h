@@ -6,8 +6,8 @@
 //
 // Given a cache name, the run is shared by every test process of the build (tests/support/
 // run_cache.h): CTest runs each case of a suite as its own process, and the job is deterministic
-// (the suites assert that bitwise), so the first case computes it and the others read it. The
-// recipe is the cluster options with the directory as a placeholder, and the nodes.
+// (the suites assert that bitwise), so the first case computes it and the others read it. Its key
+// is the cluster options (given one fixed directory, the same in every process) and the nodes.
 //
 // Example:
 //   static void SetUpTestSuite() {
@@ -74,8 +74,8 @@ class ReferenceRun {
     return ok;
   }
 
-  // Everything the run depends on besides the hdp binary: the options for a placeholder directory
-  // (the real one differs between processes) and the nodes.
+  // Everything the run depends on besides the hdp binary: the options for one fixed directory (the
+  // real one differs between processes) and the nodes.
   static std::string recipe(const std::function<ClusterOptions(const std::filesystem::path&)>& options_for,
                             const std::vector<std::string>& nodes) {
     const ClusterOptions o = options_for("/reference-run-directory");

@@ -82,7 +82,7 @@ TEST_F(Hold, ARequestReleasesEveryRankAndAWorkerStartedLaterDoesNotHoldAgain) {
     EXPECT_GE(t, 0.3);
     EXPECT_LT(t, 0.3 + 2.0) << "released long after the request";  // 20 ms polls; 2 s for a loaded machine
   }
-  EXPECT_TRUE(store_->get("fault:1").has_value()) << "the release is not recorded for the job";
+  EXPECT_TRUE(store_->get(fault_key(1)).has_value()) << "the release is not recorded for the job";
   store_->erase(elastic::keys::kControl);
   const auto joiner = injector(0);
   const auto joined = Clock::now();
@@ -129,7 +129,7 @@ TEST_F(Hold, NothingAskedGoesOnAtItsDeadline) {
   const double took = seconds_since(began);
   EXPECT_GE(took, 0.3);
   EXPECT_LT(took, 2.0);
-  EXPECT_TRUE(store_->get("fault:0").has_value());
+  EXPECT_TRUE(store_->get(fault_key(0)).has_value());
 }
 
 }  // namespace

@@ -46,6 +46,7 @@
 #include "tests/support/child_process.h"
 #include "tests/support/temp_dir.h"
 #include "tests/trainer/run_records.h"
+#include "trainer/fault_injection.h"
 
 namespace hdp::test {
 namespace {
@@ -71,7 +72,7 @@ TEST(TrainerQuick, ACrashedWorkerIsReplacedAndTheJobCompletesFromTheLastCheckpoi
   ASSERT_TRUE(status.has_value()) << cluster.all_logs();
   EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << *status << "\n" << cluster.all_logs();
   EXPECT_EQ(cluster.state()["step"], "24");
-  EXPECT_EQ(cluster.get("fault:0"), "crash:1@10");
+  EXPECT_EQ(cluster.get(trainer::fault_key(0)), "crash:1@10");
   elastic::JobState job(cluster.store());
   bool rolled_back = false;
   for (const auto& e : job.snapshot(elastic::kEventsKept).events) {
