@@ -49,7 +49,7 @@ struct TrainFlags {
   std::string model = "demo";
   std::string model_config;  // --model-config: a Hugging Face config.json instead of the preset
   std::string dtype;   // empty: by device (trainer/device_placement.h)
-  std::string device = "cpu";
+  std::string device = "auto";
   int d_model = 0, layers = 0, heads = 0, kv_heads = 0, ffn_dim = 0;
   long warmup = -1, decay_steps = 0;
   long max_rank_memory_mb = -1;
@@ -146,7 +146,8 @@ void add_train_command(CLI::App& app) {
       ->check(CLI::IsMember({"f32", "bf16"}));
   opt("--device", f.device,
       "cuda (the local rank's GPU: local rank mod the visible devices), cpu, or auto (cuda when this worker sees a "
-      "device). This version's step runs on the CPU: a worker placed on a GPU is refused at start",
+      "device). On a GPU the step, the optimizer state and the data plane live on the device (NCCL when every rank "
+      "has a GPU of its own, TCP through pinned host buffers when ranks share one). Default: auto",
       "HDP_DEVICE")
       ->check(CLI::IsMember({"cuda", "cpu", "auto"}));
   opt("--context", c.context, "Longest training sequence in tokens (documents are cut to it)", "HDP_CONTEXT");

@@ -53,6 +53,16 @@ int cuda_device_count() {
 #endif
 }
 
+std::optional<DeviceMemory> cuda_memory() {
+#if HDP_HAVE_CUDA
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cuda_available() && kernels::cuda::memory_info(free_bytes, total_bytes)) {
+    return DeviceMemory{static_cast<std::int64_t>(free_bytes), static_cast<std::int64_t>(total_bytes)};
+  }
+#endif
+  return std::nullopt;
+}
+
 void use_cuda_device(int ordinal) {
   const int count = cuda_device_count();
   if (ordinal < 0 || ordinal >= count) {
@@ -68,8 +78,18 @@ void use_cuda_device(int ordinal) {
 struct Tensor::Storage {
   void* ptr = nullptr;
   Device device = Device::kCpu;
+  bool pinned = false;  // CPU memory from host_alloc_pinned
 
-  Storage(size_t bytes, Device dev) : device(dev) {
+  Storage(size_t bytes, Device dev, bool pin = false) : device(dev) {
+#if HDP_HAVE_CUDA
+    if (device == Device::kCpu && pin && cuda_available()) {
+      ptr = kernels::cuda::host_alloc_pinned(bytes);
+      pinned = ptr != nullptr;
+      if (pinned) return;
+    }
+#else
+    (void)pin;
+#endif
     if (device == Device::kCpu) {
       ptr = std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64));  // size: a multiple of 64
       if (!ptr) throw FatalError("Tensor: out of host memory allocating " + std::to_string(bytes) + " bytes");
@@ -82,6 +102,12 @@ struct Tensor::Storage {
 #endif
   }
   ~Storage() {
+#if HDP_HAVE_CUDA
+    if (pinned) {
+      kernels::cuda::host_free_pinned(ptr);
+      return;
+    }
+#endif
     if (device == Device::kCpu) {
       std::free(ptr);
       return;
@@ -127,6 +153,18 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   t.storage_ = std::make_shared<Storage>(t.bytes(), device);
   return t;
 }
+
+Tensor Tensor::pinned(const Shape& shape, DType dtype) {
+  for (int64_t d : shape)
+    if (d < 0) throw InvalidArgument("Tensor::pinned: negative dimension in shape " + shape_string(shape));
+  Tensor t;
+  t.shape_ = shape;
+  t.dtype_ = dtype;
+  t.storage_ = std::make_shared<Storage>(t.bytes(), Device::kCpu, /*pin=*/true);
+  return t;
+}
+
+bool Tensor::is_pinned() const { return storage_ && storage_->pinned; }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,10 @@ class Tensor {
   // Uninitialised / zero-filled storage. CUDA needs a build with CUDA (else InvalidArgument).
   static Tensor empty(const Shape& shape, DType dtype, Device device = Device::kCpu);
   static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::kCpu);
+  // A CPU tensor in page-locked memory where this build has CUDA and the driver grants it (copies
+  // to and from a GPU then run by DMA, queued without the host waiting); plain host memory
+  // otherwise, which works the same, only slower. Uninitialised.
+  static Tensor pinned(const Shape& shape, DType dtype);
   // A CPU tensor holding a copy of `values`; values.size() must equal the shape's element count.
   template <typename T>
   static Tensor from_vector(const std::vector<T>& values, const Shape& shape);
@@ -43,6 +48,7 @@ class Tensor {
   int64_t numel() const;
   DType dtype() const { return dtype_; }
   Device device() const { return device_; }
+  bool is_pinned() const;  // a CPU tensor whose memory is page-locked (pinned())
   size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
   // "f32[4, 8] cpu", for error messages.
   std::string describe() const;
@@ -80,6 +86,12 @@ bool cuda_available();
 // The CUDA devices this process sees (after CUDA_VISIBLE_DEVICES); 0 in a build without CUDA, or
 // without a driver or a device. Never throws.
 int cuda_device_count();
+// The current CUDA device's free and total memory in bytes; nullopt without CUDA or a device.
+struct DeviceMemory {
+  std::int64_t free_bytes = 0;
+  std::int64_t total_bytes = 0;
+};
+std::optional<DeviceMemory> cuda_memory();
 // Makes visible device `ordinal` this thread's current device (the one Tensor allocates on);
 // InvalidArgument when there is no such device (or no CUDA in this build).
 void use_cuda_device(int ordinal);

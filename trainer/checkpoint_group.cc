@@ -9,14 +9,14 @@ namespace hdp::trainer {
 // neighbours, where the dissemination barrier would connect log2(N) more peers per rank, each a
 // record read from the store. A save's barrier is not on the step's critical path.
 void CommunicatorGroup::barrier() {
-  const ops::Tensor token = ops::Tensor::from_vector<std::int32_t>({1}, {1});
+  const ops::Tensor token = ops::Tensor::from_vector<std::int32_t>({1}, {1}).to(comm_.home());
   comm_.allreduce(token, mesh::ReduceOp::kSum, timeout_);
 }
 
 bool CommunicatorGroup::all_true(bool local) {
-  const ops::Tensor vote = ops::Tensor::from_vector<std::int32_t>({local ? 1 : 0}, {1});
+  const ops::Tensor vote = ops::Tensor::from_vector<std::int32_t>({local ? 1 : 0}, {1}).to(comm_.home());
   comm_.allreduce(vote, mesh::ReduceOp::kMin, timeout_);
-  return vote.data<std::int32_t>()[0] == 1;
+  return vote.to_vector<std::int32_t>()[0] == 1;
 }
 
 }  // namespace hdp::trainer

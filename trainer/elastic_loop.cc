@@ -111,7 +111,7 @@ LoopResult run_elastic_loop(elastic::ElasticContext& ctx, const LoopOptions& opt
                 membership.rank, membership.world_size);
     try {
       auto comm = mesh::connect_communicator(ctx.bootstrap(membership), "main", options.connect_timeout,
-                                             mesh::Connect::kRingNow, options.device);
+                                             mesh::Connect::kRingNow, options.device, options.data_plane);
       // With an agent's channel a look costs no store read, so it looks every 20 ms.
       SupersededWatch watch(ctx, membership, *comm,
                             ctx.has_agent_channel() ? std::chrono::milliseconds(20) : options.watch_every);

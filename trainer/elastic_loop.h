@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "elastic/elastic_context.h"
+#include "mesh/comm/communicator_factory.h"
 #include "mesh/comm/data_plane.h"
 #include "mesh/comm/communicator.h"
 
@@ -31,6 +32,8 @@ struct LoopOptions {
   // Where this rank's tensors live (trainer/device_placement.h): the generation's data plane is
   // chosen from every rank's (mesh/comm/data_plane.h). Its host, when empty, is the advertised address.
   mesh::RankDevice device;
+  // Tests: what they change in the data plane's choice (a fake NCCL); production passes none.
+  mesh::DataPlaneHooks data_plane;
   std::chrono::milliseconds wait_slice{1000};        // how often waiting re-checks `stop`
   // How often a thread beside the body reads the generation number from the store, for a worker
   // without an agent's channel (with one, it looks every 20 ms at what the agent announced, which

@@ -24,8 +24,6 @@ using elastic::Membership;
 using mesh::Communicator;
 using ops::Tensor;
 
-std::span<float> span_of(const Tensor& t) { return {t.data<float>(), static_cast<std::size_t>(t.numel())}; }
-
 // What the checkpoint keeps as a rank's "RNG state": the trainer draws nothing at random after the
 // seeded initialisation (the data order is a function of the seed and the epoch), so the seed is
 // the whole of it; a restore under another seed would change the data order, and says so.
@@ -178,12 +176,13 @@ void Recovery::restore(const Membership& m, Communicator& comm, std::int64_t fur
   zero_->set_no_decay(setup_.no_decay);
   std::optional<checkpoint::RestoredProgress> restored;
   if (checkpoints() && may_restore(m, comm)) {
-    const checkpoint::ShardTarget target = shard();
+    const checkpoint::ShardTarget target = host_.for_restore(shard_range(), shard_buffers());
     CheckpointReporter reporter(ctx_.store(), m.generation, m.rank);
     checkpoint::CheckpointOptions options = checkpoints_;
     options.hooks = reporter.hooks();
     CommunicatorGroup group(comm, config_.timeout);
     restored = checkpoint::restore_latest(options, setup_.layout, group, target);
+    if (restored) host_.upload();
   }
   if (restored) {
     step_ = restored->step;
@@ -217,9 +216,12 @@ void Recovery::initialise(const Membership& m) {
   if (config_.init_from.empty()) {
     model_.init(config_.seed);
   } else {
+    // Read on the host (in place on the CPU), then copied to the model's device.
     const Tensor& params = model_.params();
-    const std::span<float> flat(params.data<float>(), static_cast<std::size_t>(params.numel()));
+    const Tensor host = params.device() == ops::Device::kCpu ? params : Tensor::pinned(params.shape(), params.dtype());
+    const std::span<float> flat(host.data<float>(), static_cast<std::size_t>(host.numel()));
     load_hf_weights(config_.init_from, config_.model, flat);
+    if (host.raw() != params.raw()) params.copy_from(host);
     init_digest_ = checkpoint::to_hex(checkpoint::xxh3(std::span<const float>(flat)));
     if (m.rank == 0) {
       log()->info("initial weights from {} (xxh3 {} of {} parameters)", config_.init_from.string(), init_digest_,
@@ -328,18 +330,18 @@ void Recovery::step_completed() {
   pending_position_.reset();
 }
 
-checkpoint::ShardTarget Recovery::shard() const {
-  const checkpoint::ShardRange range{zero_->offset(), zero_->offset() + zero_->count()};
-  return {range,
-          {span_of(model_.params().view(range.begin, {range.size()})), span_of(zero_->exp_avg()),
-           span_of(zero_->exp_avg_sq())}};
+checkpoint::ShardRange Recovery::shard_range() const { return {zero_->offset(), zero_->offset() + zero_->count()}; }
+
+HostShard::Buffers Recovery::shard_buffers() const {
+  const checkpoint::ShardRange range = shard_range();
+  return {model_.params().reshape({model_.params().numel()}).view(range.begin, {range.size()}), zero_->exp_avg(),
+          zero_->exp_avg_sq()};
 }
 
 void Recovery::save(checkpoint::AsyncSaver& saver) {
-  const checkpoint::ShardTarget buffers = shard();
   checkpoint::ShardSnapshot snapshot;
-  snapshot.range = buffers.range;
-  snapshot.buffers = {buffers.buffers[0], buffers.buffers[1], buffers.buffers[2]};
+  snapshot.range = shard_range();
+  snapshot.buffers = host_.for_save(snapshot.range, shard_buffers());
   snapshot.step = step_;
   snapshot.rng_state = rng_bytes(config_.seed);
   snapshot.data = position_;

@@ -29,6 +29,7 @@
 #include "mesh/step/reshard.h"
 #include "mesh/step/zero.h"
 #include "ops/model/llama_model.h"
+#include "trainer/host_shard.h"
 #include "trainer/step_reporter.h"
 #include "trainer/straggler_monitor.h"
 #include "trainer/trainer_config.h"
@@ -80,8 +81,9 @@ class Recovery {
                       std::int64_t furthest, const std::string& why, double seconds, std::int64_t total_read);
   bool checkpoints() const { return !checkpoints_.root.empty(); }
   // This rank's ZeRO-1 shard as a checkpoint holds it: its range of the parameters and both AdamW
-  // moments, in place (what save() hands over and restore() fills).
-  checkpoint::ShardTarget shard() const;
+  // moments (where they live; host_ gives the checkpoint its host spans).
+  checkpoint::ShardRange shard_range() const;
+  HostShard::Buffers shard_buffers() const;
   // This rank's optimizer in generation `m` (its wire dtype the model's precision: bf16 under mixed
   // precision).
   std::unique_ptr<mesh::ZeroOptimizer> make_optimizer(const elastic::Membership& m) const;
@@ -97,6 +99,7 @@ class Recovery {
   elastic::JobState job_;
 
   std::unique_ptr<mesh::ZeroOptimizer> zero_;
+  HostShard host_;
   std::int64_t step_ = 0;
   checkpoint::DataPosition position_;                        // after step_
   std::optional<checkpoint::DataPosition> prev_position_;     // after step_ - 1

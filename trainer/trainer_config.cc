@@ -167,14 +167,6 @@ ops::model::LlamaConfig model_preset(std::string_view name) {
 
 namespace {
 
-// This version's step, its data plane and its recovery run on the CPU only.
-void check_device(ops::Device device) {
-  if (device != ops::Device::kCpu) {
-    throw InvalidArgument("--device: this worker was placed on a CUDA device, but this version of the trainer runs "
-                          "its step on the CPU only: use --device cpu");
-  }
-}
-
 // A blend's form is checked here, before the environment (its paths when they are opened), and a
 // vocabulary too small for a text corpus's byte tokens.
 void check_data(const std::string& data, std::int64_t vocab_size) {
@@ -200,7 +192,6 @@ void check_data(const std::string& data, std::int64_t vocab_size) {
 }  // namespace
 
 void TrainerConfig::validate() const {
-  check_device(device);
   if (!init_from.empty() && !std::filesystem::exists(init_from / "model.safetensors") &&
       !std::filesystem::exists(init_from / "model.safetensors.index.json")) {
     throw InvalidArgument("--init-from '" + init_from.string() +

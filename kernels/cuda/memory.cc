@@ -55,6 +55,25 @@ void device_free(void* ptr) noexcept {
   if (ptr) cudaFreeAsync(ptr, cudaStreamLegacy);  // a destructor path: nothing useful to do with an error here
 }
 
+void* host_alloc_pinned(size_t bytes) noexcept {
+  void* ptr = nullptr;
+  if (bytes == 0 || cudaMallocHost(&ptr, bytes) != cudaSuccess) {
+    cudaGetLastError();  // refused: the caller uses plain host memory
+    return nullptr;
+  }
+  return ptr;
+}
+
+void host_free_pinned(void* ptr) noexcept {
+  if (ptr) cudaFreeHost(ptr);
+}
+
+bool memory_info(size_t& free_bytes, size_t& total_bytes) noexcept {
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) return true;
+  cudaGetLastError();
+  return false;
+}
+
 void copy_host_to_device(void* dst, const void* src, size_t bytes) {
   if (bytes > 0) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
 }

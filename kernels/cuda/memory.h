@@ -26,6 +26,13 @@ void copy_device_to_host(void* dst, const void* src, size_t bytes);
 void copy_device_to_host(void* dst, const void* src, size_t bytes, Stream stream);
 void copy_device_to_device(void* dst, const void* src, size_t bytes);
 void device_zero(void* ptr, size_t bytes);
+// Page-locked host memory (cudaMallocHost): copies between it and a device run by DMA and may be
+// queued without the host waiting. nullptr when the driver refuses (no device, a locked-memory
+// limit): the caller then falls back to plain host memory. Free it with host_free_pinned.
+void* host_alloc_pinned(size_t bytes) noexcept;
+void host_free_pinned(void* ptr) noexcept;
+// The current device's free and total memory in bytes (cudaMemGetInfo); false when it cannot say.
+bool memory_info(size_t& free_bytes, size_t& total_bytes) noexcept;
 // Waits until every kernel launched so far has finished (benchmarks time around it).
 void device_synchronize();
 

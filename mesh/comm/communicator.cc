@@ -34,9 +34,9 @@ namespace {
 
 template <typename T>
 T allreduce_scalar(Communicator& comm, T value, ReduceOp op, Communicator::Duration timeout) {
-  const ops::Tensor t = ops::Tensor::from_vector<T>({value}, {1});
+  const ops::Tensor t = ops::Tensor::from_vector<T>({value}, {1}).to(comm.home());
   comm.allreduce(t, op, timeout);
-  return t.data<T>()[0];
+  return t.to_vector<T>()[0];
 }
 
 }  // namespace

@@ -85,6 +85,10 @@ class Communicator {
   virtual int size() const = 0;
   // The default deadline of a blocking call (and the bound a destructor waits).
   virtual Duration timeout() const = 0;
+  // Where a caller places the small tensors it makes for a call (scalars, a plan's metadata): every
+  // communicator takes tensors there. The CPU for TCP (and staging, which passes host tensors
+  // straight through), the backend's device for NCCL, which takes nothing else.
+  virtual ops::Device home() const { return ops::Device::kCpu; }
 
   // --- point to point -----------------------------------------------------------------------
   virtual std::unique_ptr<Work> isend(const ops::Tensor& buffer, int dst, Tag tag, Stream stream = {}) = 0;
@@ -124,7 +128,7 @@ class Communicator {
   void broadcast(const ops::Tensor& buffer, int root, Duration timeout = Duration::zero());
   void barrier(Duration timeout = Duration::zero());
 
-  // Conveniences over allreduce for scalars (a one-element tensor underneath).
+  // Conveniences over allreduce for scalars (a one-element tensor on home() underneath).
   double allreduce_sum(double value, Duration timeout = Duration::zero());
   std::int64_t allreduce_sum(std::int64_t value, Duration timeout = Duration::zero());
   std::int64_t allreduce_max(std::int64_t value, Duration timeout = Duration::zero());

@@ -19,17 +19,16 @@
 namespace hdp::mesh {
 
 // Collective: every rank must pass a row of the same length (the descriptor check of the
-// communicator refuses a mismatch). Returns comm.size() rows of row.size() elements, in rank order.
+// communicator refuses a mismatch). The row travels on comm.home(). Returns comm.size() rows of row.size() elements, in rank order.
 // `timeout` zero: the communicator's own.
 template <typename T>
 std::vector<T> allgather_rows(Communicator& comm, std::span<const T> row,
                               Communicator::Duration timeout = Communicator::Duration::zero()) {
   const auto width = static_cast<std::int64_t>(row.size());
-  const ops::Tensor own = ops::Tensor::from_vector<T>(std::vector<T>(row.begin(), row.end()), {width});
-  const ops::Tensor all = ops::Tensor::zeros({width * comm.size()}, ops::dtype_of<T>());
+  const ops::Tensor own = ops::Tensor::from_vector<T>(std::vector<T>(row.begin(), row.end()), {width}).to(comm.home());
+  const ops::Tensor all = ops::Tensor::zeros({width * comm.size()}, ops::dtype_of<T>(), comm.home());
   comm.allgather(own, all, std::vector<std::int64_t>(static_cast<std::size_t>(comm.size()), width), timeout);
-  const T* data = all.data<T>();
-  return std::vector<T>(data, data + width * comm.size());
+  return all.to_vector<T>();
 }
 
 template <typename T>

@@ -371,6 +371,7 @@ NcclCommunicator::~NcclCommunicator() {
 int NcclCommunicator::rank() const { return impl_->rank; }
 int NcclCommunicator::size() const { return impl_->size; }
 Communicator::Duration NcclCommunicator::timeout() const { return impl_->timeout; }
+ops::Device NcclCommunicator::home() const { return impl_->backend->device(); }
 
 namespace {
 

@@ -75,6 +75,7 @@ class NcclCommunicator final : public Communicator {
   int rank() const override;
   int size() const override;
   Duration timeout() const override;
+  ops::Device home() const override;  // the backend's device
 
   std::unique_ptr<Work> isend(const ops::Tensor& buffer, int dst, Tag tag, Stream stream = {}) override;
   std::unique_ptr<Work> irecv(const ops::Tensor& buffer, int src, Tag tag, Stream stream = {}) override;

@@ -41,8 +41,10 @@ BuddyPlan place_replicas(ZeroOptimizer& zero, const ops::Tensor& params, const s
 ReplicaCheck verify_replicas(const ZeroOptimizer& zero, Communicator& comm) {
   const int world = comm.size();
   const auto width = 2 * static_cast<std::size_t>(world);
+  // On a device, over a host copy (a check every N steps, not the step's path).
   auto sum = [](const ops::Tensor& t) {
-    return static_cast<std::int64_t>(XXH3_64bits(t.data<float>(), static_cast<std::size_t>(t.numel()) * sizeof(float)));
+    const ops::Tensor host = t.device() == ops::Device::kCpu ? t : t.to(ops::Device::kCpu);
+    return static_cast<std::int64_t>(XXH3_64bits(host.data<float>(), host.bytes()));
   };
   // Per rank a row of 2·world checksums: its own shard at its rank's place, its copies at their
   // owners' places, 0 elsewhere.

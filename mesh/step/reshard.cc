@@ -163,10 +163,12 @@ std::vector<HeldState> exchange_states(const HeldState& mine, Communicator& comm
     fixed.push_back(static_cast<std::int64_t>(p.sample));
   }
   fixed.push_back(static_cast<std::int64_t>(mine.held.size()));
-  const ops::Tensor own = ops::Tensor::from_vector<std::int64_t>(fixed, {kFixed});
-  const ops::Tensor all = ops::Tensor::zeros({kFixed * world}, ops::DType::kI64);
+  // On the communicator's home device (NCCL takes device tensors only), read back on the host.
+  const ops::Tensor own = ops::Tensor::from_vector<std::int64_t>(fixed, {kFixed}).to(comm.home());
+  const ops::Tensor all = ops::Tensor::zeros({kFixed * world}, ops::DType::kI64, comm.home());
   comm.allgather(own, all, std::vector<std::int64_t>(static_cast<std::size_t>(world), kFixed), timeout);
-  const std::int64_t* f = all.data<std::int64_t>();
+  const std::vector<std::int64_t> all_fixed = all.to_vector<std::int64_t>();
+  const std::int64_t* f = all_fixed.data();
   std::vector<HeldState> states(static_cast<std::size_t>(world));
   std::vector<std::int64_t> counts(static_cast<std::size_t>(world));
   std::int64_t total = 0;
@@ -193,10 +195,12 @@ std::vector<HeldState> exchange_states(const HeldState& mine, Communicator& comm
     pairs.push_back(h.owner);
     pairs.push_back(h.step);
   }
-  const ops::Tensor own_pairs = ops::Tensor::from_vector<std::int64_t>(pairs, {static_cast<std::int64_t>(pairs.size())});
-  const ops::Tensor all_pairs = ops::Tensor::zeros({total}, ops::DType::kI64);
+  const ops::Tensor own_pairs =
+      ops::Tensor::from_vector<std::int64_t>(pairs, {static_cast<std::int64_t>(pairs.size())}).to(comm.home());
+  const ops::Tensor all_pairs = ops::Tensor::zeros({total}, ops::DType::kI64, comm.home());
   comm.allgather(own_pairs, all_pairs, counts, timeout);
-  const std::int64_t* p = all_pairs.data<std::int64_t>();
+  const std::vector<std::int64_t> all_held = all_pairs.to_vector<std::int64_t>();
+  const std::int64_t* p = all_held.data();
   for (int r = 0; r < world; ++r) {
     for (std::int64_t i = 0; i < counts[static_cast<std::size_t>(r)]; i += 2, p += 2) {
       states[static_cast<std::size_t>(r)].held.push_back({static_cast<int>(p[0]), p[1]});

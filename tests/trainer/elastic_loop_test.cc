@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -17,7 +18,9 @@
 #include "common/error.h"
 #include "elastic/job_keys.h"
 #include "elastic/memory_store.h"
+#include "mesh/comm/nccl_communicator.h"
 #include "tests/elastic/worker_fixture.h"
+#include "tests/mesh/nccl/nccl_fake_backend.h"
 
 namespace hdp::trainer {
 namespace {
@@ -87,6 +90,94 @@ TEST_F(ElasticLoopTest, ANewerGenerationAbortsACollectiveBlockedOnAFrozenPeer) {
     EXPECT_TRUE(why.find("superseded") != std::string::npos || why.find("peer lost") != std::string::npos)
         << node << ": " << why;
   }
+}
+
+// The same over NCCL (every rank on a GPU of its own; NcclCommunicator over the fake backend,
+// tests/mesh/nccl/nccl_fake_backend.h): the generation's NCCL communicator is built through the
+// data plane's choice, a collective that never completes (the fake holds it, as a frozen peer
+// would) is aborted once the next generation is published (ncclCommAbort, never a hang), the
+// workers stay, and the next generation builds a new NCCL communicator under a new id. Bound as
+// above: 1.5 s from the publication to the next generation's body, against the 20 s deadline.
+TEST_F(ElasticLoopTest, ASupersededNcclCommunicatorIsAbortedAndTheNextGenerationBuildsANewOne) {
+  publish(1, {"a", "b", "c"});
+  auto nccl = std::make_shared<mesh::testing::FakeNccl>();
+  nccl->hang = true;  // generation 1's collectives never complete
+  std::atomic<bool> stop{false};
+  std::mutex mutex;
+  std::map<std::string, Clock::time_point> entered_gen2;
+  std::map<std::string, std::string> left_gen1;
+  std::map<std::string, bool> nccl_in_gen;
+  Clock::time_point published;
+
+  auto run_worker = [&](const std::string& node, const std::string& gpu) {
+    elastic::ElasticContext ctx = worker(node);
+    LoopOptions options;
+    options.connect_timeout = 20s;
+    options.wait_slice = 100ms;
+    options.device = {.host = "", .device = ops::Device::kCuda, .device_id = gpu};
+    options.data_plane = {.nccl_built = true,
+                          .nccl_backend = [&](const mesh::RankDevice&) -> std::shared_ptr<mesh::nccl::Backend> {
+                            return nccl;
+                          }};
+    run_elastic_loop(ctx, options, stop, [&](const elastic::Membership& m, mesh::Communicator& comm) {
+      {
+        std::lock_guard lock(mutex);
+        nccl_in_gen[node + std::to_string(m.generation)] = dynamic_cast<mesh::NcclCommunicator*>(&comm) != nullptr;
+      }
+      if (m.generation == 1 && node == "c") {
+        while (!stop) std::this_thread::sleep_for(10ms);
+        return BodyResult::kFinished;
+      }
+      if (m.generation == 1) {
+        try {
+          comm.allreduce_sum(std::int64_t{1});
+        } catch (const RecoverableError& e) {
+          std::lock_guard lock(mutex);
+          left_gen1[node] = e.what();
+          throw;
+        }
+        ADD_FAILURE() << node << ": generation 1's allreduce completed";
+        return BodyResult::kFinished;
+      }
+      {
+        std::lock_guard lock(mutex);
+        entered_gen2[node] = Clock::now();
+      }
+      comm.allreduce_sum(std::int64_t{1});  // completes: the new communicator works
+      return BodyResult::kFinished;
+    });
+  };
+  std::thread c([&] { run_worker("c", "2"); });
+  std::thread a([&] { run_worker("a", "0"); });
+  std::thread b([&] { run_worker("b", "1"); });
+  std::this_thread::sleep_for(1500ms);  // all three joined; a and b are held in the allreduce
+  nccl->hang = false;                   // generation 2's groups complete
+  published = Clock::now();
+  publish(2, {"a", "b"});
+  a.join();
+  b.join();
+  stop = true;
+  c.join();
+
+  ASSERT_EQ(entered_gen2.size(), 2u);
+  for (const auto& [node, at] : entered_gen2) {
+    const auto after = std::chrono::duration_cast<std::chrono::milliseconds>(at - published);
+    EXPECT_LT(after, 1500ms) << node << " reached generation 2 " << after.count() << " ms after it was published";
+  }
+  for (const char* node : {"a", "b"}) {
+    EXPECT_TRUE(nccl_in_gen[std::string(node) + "1"] && nccl_in_gen[std::string(node) + "2"]) << node;
+    EXPECT_NE(left_gen1[node].find("superseded"), std::string::npos) << node << ": " << left_gen1[node];
+  }
+  EXPECT_TRUE(nccl_in_gen["c1"]);
+  EXPECT_GE(nccl->aborts(), 2) << "a's and b's generation-1 communicators";
+  // Generation 1: three ranks joined one id; generation 2: two joined another.
+  std::map<mesh::nccl::UniqueId, int> joined;
+  for (const auto& [id, rank] : nccl->inits()) ++joined[id];
+  ASSERT_EQ(joined.size(), 2u);
+  std::vector<int> sizes;
+  for (const auto& [id, n] : joined) sizes.push_back(n);
+  std::sort(sizes.begin(), sizes.end());
+  EXPECT_EQ(sizes, (std::vector<int>{2, 3}));
 }
 
 // A worker that starts after the job completed (its agent restarted it as the others finished)
