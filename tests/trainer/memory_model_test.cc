@@ -19,6 +19,7 @@
 #include "hdp/config.h"
 #include "ops/model/llama_model.h"
 #include "ops/model/llama_params.h"
+#include "trainer/trainer_config.h"
 
 namespace hdp::trainer {
 namespace {
@@ -365,6 +366,39 @@ TEST(MemoryModel, ScheduleRefusesGarbage) {
   }
   EXPECT_THROW(offload_schedule(0.5, 0), InvalidArgument);
   EXPECT_THROW(offload_schedule(0.5, -3), InvalidArgument);
+}
+
+// --max-rank-memory-mb goes through the model: the refusal names the flag and the figures.
+TEST(MemoryModel, MaxRankMemoryFlagIsTheLimitOnTheCpu) {
+  TrainerConfig config;
+  config.model = small_model();
+  config.capacity = 512;
+  config.context = 1024;
+  const std::int64_t need = estimate_rank_bytes(config, 4);
+  config.max_rank_memory_bytes = need;
+  EXPECT_NO_THROW(check_rank_memory(config, 4));
+  EXPECT_LT(estimate_rank_bytes(config, 8), need) << "more ranks, smaller shards";
+  config.max_rank_memory_bytes = need - 1;
+  try {
+    check_rank_memory(config, 4);
+    ADD_FAILURE() << "accepted";
+  } catch (const InvalidArgument& e) {
+    const std::string why = e.what();
+    EXPECT_NE(why.find("per rank on cpu at C = 512 on 4 rank(s)"), std::string::npos) << why;
+    EXPECT_NE(why.find("(--max-rank-memory-mb)"), std::string::npos) << why;
+    EXPECT_NE(why.find("activations of 512 tokens"), std::string::npos) << why;
+  }
+  config.max_rank_memory_bytes = 0;
+  EXPECT_NO_THROW(check_rank_memory(config, 4)) << "0: no limit";
+  // validate()'s floor (any world size): `hdp train --model small --max-rank-memory-mb 10`.
+  config.model = model_preset("small");
+  config.max_rank_memory_bytes = 10 * kMiB;
+  try {
+    config.validate();
+    ADD_FAILURE() << "accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("--max-rank-memory-mb"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
