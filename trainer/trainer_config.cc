@@ -7,10 +7,11 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <thread>
 
 #include "common/error.h"
 #include "common/log.h"
-#include "ops/model/llama_params.h"
+#include "trainer/memory_model.h"
 
 namespace hdp::trainer {
 namespace {
@@ -260,30 +261,35 @@ nlohmann::json TrainerConfig::model_json() const {
           {"max_position_embeddings", std::max<std::int64_t>(model.max_positions, context)}};
 }
 
+namespace {
+
+// The usual plan of a multi-node job (check_world sees the world size, not the nodes): with
+// redundancy each rank holds one copy and keeps the previous versions; on one node it holds
+// none, so this is an upper bound there.
+MemoryInputs memory_inputs(const TrainerConfig& config, int world_size) {
+  const bool copies = config.redundant_shards && world_size > 1;
+  return {.model = config.model,
+          .precision = config.precision,
+          .device = config.device,
+          .device_ordinal = config.device_ordinal,
+          .world_size = world_size,
+          .capacity = config.capacity,
+          .buddy_copies = copies ? 1 : 0,
+          .keep_previous = copies,
+          .ring = config.context > config.capacity,
+          .threads = config.threads > 0 ? config.threads
+                                        : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))};
+}
+
+}  // namespace
+
 std::int64_t estimate_rank_bytes(const TrainerConfig& config, int world_size) {
-  const auto& m = config.model;
-  const std::int64_t n = ops::model::param_count(m);
-  const std::int64_t kv = std::int64_t{m.n_kv_heads} * m.head_dim();
-  // Per token and layer (floats): block input, normed input and its scale, q, k, v, attention
-  // output and its log-sum-exp, the residual, the second norm, gate, up and their product.
-  const std::int64_t per_layer = 6 * std::int64_t{m.d_model} + 2 * kv + m.n_heads + 3 * std::int64_t{m.ffn_dim} + 2;
-  // Logits, their gradient and the final norm's input and output.
-  const std::int64_t head = 2 * std::int64_t{m.vocab_size} + 2 * m.d_model;
-  const std::int64_t activations = config.capacity * (m.n_layers * per_layer + head);
-  const std::int64_t moments = 2 * ((n + world_size - 1) / world_size);
-  // Ring attention receives the other members' K and V blocks: at most C tokens of both.
-  const std::int64_t ring = 2 * config.capacity * kv * m.n_layers;
-  return 4 * (2 * n + moments + activations + ring);
+  return estimate_memory(memory_inputs(config, world_size)).device_bytes();
 }
 
 void check_rank_memory(const TrainerConfig& config, int world_size) {
   if (config.max_rank_memory_bytes <= 0) return;
-  const std::int64_t need = estimate_rank_bytes(config, world_size);
-  if (need > config.max_rank_memory_bytes) {
-    throw InvalidArgument("the model needs about " + mib(need) + " per rank at C = " + std::to_string(config.capacity) +
-                          " on " + std::to_string(world_size) + " rank(s), above --max-rank-memory-mb " +
-                          mib(config.max_rank_memory_bytes));
-  }
+  check_fits(estimate_memory(memory_inputs(config, world_size)), config.max_rank_memory_bytes, "--max-rank-memory-mb");
 }
 
 }  // namespace hdp::trainer

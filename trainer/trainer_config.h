@@ -156,12 +156,13 @@ struct TrainerConfig : elastic::LiveValues {
   nlohmann::json model_json() const;
 };
 
-// Bytes one rank of a `world_size`-rank job needs at most: the full parameters and gradients, its
-// shard of both AdamW moments, and the activations of a full micro-batch of C tokens.
+// Bytes one rank of a `world_size`-rank job needs on its device at its peak (trainer/memory_model.h:
+// parameters, gradients, its optimizer shard, the activations of a micro-batch of C tokens, ...;
+// with redundant shards, one buddy copy and the previous versions).
 std::int64_t estimate_rank_bytes(const TrainerConfig& config, int world_size);
 
-// InvalidArgument when estimate_rank_bytes exceeds config.max_rank_memory_bytes (> 0); part of
-// check_world (trainer/training_setup.h).
+// InvalidArgument with the figures when estimate_rank_bytes exceeds config.max_rank_memory_bytes
+// (> 0); part of check_world (trainer/training_setup.h).
 void check_rank_memory(const TrainerConfig& config, int world_size);
 
 }  // namespace hdp::trainer
