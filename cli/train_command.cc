@@ -190,7 +190,8 @@ void add_train_command(CLI::App& app) {
                     "empty checkpoint directory")
       ->envname("HDP_RESUME");
   opt("--max-rank-memory-mb", f.max_rank_memory_mb,
-      "Memory limit per rank (default: half the machine's memory over the node's workers; 0: none)",
+      "Memory limit per rank (default on the CPU: half the machine's memory over the node's workers; on a GPU none "
+      "but the device's free memory, which is always checked; 0: none)",
       "HDP_MAX_RANK_MEMORY_MB");
   opt("--cost-model", c.cost_model, "A cost model file from `hdp plan --calibrate` (default: estimated)",
       "HDP_COST_MODEL");
@@ -262,7 +263,12 @@ void add_train_command(CLI::App& app) {
     auto ctx = elastic::ElasticContext::from_environment();
     // Logged once the worker is sure to train (a refusal above is its one line).
     log()->info("device {}", placement.describe());
-    if (placement.device == ops::Device::kCuda) ops::use_cuda_device(placement.ordinal);
+    if (placement.device == ops::Device::kCuda) {
+      ops::use_cuda_device(placement.ordinal);
+      // The device's memory is the limit on a GPU (check_rank_memory), the host's default is not.
+      if (flags->max_rank_memory_mb < 0) config.max_rank_memory_bytes = 0;
+      if (const auto memory = ops::cuda_memory()) config.device_free_bytes = memory->free_bytes;
+    }
     trainer::run_trainer(ctx, config, stop_request);
   });
 }

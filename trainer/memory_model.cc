@@ -139,7 +139,8 @@ MemoryBreakdown estimate_memory(const MemoryInputs& in) {
 }
 
 std::vector<MemoryComponent> MemoryBreakdown::components() const {
-  const MemoryPlace copies = inputs.device == ops::Device::kCuda ? MemoryPlace::kPinnedHost : MemoryPlace::kDevice;
+  const MemoryPlace copies =
+      inputs.device == ops::Device::kCuda && inputs.copies_on_host ? MemoryPlace::kPinnedHost : MemoryPlace::kDevice;
   return {{"parameters", parameters, MemoryPlace::kDevice},
           {"bf16 compute copy", compute_copy, MemoryPlace::kDevice},
           {"gradients", gradients, MemoryPlace::kDevice},

@@ -26,9 +26,11 @@
 //   previous versions  with keep_previous (mesh/step/replicas.cc sets it when every shard has a
 //                      copy): the triple (parameters, exp_avg, exp_avg_sq) of the own shard and
 //                      of every copy, 3 x 4s each
-// On a CUDA device the buddy copies and the previous versions live in pinned host memory (GPU
-// memory is the scarce one; they are touched once per step): device_bytes() is what must fit the
-// GPU, host_bytes() what the host pins. On the CPU everything is host memory and counts as device.
+// Where the buddy copies and the previous versions live is an input (copies_on_host): on a CUDA
+// device they may go to pinned host memory (GPU memory is the scarce one; they are touched once per
+// step), which ZeroOptimizer does not do yet (it keeps them beside its own shard, on the device, so
+// the trainer passes false). device_bytes() is what must fit the GPU, host_bytes() what the host
+// pins. On the CPU everything is host memory and counts as device.
 // Upper bounds where the code's lifetimes overlap only in part: the workspace sums temporaries
 // that are alive together at the end of a layer's backward, plus the largest operand copy.
 //
@@ -77,6 +79,7 @@ struct MemoryInputs {
   bool keep_previous = false;   // the previous triple of every shard kept (redundancy on)
   bool ring = false;            // sequences longer than C are sharded over rings (ring attention)
   int threads = 1;              // the CPU's kernel threads: each runs attention with its own tiles
+  bool copies_on_host = false;  // CUDA: buddy copies and previous versions in pinned host memory
 
   // InvalidArgument naming a bad field (the model's own validate(), a world or C below 1, ...).
   void validate() const;

@@ -288,8 +288,12 @@ std::int64_t estimate_rank_bytes(const TrainerConfig& config, int world_size) {
 }
 
 void check_rank_memory(const TrainerConfig& config, int world_size) {
-  if (config.max_rank_memory_bytes <= 0) return;
-  check_fits(estimate_memory(memory_inputs(config, world_size)), config.max_rank_memory_bytes, "--max-rank-memory-mb");
+  const MemoryBreakdown need = estimate_memory(memory_inputs(config, world_size));
+  if (config.max_rank_memory_bytes > 0) check_fits(need, config.max_rank_memory_bytes, "--max-rank-memory-mb");
+  if (config.device == ops::Device::kCuda && config.device_free_bytes > 0) {
+    check_fits(need, config.device_free_bytes, "free on " + need.device_name() + " when the worker started",
+               MemoryMargin::gpu());
+  }
 }
 
 }  // namespace hdp::trainer

@@ -116,6 +116,9 @@ struct TrainerConfig : elastic::LiveValues {
   int keep = 3;
   bool resume = true;                 // restore the newest valid checkpoint when the job starts
   std::int64_t max_rank_memory_bytes = 0;  // the per-rank memory limit; 0: none
+  // CUDA: the GPU's free memory when the worker started, before it allocated anything (0: not
+  // known); check_rank_memory holds the estimate's device bytes to it, less MemoryMargin::gpu().
+  std::int64_t device_free_bytes = 0;
   std::string cost_model;             // a cost model file (hdp plan --calibrate); empty: estimated
   std::chrono::milliseconds timeout{30000};  // rendezvous and every collective
   // Rank 0 appends one JSON line per step here: step, loss (exact: 17 significant digits),

