@@ -152,7 +152,8 @@ bool ElasticContext::changed(const Membership& m) {
     return g && *g != 0 && *g != m.generation;
   }
   const auto now = Clock::now();
-  if (now - last_check_ >= std::chrono::milliseconds(100)) {
+  // A number read before `m` was published is older than m, not a change: read again.
+  if (now - last_check_ >= std::chrono::milliseconds(100) || last_seen_generation_ < m.generation) {
     last_check_ = now;
     try {
       auto number = store_->get(keys::kGeneration);

@@ -74,6 +74,8 @@ class Trainer {
     if (config_.device == ops::Device::kCuda) {
       loop.device = {.device = ops::Device::kCuda, .device_id = std::to_string(config_.device_ordinal)};
     }
+    if (config_.announced_device) loop.device = *config_.announced_device;
+    loop.data_plane = config_.data_plane_hooks;
     loop.cooldown = config_.cooldown;
     run_elastic_loop(ctx_, loop, stop_.requested, [this](const Membership& m, Communicator& comm) {
       try {

@@ -19,6 +19,7 @@
 
 #include "elastic/live_settings.h"
 #include "elastic/membership.h"
+#include "mesh/comm/communicator_factory.h"  // DataPlaneHooks
 #include "mesh/step/zero.h"  // StepPhase
 #include "ops/model/llama_config.h"
 #include "trainer/lr_schedule.h"
@@ -119,6 +120,11 @@ struct TrainerConfig : elastic::LiveValues {
   // CUDA: the GPU's free memory when the worker started, before it allocated anything (0: not
   // known); check_rank_memory holds the estimate's device bytes to it, less MemoryMargin::gpu().
   std::int64_t device_free_bytes = 0;
+  // Tests only: the data plane's hooks (a fake NCCL, mesh/comm/communicator_factory.h) and the
+  // device the ranks' agreement is told this rank's tensors are on (they stay where `device`
+  // puts them); production sets neither.
+  mesh::DataPlaneHooks data_plane_hooks;
+  std::optional<mesh::RankDevice> announced_device;
   std::string cost_model;             // a cost model file (hdp plan --calibrate); empty: estimated
   std::chrono::milliseconds timeout{30000};  // rendezvous and every collective
   // Rank 0 appends one JSON line per step here: step, loss (exact: 17 significant digits),

@@ -176,6 +176,22 @@ TEST_F(WorkerBadReads, GarbageInGenDuringTrainingIsRiddenOut) {
   EXPECT_TRUE(ctx.changed(m));
 }
 
+// changed() keeps the number it read for 100 ms. A number read before the worker's generation was
+// published is that generation's past, not a change: asked about the new generation within the
+// 100 ms, it reads again (it once said "changed", and the new generation's bootstrap gave up as
+// superseded before its neighbours connected).
+TEST_F(WorkerBadReads, ANumberReadBeforeTheGenerationWasPublishedIsNotAChange) {
+  publish(1);
+  ElasticContext ctx(store_, {"job", "a", "inc-a", 0});
+  const Membership first = ctx.wait_for_next(0, 1s);
+  EXPECT_FALSE(ctx.changed(first));  // reads 1
+  publish(2);
+  const Membership second = ctx.wait_for_next(first.generation, 1s);
+  ASSERT_EQ(second.generation, 2);
+  EXPECT_FALSE(ctx.changed(second));
+  EXPECT_TRUE(ctx.changed(first));
+}
+
 TEST_F(WorkerBadReads, WaitingRidesOutBadValuesUntilAGoodGenerationAppears) {
   store_->set(keys::kGeneration, "banana");
   ElasticContext ctx(store_, {"job", "a", "inc-a", 0});
