@@ -369,7 +369,11 @@ def collect_trainer(d, steps, dry_run):
     if not os.path.isdir(base):
         return None
     runs, by_name = [], {}
-    for name in sorted(os.listdir(base), key=lambda n: os.path.getmtime(os.path.join(base, n))):
+    def started(name):  # the order of the runs: each one's run.json is written before it starts
+        path = os.path.join(base, name, "run.json")
+        return os.path.getmtime(path) if os.path.exists(path) else float("inf")
+
+    for name in sorted(os.listdir(base), key=started):
         path = os.path.join(base, name)
         if not os.path.isdir(path):
             continue
