@@ -1,4 +1,19 @@
 # Every dependency comes from Debian's packages (scripts/install-deps.sh); nothing is vendored or downloaded.
+# HDP_DEPS_ROOT: a folder Debian's packages were unpacked into (dpkg-deb -x), looked in before the
+# system: scripts/gpu-check.sh's trainer stage on a machine without them. gpu-check.sh points the
+# packages' .pc files at that folder; here: its prefix, Debian's serial HDF5 (no h5cc wrapper there, so
+# FindHDF5 looks for the header and library), its pkg-config and protoc, and the linker's search for
+# the libraries the unpacked ones load.
+set(HDP_DEPS_ROOT "" CACHE PATH "Folder Debian packages were unpacked into (dpkg -x); empty: the system")
+if(HDP_DEPS_ROOT)
+  set(_hdp_deps_lib ${HDP_DEPS_ROOT}/usr/lib/x86_64-linux-gnu)
+  list(PREPEND CMAKE_PREFIX_PATH ${HDP_DEPS_ROOT}/usr)
+  set(HDF5_ROOT ${_hdp_deps_lib}/hdf5/serial)
+  set(PKG_CONFIG_EXECUTABLE ${HDP_DEPS_ROOT}/usr/bin/pkgconf)
+  set(ENV{PKG_CONFIG_LIBDIR} "${_hdp_deps_lib}/pkgconfig:${HDP_DEPS_ROOT}/usr/share/pkgconfig")
+  set(Protobuf_PROTOC_EXECUTABLE ${HDP_DEPS_ROOT}/usr/bin/protoc)
+  add_link_options("LINKER:-rpath-link,${_hdp_deps_lib}:${_hdp_deps_lib}/openblas-pthread:${HDP_DEPS_ROOT}/lib/x86_64-linux-gnu")
+endif()
 find_package(Threads REQUIRED)
 find_package(PkgConfig REQUIRED)
 find_package(spdlog REQUIRED)

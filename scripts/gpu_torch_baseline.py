@@ -6,7 +6,11 @@
              same dtype as hdp's kernels today);
   model      one training step of the same LLaMA (RMSNorm, RoPE, GQA through SDPA, SwiGLU, untied
              lm_head) in eager PyTorch: forward, backward and AdamW (fused), in f32 and with bf16
-             autocast.
+             autocast;
+  trainer    (--trainer-config CONFIG.json) only the model step with bf16 autocast, of the LLaMA a
+             Hugging Face config.json describes (the one `hdp train --model-config` reads), on one
+             sequence of --trainer-tokens tokens: the baseline of scripts/gpu-check.sh's trainer
+             stage. --device cpu runs it on the CPU (the stage's rehearsal without a GPU).
 
 FLOPs are counted as hdp counts them (ops/model/llama_config.cc: causal_attention_flops,
 LlamaConfig::step_flops); every figure is the median of
@@ -24,14 +28,19 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
-def timed(fn, reps):
+def synchronize(device="cuda"):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, reps, device="cuda"):
     fn()
-    torch.cuda.synchronize()
+    synchronize(device)
     runs = []
     for _ in range(reps):
         t0 = time.perf_counter()
         fn()
-        torch.cuda.synchronize()
+        synchronize(device)
         runs.append(time.perf_counter() - t0)
     runs.sort()
     return runs[len(runs) // 2]
@@ -119,23 +128,24 @@ class Llama(nn.Module):
         return F.cross_entropy(logits.float(), targets)
 
 
-def model_step(cfg, t, dtype_name, reps):
+def model_step(cfg, t, dtype_name, reps, device="cuda", theta=10000.0, eps=1e-5):
     torch.manual_seed(0)
-    model = Llama(cfg.vocab, cfg.d_model, cfg.layers, cfg.model_heads, cfg.model_kv_heads, cfg.ffn).cuda()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), fused=True)
-    tokens = torch.randint(0, cfg.vocab, (t,), device="cuda")
+    model = Llama(cfg.vocab, cfg.d_model, cfg.layers, cfg.model_heads, cfg.model_kv_heads, cfg.ffn, theta,
+                  eps).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), fused=device == "cuda")
+    tokens = torch.randint(0, cfg.vocab, (t,), device=device)
     targets = torch.roll(tokens, -1)
     loss_box = [0.0]
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dtype_name == "bf16"):
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=dtype_name == "bf16"):
             loss = model(tokens, targets)
         loss.backward()
         opt.step()
         loss_box[0] = loss.detach()
 
-    step_s = timed(step, reps)
+    step_s = timed(step, reps, device)
     n_params = sum(p.numel() for p in model.parameters())
     head_dim = cfg.d_model // cfg.model_heads
     kv = cfg.model_kv_heads * head_dim
@@ -143,7 +153,8 @@ def model_step(cfg, t, dtype_name, reps):
     weight_flops = 2 * (cfg.layers * per_layer + cfg.vocab * cfg.d_model)
     flops = 3.0 * (weight_flops * t + cfg.layers * causal_attention_flops(t, cfg.model_heads, head_dim))
     del opt, model
-    torch.cuda.empty_cache()
+    if device == "cuda":
+        torch.cuda.empty_cache()
     return {"tokens": t, "dtype": dtype_name, "params": n_params, "step_s": step_s, "tokens_per_s": t / step_s,
             "model_tflops": flops / step_s / 1e12, "last_loss_per_token": float(loss_box[0])}
 
@@ -155,6 +166,22 @@ def guarded(results, fn, *args):
         results.append({"args": [str(a) for a in args[:3]], "error": f"{type(e).__name__}: {e}",
                         "trace": traceback.format_exc(limit=3)})
         torch.cuda.empty_cache()
+
+
+def trainer(args):
+    """The model step of the Hugging Face config args.trainer_config, bf16 autocast."""
+    with open(args.trainer_config) as f:
+        c = json.load(f)
+    cfg = argparse.Namespace(vocab=c["vocab_size"], d_model=c["hidden_size"], layers=c["num_hidden_layers"],
+                             model_heads=c["num_attention_heads"],
+                             model_kv_heads=c.get("num_key_value_heads", c["num_attention_heads"]),
+                             ffn=c["intermediate_size"])
+    out = {"torch": torch.__version__, "cuda": torch.version.cuda,
+           "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu", "config": c, "trainer": []}
+    guarded(out["trainer"], model_step, cfg, args.trainer_tokens, "bf16", args.reps, args.device,
+            c.get("rope_theta", 10000.0), c.get("rms_norm_eps", 1e-5))
+    print(json.dumps(out, indent=2))
+    return 0 if "error" not in out["trainer"][0] else 1
 
 
 def main():
@@ -170,10 +197,17 @@ def main():
     p.add_argument("--model-kv-heads", type=int, default=4)
     p.add_argument("--ffn", type=int, default=5632)
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--trainer-config", help="a Hugging Face LLaMA config.json: its model step only")
+    p.add_argument("--trainer-tokens", type=int, default=8192)
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     args = p.parse_args()
+    if args.device == "cpu" and args.trainer_config:
+        return trainer(args)
     if not torch.cuda.is_available():
         print("gpu_torch_baseline: no CUDA device", file=sys.stderr)
         return 2
+    if args.trainer_config:
+        return trainer(args)
     from torch.nn.attention import SDPBackend
 
     out = {"torch": torch.__version__, "cuda": torch.version.cuda, "device": torch.cuda.get_device_name(),
