@@ -38,15 +38,9 @@
 // the planner (ByteScale Eq. 3, mesh/plan/sharding.h) and tests/trainer/memory_model_test.cc checks
 // it against the bytes a real forward leaves allocated.
 //
-// Offloading (ByteScale's selective activation offloading): offload_schedule() says which layers'
-// activations go to pinned host memory in the forward and when each comes back in the backward,
-// for a micro-batch's ratio r (mesh/plan/plan.h's MicroBatch::offload_ratio). The last two layers
-// stay resident (their backward comes first, with nothing to overlap a copy back); of the other
-// l - 2, the first ceil(r (l - 2)) are offloaded: each copy to host overlaps the next layer's
-// forward and each copy back the next layer's backward. ceil, not round: the peak must stay
-// within Eq. 3's (2 + (1 - r)(l - 2)) Act(x), which the planner relied on to give the rank x
-// tokens; offloading at most one layer more than r (l - 2) costs at most one layer's copy that
-// compute may not hide. Nothing runs the schedule yet; the model's forward will follow it.
+// Offloading (ByteScale's selective activation offloading): ops/model/offload_schedule.h says
+// which layers' activations a micro-batch of ratio r moves to pinned host memory, and LlamaModel
+// runs it; offload_model() gives the planner the activation sizes it decides r from.
 //
 // Example:
 //   MemoryInputs in{.model = config, .precision = Precision::kBF16, .device = ops::Device::kCuda,
@@ -64,6 +58,7 @@
 #include "mesh/plan/cost_model.h"
 #include "ops/dtype.h"
 #include "ops/model/llama_config.h"
+#include "ops/model/offload_schedule.h"
 
 namespace hdp::trainer {
 
@@ -161,31 +156,11 @@ std::int64_t max_capacity(MemoryInputs inputs, std::int64_t free_bytes, MemoryMa
 mesh::OffloadModel offload_model(const ops::model::LlamaConfig& model, ops::model::Precision precision,
                                  double d2h_gbps, double h2d_gbps);
 
-// One layer's part of an offloading schedule.
-struct LayerOffload {
-  bool offloaded = false;
-  // The layer whose forward the copy to host overlaps (this layer + 1); -1 when kept resident.
-  int copy_out_during = -1;
-  // The layer whose backward the copy back overlaps (this layer + 1): it must be resident again
-  // before this layer's backward starts; -1 when kept resident.
-  int copy_back_during = -1;
-};
-
-struct OffloadSchedule {
-  double ratio = 0;
-  std::vector<LayerOffload> layers;  // by layer index
-  int offloaded() const;
-};
-
-// The schedule of a micro-batch with offload ratio `ratio` over `layers` layers (see above).
-// InvalidArgument for a ratio outside [0, 1] (NaN included) or fewer than one layer.
-OffloadSchedule offload_schedule(double ratio, int layers);
-
-// The most activation bytes resident on the device at once when the schedule runs a forward then
-// a backward, every layer keeping `layer_bytes`: a layer's activations arrive with its forward
-// and leave after its backward; an offloaded one also stays through the next layer's forward
-// (its copy out) and is back from the start of the next layer's backward (its copy back).
-std::int64_t peak_resident_activation_bytes(const OffloadSchedule& schedule, std::int64_t layer_bytes);
+// The offloading schedule lives with the model that runs it (ops/model/offload_schedule.h).
+using ops::model::LayerOffload;
+using ops::model::offload_schedule;
+using ops::model::OffloadSchedule;
+using ops::model::peak_resident_activation_bytes;
 
 // "512.0 KiB", "3.2 MiB", "81.3 GiB".
 std::string format_bytes(std::int64_t bytes);

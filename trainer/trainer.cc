@@ -253,6 +253,7 @@ class Trainer {
     request.capacity = config_.capacity;
     request.context = config_.context;
     request.cost = setup_.cost;
+    request.offload = plans_offload(config_, setup_.cost);
     return mesh::plan_step(std::move(request), mesh::Strategy::kBalanced);
   }
 

@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "mesh/plan/cost_model_json.h"
+#include "trainer/memory_model.h"
 #include "mesh/plan/plan.h"
 #include "ops/model/llama_params.h"
 #include "trainer/data/blend.h"
@@ -46,6 +47,7 @@ void check_world(const TrainerConfig& config, const mesh::CostModel& cost, int w
   request.capacity = config.capacity;
   request.context = config.context;
   request.cost = cost;
+  request.offload = plans_offload(config, cost);
   try {
     mesh::validate_request(request);
   } catch (const InvalidArgument& e) {
@@ -55,11 +57,21 @@ void check_world(const TrainerConfig& config, const mesh::CostModel& cost, int w
   }
 }
 
+bool plans_offload(const TrainerConfig& config, const mesh::CostModel& cost) {
+  return config.device == ops::Device::kCuda && cost.offload.has_value();
+}
+
 mesh::CostModel trainer_cost_model(const TrainerConfig& config) {
-  if (!config.cost_model.empty()) return mesh::load_cost_model(config.cost_model);
+  const bool gpu = config.device == ops::Device::kCuda;
+  if (!config.cost_model.empty()) {
+    mesh::CostModel cost = mesh::load_cost_model(config.cost_model);
+    if (gpu && !cost.offload) cost.offload = offload_model(config.model, config.precision, kOffloadGbps, kOffloadGbps);
+    return cost;
+  }
   // Forward + backward is three times the forward's FLOPs; a CPU core does a few GFLOP/s of f32
-  // GEMM. Causal attention: 2·d·s² multiply-adds per layer, halved by the mask.
-  constexpr double kFlopsPerMs = 5e6;
+  // GEMM, a GPU a few hundred TFLOP/s of bf16 (calibrate: `hdp plan --calibrate`). Causal
+  // attention: 2·d·s² multiply-adds per layer, halved by the mask.
+  const double kFlopsPerMs = gpu ? 3e11 : 5e6;
   const auto& m = config.model;
   mesh::CostModel cost;
   cost.name = "estimated";
@@ -68,6 +80,7 @@ mesh::CostModel trainer_cost_model(const TrainerConfig& config) {
   cost.gamma_ms = 0.5;
   cost.ring_bytes_per_token = 3.0 * m.n_layers * 2.0 * m.n_kv_heads * m.head_dim() * sizeof(float);
   cost.link_gbps = 1.0;  // TCP over loopback or a LAN
+  if (gpu) cost.offload = offload_model(config.model, config.precision, kOffloadGbps, kOffloadGbps);
   return cost;
 }
 

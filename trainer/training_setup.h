@@ -37,8 +37,16 @@ checkpoint::FlatLayout checkpoint_layout(const ops::model::LlamaConfig& model);
 std::vector<mesh::ZeroOptimizer::Range> no_decay_ranges(const TrainerConfig& config);
 
 // The cost model the planner uses: the file when one is named, else an estimate from the model's
-// FLOPs (only the ratios of α, β and γ matter for balancing ranks of equal speed).
+// FLOPs (only the ratios of α, β and γ matter for balancing ranks of equal speed). On a CUDA device
+// it carries the model's activation sizes (trainer/memory_model.h's offload_model, copies at
+// kOffloadGbps) unless the file gives its own, so that the planner may offload (plans_offload).
 mesh::CostModel trainer_cost_model(const TrainerConfig& config);
+// PCIe 4.0 x16's practical rate each way, GB/s: the estimate's host copy bandwidth.
+inline constexpr double kOffloadGbps = 25.0;
+// Whether the planner may let a micro-batch hold more than C tokens by offloading activations
+// (ByteScale Eq. 3; LlamaModel runs the schedule): on a CUDA device, with an offload model. On the
+// CPU activations are host memory already.
+bool plans_offload(const TrainerConfig& config, const mesh::CostModel& cost);
 
 // The data of config.data, cut at config.context: a corpus directory, an indexed dataset prefix,
 // synthetic documents, or a weighted blend of those (trainer/data/blend.h). InvalidArgument for a

@@ -127,6 +127,10 @@ StepResult DistributedStep::run_checked(const Plan& plan, std::span<const std::v
     const auto start = Clock::now();
     RankMicroBatch mb = build_rank_micro_batch(plan, index, rank, batch, model_.params().device());
     MicroBatchTiming timing{.micro_batch = index, .tokens = mb.batch.tokens.numel()};
+    // The planner let this micro-batch hold more than C tokens by offloading (ByteScale Eq. 3).
+    if (const double ratio = plan.micro_batches[index].offload_ratio; ratio > 0) {
+      model_.offload_next(ops::model::offload_schedule(ratio, model_.config().n_layers));
+    }
     if (mb.sharded()) {
       RingAttention ring(comm_, mb.ring, mb.local_cu, index, options_.timeout);
       local_loss += model_.forward(mb.batch, &ring);

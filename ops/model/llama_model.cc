@@ -54,6 +54,40 @@ Tensor LlamaModel::operand(const Tensor& t) const {
 
 void LlamaModel::init(uint64_t seed) { init_params(config_, params_, seed); }
 
+void LlamaModel::offload_next(const OffloadSchedule& schedule) {
+  if (static_cast<int>(schedule.layers.size()) != config_.n_layers) {
+    throw InvalidArgument("LlamaModel::offload_next: a schedule of " + std::to_string(schedule.layers.size()) +
+                          " layers for a model of " + std::to_string(config_.n_layers));
+  }
+  offload_.clear();
+  for (const LayerOffload& l : schedule.layers) offload_.push_back(l.offloaded);
+}
+
+std::int64_t LlamaModel::move_acts(LayerActs& a, Device device) {
+  std::vector<std::pair<const void*, Tensor>> moved;  // by the original's first element
+  std::int64_t bytes = 0;
+  auto move = [&](Tensor& t) {
+    if (!t.defined()) return;
+    const void* at = t.raw();
+    for (const auto& [was, now] : moved) {
+      if (was == at && now.bytes() == t.bytes()) {
+        t = now.reshape(t.shape());
+        return;
+      }
+    }
+    Tensor to = device == Device::kCpu ? Tensor::pinned(t.shape(), t.dtype()) : Tensor::empty(t.shape(), t.dtype(), device);
+    to.copy_from(t);
+    bytes += static_cast<std::int64_t>(t.bytes());
+    moved.emplace_back(at, to);
+    t = to;
+  };
+  for (Tensor* t : {&a.x, &a.n1.y, &a.n1.rstd, &a.in1, &a.q, &a.k, &a.v, &a.att.out, &a.att.lse, &a.att_in, &a.x_mid,
+                    &a.n2.y, &a.n2.rstd, &a.in2, &a.gate, &a.up, &a.h_in}) {
+    move(*t);
+  }
+  return bytes;
+}
+
 void LlamaModel::zero_grad() { grads_.zero_(); }
 
 double LlamaModel::forward(const Batch& batch, AttentionExecutor* attention) {
@@ -69,6 +103,9 @@ double LlamaModel::forward(const Batch& batch, AttentionExecutor* attention) {
   }
   attention_ = attention;
   acts_.assign(static_cast<size_t>(c.n_layers), LayerActs{});
+  offloaded_ = offload_.empty() ? std::vector<bool>(static_cast<size_t>(c.n_layers), false) : std::move(offload_);
+  offload_.clear();
+  offloaded_bytes_ = 0;
 
   // The compute copy: rounded from the master parameters, whoever changed them since (the
   // optimizer, a restore, a test).
@@ -98,6 +135,7 @@ double LlamaModel::forward(const Batch& batch, AttentionExecutor* attention) {
     a.h_in = operand(swiglu_forward(a.gate, a.up));
     x = a.x_mid.clone();
     add_(x, linear_forward(a.h_in, wc.down));
+    if (offloaded_[static_cast<size_t>(i)]) offloaded_bytes_ += move_acts(a, Device::kCpu);
   }
   x_final_ = x;
   n_final_ = rmsnorm_forward(x, weights_.norm, c.norm_eps);
@@ -125,7 +163,8 @@ void LlamaModel::backward(double dloss) {
     const LayerWeights& w = weights_.layers[static_cast<size_t>(i)];
     const LayerWeights& wc = compute_weights_.layers[static_cast<size_t>(i)];
     const LayerWeights& g = grad_views_.layers[static_cast<size_t>(i)];
-    const LayerActs& a = acts_[static_cast<size_t>(i)];
+    LayerActs& a = acts_[static_cast<size_t>(i)];
+    if (offloaded_[static_cast<size_t>(i)]) move_acts(a, params_.device());
     // x_next = x_mid + down(h): dx reaches x_mid unchanged and h through down_proj.
     Tensor dh = grad_zeros(a.gate.shape());
     linear_backward(a.h_in, wc.down, operand(dx), dh, g.down);

@@ -30,6 +30,7 @@
 #include "ops/attention_executor.h"
 #include "ops/model/llama_config.h"
 #include "ops/model/llama_params.h"
+#include "ops/model/offload_schedule.h"
 #include "ops/rmsnorm.h"
 #include "ops/tensor.h"
 
@@ -74,6 +75,17 @@ class LlamaModel {
   // Adds dloss * d(summed loss)/d(params) into grads(); needs the forward() just before.
   void backward(double dloss);
 
+  // Activation offloading (ops/model/offload_schedule.h): the next forward() moves the
+  // activations of the schedule's offloaded layers to pinned host memory once each layer's forward
+  // is done, and its backward() brings each back before that layer's backward; the gradients are
+  // the same bits as without. For one forward only: a later one keeps every layer resident unless
+  // asked again. The copies are synchronous here (the schedule's overlap with the next layer's
+  // compute, on a copy stream, is for the GPU to come). InvalidArgument for a schedule of another
+  // layer count.
+  void offload_next(const OffloadSchedule& schedule);
+  // Bytes the last forward moved to host memory (0 when it offloaded nothing).
+  std::int64_t offloaded_bytes() const { return offloaded_bytes_; }
+
  private:
   // What the backward needs; "operand" tensors are bf16 under kBF16 (GEMM and attention inputs).
   struct LayerActs {
@@ -90,6 +102,9 @@ class LlamaModel {
     Tensor h_in;         // operand: h, input of down
   };
 
+  // Moves every tensor of `a` to `device` (host memory: pinned), a tensor that shares another's
+  // memory once; returns the bytes moved.
+  static std::int64_t move_acts(LayerActs& a, Device device);
   // Zeros in the gradients' dtype (f32 under kBF16 too) on the model's device.
   Tensor grad_zeros(const Shape& shape) const { return Tensor::zeros(shape, grads_.dtype(), grads_.device()); }
   // t as an operand: rounded to bf16 under kBF16, else t itself.
@@ -109,6 +124,9 @@ class LlamaModel {
   std::unique_ptr<AttentionExecutor> packed_;  // the default executor of the last forward
   AttentionExecutor* attention_ = nullptr;
   std::vector<LayerActs> acts_;
+  std::vector<bool> offload_;      // by layer: the next forward's schedule (empty: none)
+  std::vector<bool> offloaded_;    // by layer: the last forward moved it to host memory
+  std::int64_t offloaded_bytes_ = 0;
   Tensor x_final_;
   RmsNormOutput n_final_;
   Tensor in_final_;  // operand: the final norm's output, input of lm_head

@@ -17,9 +17,11 @@
 
 #include "common/error.h"
 #include "hdp/config.h"
+#include "mesh/plan/plan.h"
 #include "ops/model/llama_model.h"
 #include "ops/model/llama_params.h"
 #include "trainer/trainer_config.h"
+#include "trainer/training_setup.h"
 
 namespace hdp::trainer {
 namespace {
@@ -176,6 +178,49 @@ void expect_forward_keeps_the_count(Precision precision) {
   EXPECT_LE(counted, kept) << ops::model::precision_name(precision) << ": the count exceeds what the forward keeps";
   EXPECT_LE(static_cast<double>(kept), 1.02 * static_cast<double>(counted))
       << ops::model::precision_name(precision) << ": the forward keeps " << kept << " bytes, the count says " << counted;
+}
+
+// Offloading (LlamaModel::offload_next): the layers the schedule names move to host memory after
+// their forward and come back for their backward. The loss and every gradient are the same bits as
+// a resident run (a copy changes no value), the bytes moved are exactly the count's for those
+// layers (what offloading saves is what the memory model says), and the schedule applies to one
+// forward only.
+void expect_offloading_changes_nothing_but_where(Precision precision) {
+  const LlamaConfig config = small_model();  // 3 layers
+  constexpr std::int64_t kTokens = 256;
+  const ops::model::Batch batch = batch_of(kTokens);
+  auto step = [&](const OffloadSchedule* schedule, std::int64_t* moved) {
+    ops::model::LlamaModel model(config, ops::DType::kF32, Device::kCpu, precision);
+    model.init(3);
+    model.zero_grad();
+    if (schedule) model.offload_next(*schedule);
+    const double loss = model.forward(batch);
+    *moved = model.offloaded_bytes();
+    model.backward(1.0 / kTokens);
+    std::vector<float> out = model.grads().to_vector<float>();
+    out.push_back(static_cast<float>(loss));
+    model.forward(batch);  // the schedule was for one forward
+    EXPECT_EQ(model.offloaded_bytes(), 0);
+    return out;
+  };
+  std::int64_t none = -1, moved = -1;
+  const std::vector<float> resident = step(nullptr, &none);
+  const OffloadSchedule schedule = offload_schedule(1.0, config.n_layers);  // all but the last two: layer 0
+  ASSERT_EQ(schedule.offloaded(), 1);
+  const std::vector<float> offloaded = step(&schedule, &moved);
+  EXPECT_EQ(none, 0);
+  EXPECT_TRUE(resident == offloaded) << "offloading changed a gradient or the loss";
+  EXPECT_EQ(moved, layer_activation_bytes(config, precision).per_token * kTokens)
+      << "the bytes one offloaded layer moved against the memory model's count";
+  ops::model::LlamaModel model(config, ops::DType::kF32, Device::kCpu, precision);
+  EXPECT_THROW(model.offload_next(offload_schedule(1.0, config.n_layers + 1)), InvalidArgument);
+}
+
+TEST(MemoryModel, OffloadingMovesTheCountedBytesAndChangesNoBitF32) {
+  expect_offloading_changes_nothing_but_where(Precision::kFull);
+}
+TEST(MemoryModel, OffloadingMovesTheCountedBytesAndChangesNoBitBf16) {
+  expect_offloading_changes_nothing_but_where(Precision::kBF16);
 }
 
 TEST(MemoryModel, ForwardKeepsWhatTheCountSaysF32) { expect_forward_keeps_the_count(Precision::kFull); }
@@ -434,6 +479,52 @@ TEST(MemoryModel, OnAGpuTheDevicesFreeMemoryIsTheLimit) {
   }
   config.device_free_bytes = 0;
   EXPECT_NO_THROW(check_rank_memory(config, 4)) << "not known: no check";
+}
+
+// On a GPU the planner's cost model carries this model's activation sizes, so a micro-batch may
+// hold more than C tokens with an offload ratio; on the CPU it never offloads.
+TEST(MemoryModel, OnAGpuThePlannerGetsTheModelsOffloadSizes) {
+  TrainerConfig config;
+  config.model = small_model();
+  config.precision = Precision::kBF16;
+  config.capacity = 512;
+  config.context = 4096;
+  EXPECT_FALSE(trainer_cost_model(config).offload.has_value());
+  EXPECT_FALSE(plans_offload(config, trainer_cost_model(config)));
+  config.device = Device::kCuda;
+  const mesh::CostModel cost = trainer_cost_model(config);
+  ASSERT_TRUE(cost.offload.has_value());
+  EXPECT_TRUE(plans_offload(config, cost));
+  EXPECT_EQ(cost.offload->layers, config.model.n_layers);
+  EXPECT_EQ(cost.offload->act_bytes_per_token,
+            static_cast<double>(layer_activation_bytes(config.model, Precision::kBF16).per_token));
+  EXPECT_EQ(cost.offload->d2h_gbps, kOffloadGbps);
+  // A plan with these sizes, where compute is slow enough to hide the copies (the CPU estimate's
+  // speed: Eq. 3 offloads only what compute hides): the long sequences span fewer ranks than
+  // ceil(s / C), each member holding more than C tokens, with a ratio in (0, 1].
+  mesh::CostModel slow = trainer_cost_model(TrainerConfig{.model = config.model});
+  slow.offload = cost.offload;
+  mesh::PlanRequest request;
+  request.lengths = {4096, 3000, 512, 100};
+  request.speeds.assign(8, 1.0);
+  request.capacity = config.capacity;
+  request.context = config.context;
+  request.cost = slow;
+  request.offload = true;
+  const mesh::Plan plan = mesh::make_plan(request, mesh::Strategy::kNaive);  // the fewest ranks a sequence may span
+  int offloading = 0;
+  for (const mesh::MicroBatch& mb : plan.micro_batches) {
+    EXPECT_GE(mb.offload_ratio, 0.0);
+    EXPECT_LE(mb.offload_ratio, 1.0);
+    if (mb.offload_ratio > 0) {
+      EXPECT_GT(mb.rank_capacity, config.capacity);
+      std::int64_t tokens = 0;
+      for (std::uint32_t i : mb.sequences) tokens += request.lengths[i];
+      EXPECT_LT(static_cast<std::int64_t>(mb.ranks.size()), (tokens + config.capacity - 1) / config.capacity);
+      ++offloading;
+    }
+  }
+  EXPECT_GE(offloading, 1) << "no micro-batch offloads";
 }
 
 }  // namespace
