@@ -228,6 +228,18 @@ trainer_stage() {
     torch_run "$name" --trainer-config "$tout/$name.json" --trainer-tokens "$ctx" --reps "$nsteps"
   done
 
+  # Activation offloading: the big model's batch again, on a rank declared to hold half of it
+  # (--capacity ctx/2): the sequence fits one rank only if the planner offloads (ByteScale Eq. 3,
+  # ops/model/offload_schedule.h); tokens/s beside the run above, which holds it whole.
+  run_json "$tout/offload-$big" "{\"kind\": \"throughput\", \"config\": \"$big.json\", \"tokens_per_step\": $ctx, \"steps\": $nsteps, \"warmup_steps\": $warm, \"device\": \"$device\", \"dtype\": \"bf16\", \"capacity\": $((ctx / 2))}"
+  if [ $dry_run = 1 ]; then
+    skip "offload-$big" "dry run: the CPU never offloads (its activations are host memory)"
+  else
+    local half=("${common[@]}")
+    half[7]=$((ctx / 2))  # the value after --capacity
+    trun "offload-$big" 300 "$hdp" run --nodes 1 --nproc-per-node 1 -- "$hdp" train --model-config "$tout/$big.json" "${half[@]}"
+  fi
+
   # 3 agents x 1 worker on the one device (they share it: TCP data plane, staged through the host),
   # with and without node2 (its agent, and with it its worker) SIGKILLed at step rkill; the job goes
   # on with 2 (--nnodes 2:3). Plans at equal speeds, so that both runs sum the same batches.
