@@ -77,6 +77,8 @@ trainer::DevicePlacement place(const TrainFlags& f, int local_rank, int nproc_pe
   c.device = placement.device;
   c.device_ordinal = placement.ordinal;
   c.precision = placement.precision;
+  // On a GPU the device's memory is the limit (check_rank_memory), not the host's default.
+  if (placement.device == ops::Device::kCuda && f.max_rank_memory_mb < 0) c.max_rank_memory_bytes = 0;
   return placement;
 }
 
@@ -190,8 +192,9 @@ void add_train_command(CLI::App& app) {
                     "empty checkpoint directory")
       ->envname("HDP_RESUME");
   opt("--max-rank-memory-mb", f.max_rank_memory_mb,
-      "Memory limit per rank (default on the CPU: half the machine's memory over the node's workers; on a GPU none "
-      "but the device's free memory, which is always checked; 0: none)",
+      "Memory limit per rank (default on the CPU: half the machine's memory over the node's workers; on a GPU "
+      "none, and the device's free memory at the worker's start, its share when workers share the device, is "
+      "checked as well; 0: none)",
       "HDP_MAX_RANK_MEMORY_MB");
   opt("--cost-model", c.cost_model, "A cost model file from `hdp plan --calibrate` (default: estimated)",
       "HDP_COST_MODEL");
@@ -265,9 +268,8 @@ void add_train_command(CLI::App& app) {
     log()->info("device {}", placement.describe());
     if (placement.device == ops::Device::kCuda) {
       ops::use_cuda_device(placement.ordinal);
-      // The device's memory is the limit on a GPU (check_rank_memory), the host's default is not.
-      if (flags->max_rank_memory_mb < 0) config.max_rank_memory_bytes = 0;
-      if (const auto memory = ops::cuda_memory()) config.device_free_bytes = memory->free_bytes;
+      // The device's free memory before this worker allocated, its share when workers share it.
+      if (const auto memory = ops::cuda_memory()) config.device_free_bytes = memory->free_bytes / placement.sharing;
     }
     trainer::run_trainer(ctx, config, stop_request);
   });

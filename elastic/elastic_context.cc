@@ -152,12 +152,16 @@ bool ElasticContext::changed(const Membership& m) {
     return g && *g != 0 && *g != m.generation;
   }
   const auto now = Clock::now();
-  // A number read before `m` was published is older than m, not a change: read again.
-  if (now - last_check_ >= std::chrono::milliseconds(100) || last_seen_generation_ < m.generation) {
+  // A number read before `m` was published is older than m, not a change: read again, once for m
+  // (a read that fails keeps the rate limit).
+  const bool stale = last_seen_generation_ < m.generation && forced_for_ != m.generation;
+  if (now - last_check_ >= std::chrono::milliseconds(100) || stale) {
     last_check_ = now;
+    if (stale) forced_for_ = m.generation;
     try {
       auto number = store_->get(keys::kGeneration);
       last_seen_generation_ = number ? decode_generation_number(*number, keys::kGeneration) : 0;
+      read_for_ = m.generation;
       good_value();
     } catch (const StoreUnavailable&) {
       return false;  // keep training peer to peer; the next check asks again
@@ -166,7 +170,10 @@ bool ElasticContext::changed(const Membership& m) {
       return false;  // keep training, as through an outage; the next check asks again
     }
   }
-  return last_seen_generation_ != 0 && last_seen_generation_ != m.generation;
+  if (last_seen_generation_ == 0 || last_seen_generation_ == m.generation) return false;
+  // An older number is a change only when read while m was known (a store restored from an older
+  // snapshot); read before, it is m's past.
+  return last_seen_generation_ > m.generation || read_for_ == m.generation;
 }
 
 bool ElasticContext::same_workers(const Membership& m, std::int64_t g) const {

@@ -133,6 +133,8 @@ class ElasticContext {
   std::chrono::milliseconds channel_limit_;
   std::chrono::steady_clock::time_point last_check_{};
   std::int64_t last_seen_generation_ = 0;  // 0: not read yet (or none published)
+  std::int64_t read_for_ = 0;    // the generation changed() was asked about when it last read
+  std::int64_t forced_for_ = 0;  // the generation a stale number was last read again for
 
   // One read found a value that does not decode: log (rate-limited), count, and throw once the
   // streak of bad reads is older than bad_value_limit_.

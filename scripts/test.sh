@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 jobs=$(nproc)
 # ccache keys on relative paths, so a fresh clone reuses what an earlier clone compiled.
 export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
+# The suite's jobs train on the CPU even on a machine with a GPU (`hdp train --device` is auto by
+# default); the gpu-labelled tests use the device directly.
+export HDP_DEVICE=cpu
 # Most tests wait on timers and child processes rather than computing: run more than one per core.
 test_jobs=$((jobs * 2))
 generator=()

@@ -9,6 +9,8 @@
 //    shard size and reused. for_save() copies the device ranges into them (the host waits for the
 //    copies, which follow the work queued on the default stream; a save happens between steps);
 //    for_restore() hands them to the reader, and upload() then copies them to the device.
+// No handle to the shard outlives the call that used it (upload() releases the restored one), so
+// an optimizer that a recovery replaces is freed at once.
 //
 // Example (trainer/recovery.cc):
 //   HostShard host;
@@ -36,14 +38,15 @@ class HostShard {
   checkpoint::ShardTarget for_restore(const checkpoint::ShardRange& range, const Buffers& shard);
   // The last for_restore()'s spans into its tensors (nothing on the CPU).
   void upload();
-  // Whether the spans are host copies (the shard is on a device).
+  // Whether the last call's spans were host copies (its shard was on a device).
   bool staged() const { return staged_; }
 
  private:
-  void bind(const checkpoint::ShardRange& range, const Buffers& shard);
+  // Checks the shard and, on a device, sizes host_ for it; true when staged.
+  bool bind(const checkpoint::ShardRange& range, const Buffers& shard);
 
-  Buffers shard_;
-  Buffers host_;  // the spans' memory: the shard itself on the CPU, pinned copies on a device
+  Buffers host_;     // on a device: the pinned copies, reused (never the shard's own tensors)
+  Buffers pending_;  // the shard the last for_restore() fills, until upload() (then released)
   bool staged_ = false;
 };
 

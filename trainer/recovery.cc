@@ -218,7 +218,7 @@ void Recovery::initialise(const Membership& m) {
   } else {
     // Read on the host (in place on the CPU), then copied to the model's device.
     const Tensor& params = model_.params();
-    const Tensor host = params.device() == ops::Device::kCpu ? params : Tensor::pinned(params.shape(), params.dtype());
+    const Tensor host = params.device() == ops::Device::kCpu ? params : Tensor::empty(params.shape(), params.dtype());
     const std::span<float> flat(host.data<float>(), static_cast<std::size_t>(host.numel()));
     load_hf_weights(config_.init_from, config_.model, flat);
     if (host.raw() != params.raw()) params.copy_from(host);

@@ -86,7 +86,7 @@ struct TrainerConfig : elastic::LiveValues {
   // the other dtype.
   ops::model::Precision precision = ops::model::Precision::kFull;
   // --device, as placed (trainer/device_placement.h): where the model, its gradients and the
-  // optimizer state live. This version's step runs on the CPU only: validate() refuses kCuda.
+  // optimizer state live; on kCuda the data plane is chosen from every rank's (docs/data-plane.md).
   ops::Device device = ops::Device::kCpu;
   int device_ordinal = -1;  // the visible CUDA device on kCuda; -1 on the CPU
   std::int64_t context = 1024;       // the longest training sequence: documents are cut to it

@@ -77,6 +77,13 @@ void check_planned_step(const PlannedStep& planned, std::span<const std::vector<
   }
 }
 
+void DistributedStep::offload_as_planned(const Plan& plan, std::uint32_t index) {
+  // The planner let this micro-batch hold more than C tokens by offloading (ByteScale Eq. 3).
+  if (const double ratio = plan.micro_batches[index].offload_ratio; ratio > 0) {
+    model_.offload_next(ops::model::offload_schedule(ratio, model_.config().n_layers));
+  }
+}
+
 StepResult DistributedStep::run(const PlannedStep& planned, std::span<const std::vector<std::int32_t>> batch) {
   check_planned_step(planned, batch, comm_.size());
   return run_checked(planned.plan, batch);
@@ -91,6 +98,7 @@ DistributedStep::Evaluation DistributedStep::evaluate(const PlannedStep& planned
   double local_loss = 0;
   for (std::uint32_t index : planned.plan.rank_queues[rank]) {
     RankMicroBatch mb = build_rank_micro_batch(planned.plan, index, rank, batch, model_.params().device());
+    offload_as_planned(planned.plan, index);
     if (mb.sharded()) {
       RingAttention ring(comm_, mb.ring, mb.local_cu, index, options_.timeout);
       local_loss += model_.forward(mb.batch, &ring);
@@ -127,10 +135,7 @@ StepResult DistributedStep::run_checked(const Plan& plan, std::span<const std::v
     const auto start = Clock::now();
     RankMicroBatch mb = build_rank_micro_batch(plan, index, rank, batch, model_.params().device());
     MicroBatchTiming timing{.micro_batch = index, .tokens = mb.batch.tokens.numel()};
-    // The planner let this micro-batch hold more than C tokens by offloading (ByteScale Eq. 3).
-    if (const double ratio = plan.micro_batches[index].offload_ratio; ratio > 0) {
-      model_.offload_next(ops::model::offload_schedule(ratio, model_.config().n_layers));
-    }
+    offload_as_planned(plan, index);
     if (mb.sharded()) {
       RingAttention ring(comm_, mb.ring, mb.local_cu, index, options_.timeout);
       local_loss += model_.forward(mb.batch, &ring);

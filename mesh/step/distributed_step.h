@@ -96,6 +96,8 @@ class DistributedStep {
 
  private:
   StepResult run_checked(const Plan& plan, std::span<const std::vector<std::int32_t>> batch);
+  // Micro-batch `index` of `plan` offloads the share of its activations the plan gave it.
+  void offload_as_planned(const Plan& plan, std::uint32_t index);
 
   ops::model::LlamaModel& model_;
   ZeroOptimizer& optimizer_;

@@ -1,5 +1,7 @@
 #include "ops/model/llama_model.h"
 
+#include <algorithm>
+
 #include "common/error.h"
 #include "ops/add.h"
 #include "ops/convert.h"
@@ -63,11 +65,30 @@ void LlamaModel::offload_next(const OffloadSchedule& schedule) {
   for (const LayerOffload& l : schedule.layers) offload_.push_back(l.offloaded);
 }
 
+template <typename F>
+void LlamaModel::for_each_act(LayerActs& a, F&& f) {
+  for (Tensor* t : {&a.x, &a.n1.y, &a.n1.rstd, &a.in1, &a.q, &a.k, &a.v, &a.att.out, &a.att.lse, &a.att_in, &a.x_mid,
+                    &a.n2.y, &a.n2.rstd, &a.in2, &a.gate, &a.up, &a.h_in}) {
+    if (t->defined()) f(*t);
+  }
+}
+
+std::int64_t LlamaModel::acts_bytes(LayerActs& a) {
+  std::vector<std::pair<const void*, std::size_t>> seen;
+  std::int64_t bytes = 0;
+  for_each_act(a, [&](Tensor& t) {
+    const std::pair<const void*, std::size_t> key{t.raw(), t.bytes()};
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) return;
+    seen.push_back(key);
+    bytes += static_cast<std::int64_t>(t.bytes());
+  });
+  return bytes;
+}
+
 std::int64_t LlamaModel::move_acts(LayerActs& a, Device device) {
   std::vector<std::pair<const void*, Tensor>> moved;  // by the original's first element
   std::int64_t bytes = 0;
   auto move = [&](Tensor& t) {
-    if (!t.defined()) return;
     const void* at = t.raw();
     for (const auto& [was, now] : moved) {
       if (was == at && now.bytes() == t.bytes()) {
@@ -81,10 +102,7 @@ std::int64_t LlamaModel::move_acts(LayerActs& a, Device device) {
     moved.emplace_back(at, to);
     t = to;
   };
-  for (Tensor* t : {&a.x, &a.n1.y, &a.n1.rstd, &a.in1, &a.q, &a.k, &a.v, &a.att.out, &a.att.lse, &a.att_in, &a.x_mid,
-                    &a.n2.y, &a.n2.rstd, &a.in2, &a.gate, &a.up, &a.h_in}) {
-    move(*t);
-  }
+  for_each_act(a, move);
   return bytes;
 }
 
@@ -106,6 +124,8 @@ double LlamaModel::forward(const Batch& batch, AttentionExecutor* attention) {
   offloaded_ = offload_.empty() ? std::vector<bool>(static_cast<size_t>(c.n_layers), false) : std::move(offload_);
   offload_.clear();
   offloaded_bytes_ = 0;
+  layer_bytes_.assign(static_cast<size_t>(c.n_layers), 0);
+  resident_bytes_ = peak_resident_bytes_ = 0;
 
   // The compute copy: rounded from the master parameters, whoever changed them since (the
   // optimizer, a restore, a test).
@@ -135,7 +155,15 @@ double LlamaModel::forward(const Batch& batch, AttentionExecutor* attention) {
     a.h_in = operand(swiglu_forward(a.gate, a.up));
     x = a.x_mid.clone();
     add_(x, linear_forward(a.h_in, wc.down));
-    if (offloaded_[static_cast<size_t>(i)]) offloaded_bytes_ += move_acts(a, Device::kCpu);
+    // What this layer keeps, counted once whatever shares memory (a copy to the CPU's own memory
+    // costs a copy: only the bytes are wanted, from the same walk).
+    layer_bytes_[static_cast<size_t>(i)] = acts_bytes(a);
+    resident_bytes_ += layer_bytes_[static_cast<size_t>(i)];
+    peak_resident_bytes_ = std::max(peak_resident_bytes_, resident_bytes_);
+    if (offloaded_[static_cast<size_t>(i)]) {
+      offloaded_bytes_ += move_acts(a, Device::kCpu);
+      resident_bytes_ -= layer_bytes_[static_cast<size_t>(i)];
+    }
   }
   x_final_ = x;
   n_final_ = rmsnorm_forward(x, weights_.norm, c.norm_eps);
@@ -148,7 +176,9 @@ double LlamaModel::forward(const Batch& batch, AttentionExecutor* attention) {
 
 void LlamaModel::backward(double dloss) {
   const LlamaConfig& c = config_;
-  if (!logits_.defined()) throw InvalidArgument("LlamaModel::backward: called without a forward()");
+  if (!logits_.defined() || acts_.empty() || !acts_.back().x.defined()) {
+    throw InvalidArgument("LlamaModel::backward: needs a forward() before it (a backward uses up its activations)");
+  }
   const int64_t t = batch_.tokens.dim(0), hd = c.head_dim();
 
   Tensor dlogits = grad_zeros(logits_.shape());
@@ -164,7 +194,11 @@ void LlamaModel::backward(double dloss) {
     const LayerWeights& wc = compute_weights_.layers[static_cast<size_t>(i)];
     const LayerWeights& g = grad_views_.layers[static_cast<size_t>(i)];
     LayerActs& a = acts_[static_cast<size_t>(i)];
-    if (offloaded_[static_cast<size_t>(i)]) move_acts(a, params_.device());
+    if (offloaded_[static_cast<size_t>(i)]) {
+      move_acts(a, params_.device());
+      resident_bytes_ += layer_bytes_[static_cast<size_t>(i)];
+      peak_resident_bytes_ = std::max(peak_resident_bytes_, resident_bytes_);
+    }
     // x_next = x_mid + down(h): dx reaches x_mid unchanged and h through down_proj.
     Tensor dh = grad_zeros(a.gate.shape());
     linear_backward(a.h_in, wc.down, operand(dx), dh, g.down);
@@ -189,6 +223,8 @@ void LlamaModel::backward(double dloss) {
     linear_backward(a.in1, wc.k, operand(dk_lin.reshape({t, c.n_kv_heads * hd})), dn1, g.k);
     linear_backward(a.in1, wc.v, operand(dv.reshape({t, c.n_kv_heads * hd})), dn1, g.v);
     rmsnorm_backward(a.x, w.input_norm, a.n1.rstd, dn1, dx, g.input_norm);  // dx is now d x
+    resident_bytes_ -= layer_bytes_[static_cast<size_t>(i)];
+    a = LayerActs{};  // used up: what offloading saves is not brought back on top of it
   }
   embedding_backward(batch_.tokens, dx, grad_views_.embed);
 }

@@ -72,7 +72,8 @@ class LlamaModel {
   double forward(const Batch& batch, AttentionExecutor* attention = nullptr);
   // Logits [T, vocab] of the last forward().
   const Tensor& logits() const { return logits_; }
-  // Adds dloss * d(summed loss)/d(params) into grads(); needs the forward() just before.
+  // Adds dloss * d(summed loss)/d(params) into grads(); needs the forward() just before, whose
+  // activations it releases layer by layer (a second backward() needs another forward()).
   void backward(double dloss);
 
   // Activation offloading (ops/model/offload_schedule.h): the next forward() moves the
@@ -85,6 +86,9 @@ class LlamaModel {
   void offload_next(const OffloadSchedule& schedule);
   // Bytes the last forward moved to host memory (0 when it offloaded nothing).
   std::int64_t offloaded_bytes() const { return offloaded_bytes_; }
+  // The most bytes of layer activations on the model's device at once during the last forward
+  // and backward (each layer's are released once its backward is done): what offloading lowers.
+  std::int64_t peak_resident_activation_bytes() const { return peak_resident_bytes_; }
 
  private:
   // What the backward needs; "operand" tensors are bf16 under kBF16 (GEMM and attention inputs).
@@ -105,6 +109,10 @@ class LlamaModel {
   // Moves every tensor of `a` to `device` (host memory: pinned), a tensor that shares another's
   // memory once; returns the bytes moved.
   static std::int64_t move_acts(LayerActs& a, Device device);
+  // The bytes of `a`'s tensors, a tensor that shares another's memory once.
+  static std::int64_t acts_bytes(LayerActs& a);
+  template <typename F>
+  static void for_each_act(LayerActs& a, F&& f);
   // Zeros in the gradients' dtype (f32 under kBF16 too) on the model's device.
   Tensor grad_zeros(const Shape& shape) const { return Tensor::zeros(shape, grads_.dtype(), grads_.device()); }
   // t as an operand: rounded to bf16 under kBF16, else t itself.
@@ -127,6 +135,8 @@ class LlamaModel {
   std::vector<bool> offload_;      // by layer: the next forward's schedule (empty: none)
   std::vector<bool> offloaded_;    // by layer: the last forward moved it to host memory
   std::int64_t offloaded_bytes_ = 0;
+  std::vector<std::int64_t> layer_bytes_;  // by layer: what the last forward kept
+  std::int64_t resident_bytes_ = 0, peak_resident_bytes_ = 0;
   Tensor x_final_;
   RmsNormOutput n_final_;
   Tensor in_final_;  // operand: the final norm's output, input of lm_head

@@ -150,8 +150,12 @@ TEST_F(ElasticLoopTest, ASupersededNcclCommunicatorIsAbortedAndTheNextGeneration
   std::thread c([&] { run_worker("c", "2"); });
   std::thread a([&] { run_worker("a", "0"); });
   std::thread b([&] { run_worker("b", "1"); });
-  std::this_thread::sleep_for(1500ms);  // all three joined; a and b are held in the allreduce
-  nccl->hang = false;                   // generation 2's groups complete
+  // All three joined and a and b are held in their allreduce (two groups launched while held).
+  for (const auto until = Clock::now() + 20s; nccl->launched().size() < 2 && Clock::now() < until;) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_GE(nccl->launched().size(), 2u) << "a and b never launched their allreduce";
+  nccl->hang = false;  // generation 2's groups complete
   published = Clock::now();
   publish(2, {"a", "b"});
   a.join();

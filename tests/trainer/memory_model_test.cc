@@ -184,11 +184,12 @@ void expect_forward_keeps_the_count(Precision precision) {
 // their forward and come back for their backward. The loss and every gradient are the same bits as
 // a resident run (a copy changes no value), the bytes moved are exactly the count's for those
 // layers (what offloading saves is what the memory model says), and the schedule applies to one
-// forward only.
+// forward only; the most activation bytes resident at once falls to the schedule's peak.
 void expect_offloading_changes_nothing_but_where(Precision precision) {
   const LlamaConfig config = small_model();  // 3 layers
   constexpr std::int64_t kTokens = 256;
   const ops::model::Batch batch = batch_of(kTokens);
+  std::int64_t peak = 0;
   auto step = [&](const OffloadSchedule* schedule, std::int64_t* moved) {
     ops::model::LlamaModel model(config, ops::DType::kF32, Device::kCpu, precision);
     model.init(3);
@@ -197,6 +198,7 @@ void expect_offloading_changes_nothing_but_where(Precision precision) {
     const double loss = model.forward(batch);
     *moved = model.offloaded_bytes();
     model.backward(1.0 / kTokens);
+    peak = model.peak_resident_activation_bytes();
     std::vector<float> out = model.grads().to_vector<float>();
     out.push_back(static_cast<float>(loss));
     model.forward(batch);  // the schedule was for one forward
@@ -205,13 +207,20 @@ void expect_offloading_changes_nothing_but_where(Precision precision) {
   };
   std::int64_t none = -1, moved = -1;
   const std::vector<float> resident = step(nullptr, &none);
+  const std::int64_t resident_peak = peak;
   const OffloadSchedule schedule = offload_schedule(1.0, config.n_layers);  // all but the last two: layer 0
   ASSERT_EQ(schedule.offloaded(), 1);
   const std::vector<float> offloaded = step(&schedule, &moved);
   EXPECT_EQ(none, 0);
   EXPECT_TRUE(resident == offloaded) << "offloading changed a gradient or the loss";
-  EXPECT_EQ(moved, layer_activation_bytes(config, precision).per_token * kTokens)
-      << "the bytes one offloaded layer moved against the memory model's count";
+  const std::int64_t layer = layer_activation_bytes(config, precision).per_token * kTokens;
+  EXPECT_EQ(moved, layer) << "the bytes one offloaded layer moved against the memory model's count";
+  // What it saves: resident, all three layers are on the device at the backward's start; with
+  // layer 0 offloaded (and each layer released after its backward) at most two are, Eq. 3's
+  // (2 + (1 - r)(l - 2)) layers at r = 1, which the schedule's own peak says too.
+  EXPECT_EQ(resident_peak, 3 * layer);
+  EXPECT_EQ(peak, 2 * layer);
+  EXPECT_EQ(peak, peak_resident_activation_bytes(schedule, layer));
   ops::model::LlamaModel model(config, ops::DType::kF32, Device::kCpu, precision);
   EXPECT_THROW(model.offload_next(offload_schedule(1.0, config.n_layers + 1)), InvalidArgument);
 }

@@ -12,8 +12,11 @@
 //  - A send meets the receive of its pair in posting order (NCCL has no tags); the later of the
 //    two copies the bytes. A size mismatch is reported as an error.
 //  - abort() of any rank stops the whole communicator: nothing of it is computed any more (its
-//    memory may be freed once abort returns), and its other ranks' operations never complete, as
-//    a peer's would on a GPU, until their own watchdog aborts them.
+//    memory may be freed once abort returns). Its other ranks are not told (NCCL does not report a
+//    peer's abort): their operations never complete, as on a GPU, until their own watchdog (a
+//    deadline, a newer generation) aborts them.
+//  - A rank's groups complete each on its own, not in launch order as on one CUDA stream: a
+//    caller that waits on a later group before an earlier one's peer has posted is not caught.
 // Everything runs under one mutex: a launch or a completion check never waits on another rank.
 #pragma once
 
@@ -225,7 +228,7 @@ class LoopbackNccl final : public nccl::Backend, public std::enable_shared_from_
       std::lock_guard lock(owner_->mutex_);
       const Shared& s = owner_->shared_[id_];
       if (!s.error.empty()) return {nccl::Status::Code::kFailed, "loopback NCCL: " + s.error};
-      if (s.dead) return {nccl::Status::Code::kFailed, "loopback NCCL: a rank aborted the communicator"};
+      if (aborted_) return {nccl::Status::Code::kFailed, "loopback NCCL: aborted"};
       if (s.joined < s.size) return {nccl::Status::Code::kInProgress, ""};
       return {};
     }
@@ -243,6 +246,7 @@ class LoopbackNccl final : public nccl::Backend, public std::enable_shared_from_
     void abort() override {
       std::lock_guard lock(owner_->mutex_);
       owner_->shared_[id_].dead = true;
+      aborted_ = true;
       ++owner_->aborts_;
     }
 
@@ -251,6 +255,7 @@ class LoopbackNccl final : public nccl::Backend, public std::enable_shared_from_
     nccl::UniqueId id_;
     int rank_;
     std::size_t collectives_ = 0;
+    bool aborted_ = false;
   };
 
   mutable std::mutex mutex_;
