@@ -58,6 +58,15 @@ double ettr_of(double productive_ms, double wall_ms) {
   return std::max(productive_ms / wall_ms, 1e-6);
 }
 
+void GoodputAccount::seed(const StateFields& state) {
+  const GoodputTotals stored = read_goodput_totals(state);
+  const bool own_newer = totals_.started_at_ms >= 0 && stored.started_at_ms == totals_.started_at_ms &&
+                         stored.furthest_step <= totals_.furthest_step &&
+                         stored.recomputed_steps <= totals_.recomputed_steps &&
+                         stored.productive_ms <= totals_.productive_ms + 0.05;  // written to 0.1 ms
+  if (!own_newer) totals_ = stored;
+}
+
 bool GoodputAccount::step(std::int64_t step, double step_ms, std::int64_t now_ms) {
   step_ms = std::isfinite(step_ms) ? std::max(step_ms, 0.0) : 0.0;
   if (totals_.started_at_ms < 0) {

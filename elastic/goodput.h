@@ -66,8 +66,10 @@ double ettr_of(double productive_ms, double wall_ms);
 
 class GoodputAccount {
  public:
-  // Continues the totals of `state` (rank 0, before its first report of a generation).
-  void seed(const StateFields& state) { totals_ = read_goodput_totals(state); }
+  // Continues the totals of `state` (rank 0, before its first report of a generation), unless
+  // this account's own are newer: it reported last (the same start, nothing further in the state),
+  // and its reports that a new generation's fence refused are in its totals, not in the state.
+  void seed(const StateFields& state);
   // Step `step` took `step_ms` and ended at `now_ms` (wall clock): a new step adds to the
   // productive time, one already reported to the steps computed twice. Returns whether it was
   // computed twice.

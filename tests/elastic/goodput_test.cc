@@ -109,6 +109,22 @@ TEST(Goodput, AWholeJobRestartContinuesTheTotalsOfTheState) {
   EXPECT_EQ(now - kT0, 1000 + 100 + 60'000 + 300);
 }
 
+TEST(Goodput, ARank0ThatReportedLastKeepsItsOwnTotalsAndAnotherTakesTheStates) {
+  GoodputAccount account;
+  std::int64_t now = run_steps(account, 1, 10, kT0, 100);
+  const StateFields written = as_state(account.fields(now), 10);
+  now = run_steps(account, 11, 12, now, 100);  // reports the new generation's fence refused
+  account.seed(written);                       // the same process, rank 0 of the next generation
+  EXPECT_EQ(account.totals().furthest_step, 12);
+  EXPECT_DOUBLE_EQ(account.totals().productive_ms, 1200);
+  // Another rank 0 reported further in between: its totals are the job's.
+  GoodputAccount other;
+  run_steps(other, 1, 20, kT0, 100);
+  account.seed(as_state(other.fields(kT0 + 2000), 20));
+  EXPECT_EQ(account.totals().furthest_step, 20);
+  EXPECT_DOUBLE_EQ(account.totals().productive_ms, 2000);
+}
+
 TEST(Goodput, AStateWrittenBeforeTheFieldsExistedStartsAtTheNextReport) {
   GoodputAccount account;
   account.seed({{"step", "40"}, {"status", "running"}});
