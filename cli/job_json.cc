@@ -47,9 +47,36 @@ nlohmann::json cordons_json(const elastic::Cordons& cordons) {
   return list;
 }
 
+// The job's ETTR now (elastic/goodput.h); null before its first step was accounted.
+nlohmann::json goodput_json(const elastic::JobSnapshot& s) {
+  const auto f = elastic::goodput_figures(s.state, elastic::now_ms());
+  if (!f) return nullptr;
+  return {{"ettr", f->ettr},
+          {"productive_s", f->productive_ms / 1000.0},
+          {"wall_s", f->wall_ms / 1000.0},
+          {"lost_s", f->lost_ms / 1000.0},
+          {"recomputed_steps", f->recomputed_steps},
+          {"recomputed_s", f->recomputed_ms / 1000.0},
+          {"text", elastic::goodput_text(*f)}};
+}
+
+nlohmann::json recoveries_json(const std::vector<elastic::RecoveryRecord>& recoveries) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& r : recoveries) {
+    list.push_back({{"kind", r.kind},
+                    {"seconds", r.seconds},
+                    {"lost_steps", r.lost_steps},
+                    {"step", r.step},
+                    {"generation", r.generation},
+                    {"time_ms", r.time_ms}});
+  }
+  return list;
+}
+
 }  // namespace
 
-nlohmann::json job_json(const std::string& job, const elastic::JobSnapshot& s) {
+nlohmann::json job_json(const std::string& job, const elastic::JobSnapshot& s,
+                        const std::vector<elastic::RecoveryRecord>* recoveries) {
   nlohmann::json members = nlohmann::json::array();
   if (s.members) {
     for (const auto& m : s.members->members) {
@@ -114,7 +141,9 @@ nlohmann::json job_json(const std::string& job, const elastic::JobSnapshot& s) {
           {"cordons", cordons_json(s.cordons)},
           {"settings", s.settings.empty() ? nlohmann::json::object() : nlohmann::json::parse(elastic::encode(s.settings))},
           {"events", events},
-          {"samples", samples}};
+          {"samples", samples},
+          {"goodput", goodput_json(s)},
+          {"recoveries", recoveries_json(recoveries ? *recoveries : elastic::recent_recoveries(s.events, kRecoveriesShown))}};
 }
 
 }  // namespace hdp::cli

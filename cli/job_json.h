@@ -5,10 +5,15 @@
 // store ({primary: "host:port", failovers: N} as the agents recorded them; null before any record),
 // state (the hash; numbers as JSON numbers, `speeds` an array), members (each with `lease`: whether
 // its lease is alive), evictions (with `active` while the cool-down runs), events (newest last) and
-// samples (the per-step history, oldest first; empty unless the snapshot read it).
+// samples (the per-step history, oldest first; empty unless the snapshot read it); goodput (the
+// job's ETTR now, elastic/goodput.h: {ettr, productive_s, wall_s, lost_s, recomputed_steps,
+// recomputed_s, text}; null before the first step accounted) and recoveries (the last
+// kRecoveriesShown, oldest first: {kind, seconds, lost_steps, step, generation, time_ms}).
 #pragma once
 
+#include <cstddef>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -16,6 +21,10 @@
 
 namespace hdp::cli {
 
-nlohmann::json job_json(const std::string& job, const elastic::JobSnapshot& snapshot);
+inline constexpr std::size_t kRecoveriesShown = 5;
+
+// `recoveries`: as read from more events than the snapshot keeps (null: from its events).
+nlohmann::json job_json(const std::string& job, const elastic::JobSnapshot& snapshot,
+                        const std::vector<elastic::RecoveryRecord>* recoveries = nullptr);
 
 }  // namespace hdp::cli

@@ -1,6 +1,6 @@
-// `hdp status --job ID [--json] [--watch]`: the job's generation, members, step, last checkpoint,
-// the store's primary as the agents recorded it, and recent events, read from Redis and validated
-// (elastic/job_state.h).
+// `hdp status --job ID [--json] [--watch]`: the job's generation, members, step, ETTR
+// (elastic/goodput.h), last checkpoint, the store's primary as the agents recorded it, the last
+// recoveries and recent events, read from Redis and validated (elastic/job_state.h).
 #include <algorithm>
 #include <chrono>
 #include <iomanip>
@@ -53,7 +53,24 @@ std::string lease_text(const elastic::JobSnapshot& s, const std::string& node, b
   return text;
 }
 
-std::string to_table(const std::string& job, const elastic::JobSnapshot& s) {
+// The events read to find the last recoveries (more than the events shown).
+constexpr std::size_t kRecoveryEventsScanned = 200;
+
+// "  12:03:04  memory, 2.5 s, 0 step(s) lost (generation 3, at step 41)"
+void recoveries_text(std::ostream& out, const std::vector<elastic::RecoveryRecord>& recoveries) {
+  if (recoveries.empty()) return;
+  out << "\nrecent recoveries (how the state came back, from the interruption to the next step, steps lost):\n";
+  for (const auto& r : recoveries) {
+    char seconds[32];
+    std::snprintf(seconds, sizeof seconds, "%.1f s", r.seconds);
+    out << "  " << (r.time_ms > 0 ? format_time(std::to_string(r.time_ms)) : std::string("--:--:--")) << "  " << r.kind
+        << ", " << seconds << ", " << r.lost_steps << " step(s) lost (generation " << r.generation << ", at step "
+        << r.step << ")\n";
+  }
+}
+
+std::string to_table(const std::string& job, const elastic::JobSnapshot& s,
+                     const std::vector<elastic::RecoveryRecord>& recoveries) {
   std::ostringstream out;
   out << "job " << job << ": " << field_or_dash(s.state, "status") << ", generation " << s.generation << ", world size "
       << (s.members ? s.members->world_size() : 0) << ", step " << field_or_dash(s.state, "step") << "\n";
@@ -61,6 +78,9 @@ std::string to_table(const std::string& job, const elastic::JobSnapshot& s) {
     out << "training: loss " << field_or_dash(s.state, "loss") << ", " << field_or_dash(s.state, "tokens_per_s")
         << " tokens/s, step " << field_or_dash(s.state, "step_ms") << " ms, lr " << field_or_dash(s.state, "lr")
         << ", " << field_or_dash(s.state, "tokens") << " tokens trained\n";
+  }
+  if (const auto goodput = elastic::goodput_figures(s.state, elastic::now_ms())) {
+    out << elastic::goodput_text(*goodput) << "\n";
   }
   if (s.state.count("eval_loss")) {
     out << "validation: eval_loss " << field_or_dash(s.state, "eval_loss") << " at step "
@@ -125,6 +145,7 @@ std::string to_table(const std::string& job, const elastic::JobSnapshot& s) {
     if (s.requests.checkpoint) line("checkpoint", *s.requests.checkpoint);
     for (const auto& [node, d] : s.requests.drains) line("drain " + node + "/" + d.incarnation, d);
   }
+  recoveries_text(out, recoveries);
   out << "\nrecent events:\n";
   for (const auto& e : s.events) {
     std::string line;
@@ -169,13 +190,18 @@ void add_status_command(CLI::App& app) {
       throw InvalidArgument("no job '" + job + "' in redis at " + elastic::parse_redis_url(flags->job.redis.url).display());
     }
     do {
-      const auto snapshot = state.snapshot(static_cast<std::size_t>(flags->events),
-                                           flags->json ? static_cast<std::size_t>(flags->samples) : 0);
+      const auto shown = static_cast<std::size_t>(flags->events);
+      auto snapshot = state.snapshot(std::max(shown, kRecoveryEventsScanned),
+                                     flags->json ? static_cast<std::size_t>(flags->samples) : 0);
+      const auto recoveries = elastic::recent_recoveries(snapshot.events, kRecoveriesShown);
+      if (snapshot.events.size() > shown) {
+        snapshot.events.erase(snapshot.events.begin(), snapshot.events.end() - static_cast<std::ptrdiff_t>(shown));
+      }
       if (flags->watch) std::cout << "\033[H\033[2J";  // home + clear: redraw in place
       if (flags->json) {
-        std::cout << job_json(job, snapshot).dump(flags->watch ? -1 : 2) << std::endl;
+        std::cout << job_json(job, snapshot, &recoveries).dump(flags->watch ? -1 : 2) << std::endl;
       } else {
-        std::cout << to_table(job, snapshot) << std::flush;
+        std::cout << to_table(job, snapshot, recoveries) << std::flush;
       }
       if (flags->watch) std::this_thread::sleep_for(std::chrono::milliseconds(flags->interval_ms));
     } while (flags->watch);

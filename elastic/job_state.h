@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "elastic/control.h"
+#include "elastic/goodput.h"
 #include "elastic/membership.h"
 #include "elastic/store.h"
 
@@ -32,9 +33,14 @@ inline constexpr const char* kStatuses[] = {"waiting",  "running",   "resizing",
 
 // Fields of the state hash that hold numbers (validate_state_field checks them; `hdp status --json`
 // prints them as JSON numbers): integers >= 0, and finite decimal numbers.
-inline constexpr const char* kIntegerStateFields[] = {"generation", "world_size", "step",  "last_ckpt_step",
-                                                      "updated_at_ms", "nodes",   "tokens", "eval_step"};
-inline constexpr const char* kNumberStateFields[] = {"loss", "tokens_per_s", "step_ms", "lr", "grad_norm", "eval_loss"};
+// The goodput fields (elastic/goodput.h) are among them.
+inline constexpr const char* kIntegerStateFields[] = {"generation",          "world_size",           "step",
+                                                      "last_ckpt_step",      "updated_at_ms",        "nodes",
+                                                      "tokens",              "eval_step",            goodput::kStartedAtMs,
+                                                      goodput::kFurthestStep, goodput::kRecomputedSteps};
+inline constexpr const char* kNumberStateFields[] = {"loss",      "tokens_per_s",          "step_ms",
+                                                     "lr",        "grad_norm",             "eval_loss",
+                                                     goodput::kProductiveMs, goodput::kRecomputedMs, goodput::kEttr};
 // Fields that hold comma-separated lists of finite numbers (printed as JSON arrays).
 inline constexpr const char* kNumberListStateFields[] = {"speeds"};
 

@@ -220,6 +220,14 @@ void Registry::remove_samples(const Labels& match) {
   }
 }
 
+void Registry::clear_family(const std::string& name) {
+  std::lock_guard lock(mutex_);
+  auto it = families_.find(name);
+  if (it == families_.end()) return;
+  it->second.values.clear();
+  it->second.histograms.clear();
+}
+
 std::string Registry::text() const {
   std::lock_guard lock(mutex_);
   std::string out;

@@ -53,6 +53,8 @@ class Registry {
 
   // Removes every sample whose labels include all of `match` (a worker that exited).
   void remove_samples(const Labels& match);
+  // Removes every sample of the family `name`, which stays described (a gauge that no longer applies).
+  void clear_family(const std::string& name);
 
   // The exposition text: families in name order, `# HELP` and `# TYPE` once each.
   std::string text() const;

@@ -111,6 +111,7 @@ void Recovery::from_memory(const Membership& m, Communicator& comm, const mesh::
     }
     throw;
   }
+  reporter_.restored_from("memory");
   const std::int64_t before = step_;
   const bool had_state = zero_ != nullptr && layout_generation_ >= 0;
   const int old_rank = layout_rank_;
@@ -199,6 +200,7 @@ void Recovery::restore(const Membership& m, Communicator& comm, std::int64_t fur
   } else {
     initialise(m);
   }
+  reporter_.restored_from(restored ? "checkpoint" : (config_.init_from.empty() ? "seed" : "init_from"));
   last_saved_step_ = restored ? step_ : -1;
   layout_generation_ = m.generation;
   layout_rank_ = m.rank;

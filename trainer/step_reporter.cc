@@ -33,7 +33,7 @@ void EventLog::record(const elastic::Membership& m, const std::string& type, ela
 
 StepReporter::StepReporter(const TrainerConfig& config, std::shared_ptr<elastic::Store> store, EventLog& events,
                            const std::filesystem::path& metrics_file)
-    : config_(config), store_(store), job_(std::move(store)), events_(events), metrics_(metrics_file) {}
+    : config_(config), store_(store), job_(store), goodput_(std::move(store)), events_(events), metrics_(metrics_file) {}
 
 void StepReporter::step(const elastic::Membership& m, std::int64_t step, const mesh::StepResult& result, double step_ms,
                         double lr, const checkpoint::DataPosition& position, const SpeedFigures& speeds, int world,
@@ -55,6 +55,13 @@ void StepReporter::step(const elastic::Membership& m, std::int64_t step, const m
                  .generation = m.generation,
                  .speed = rank < speeds.relative.size() ? speeds.relative[rank] : 1.0});
   if (eval) metrics_.evaluated(eval->loss);
+  GoodputReport::Figures goodput;
+  if (m.rank == 0) {
+    goodput = goodput_.step(m.generation, step, step_ms, [this] { flush_reports(); });
+    if (goodput.ettr) metrics_.goodput(*goodput.ettr, goodput.recomputed);
+  } else {
+    metrics_.not_goodput_reporter();
+  }
   metrics_.publish();
   if (m.rank != 0) return;
   // A step that evaluated is logged whatever --log-every, its eval_loss in the same line.
@@ -70,6 +77,12 @@ void StepReporter::step(const elastic::Membership& m, std::int64_t step, const m
   }
   if (!config_.metrics_file.empty()) write_metrics_line(m, step, result, step_ms, lr, position, tokens_per_s, world, speeds, eval);
   if (!config_.tensorboard_dir.empty()) write_tensorboard(step, result, step_ms, lr, tokens_per_s, world, eval);
+  post_state(m, step, result, step_ms, lr, tokens_per_s, world, speeds, eval, std::move(goodput.fields));
+}
+
+void StepReporter::post_state(const elastic::Membership& m, std::int64_t step, const mesh::StepResult& result,
+                              double step_ms, double lr, double tokens_per_s, int world, const SpeedFigures& speeds,
+                              const EvalFigures* eval, elastic::Fields goodput) {
   // The figures as the job state holds them; a non-finite one (a diverged run's NaN loss) is
   // left out of the state and the sample, whose readers accept only finite numbers: the curve
   // shows a gap, and the worker's log line and metrics say "nan".
@@ -98,6 +111,7 @@ void StepReporter::step(const elastic::Membership& m, std::int64_t step, const m
                            {"settings_in_force", elastic::describe(config_)}};
   state.insert(state.end(), figures.begin(), figures.end());
   if (eval) state.emplace_back("eval_step", std::to_string(step));
+  state.insert(state.end(), goodput.begin(), goodput.end());  // the job's ETTR (elastic/goodput.h)
   elastic::Fields sample = {{"step", std::to_string(step)},
                             {"world_size", std::to_string(world)},
                             {"generation", std::to_string(m.generation)},
@@ -252,11 +266,13 @@ void StepReporter::recovered(const elastic::Membership& m, mesh::Communicator& c
   const std::int64_t lost = furthest >= step - 1 ? furthest - (step - 1) : 0;
   if (ms > 0) metrics_.recovered(static_cast<double>(ms) / 1000.0, lost);
   if (ms > 0 && m.rank == 0) {
+    metrics_.job_recovered(restored_from_, static_cast<double>(ms) / 1000.0);
     log()->info("generation {}: recovered in {:.2f} s, {} step(s) lost", m.generation, ms / 1000.0, lost);
     events_.record(m, "recovered",
                    {{"step", std::to_string(step)},
                     {"seconds", fixed3(ms / 1000.0)},
                     {"lost_steps", std::to_string(lost)},
+                    {"source", restored_from_},
                     {"world_size", std::to_string(m.world_size)}});
   }
 }

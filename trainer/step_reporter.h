@@ -21,6 +21,7 @@
 #include "elastic/elastic_context.h"
 #include "mesh/comm/communicator.h"
 #include "mesh/step/distributed_step.h"
+#include "trainer/goodput_report.h"
 #include "trainer/state_report.h"
 #include "trainer/tensorboard.h"
 #include "trainer/trainer_config.h"
@@ -73,9 +74,13 @@ class StepReporter {
 
   // The generation was abandoned (a peer lost, a newer generation): its recovery is timed from now.
   void interrupted() { interrupted_ = SteadyClock::now(); }
+  // Every rank, at a generation's start (trainer/recovery.h): where its state came from, the
+  // `source` of its `continue` or `restore` event (memory, checkpoint, seed, init_from).
+  void restored_from(std::string source) { restored_from_ = std::move(source); }
   // Collective, at a generation's first completed step (now at `step`): how long the interruption
   // before it cost (the slowest rank's view) and how many steps were lost (`furthest`: the furthest
-  // step any rank had completed). Metrics on every rank; rank 0's log line and `recovered` event.
+  // step any rank had completed). Metrics on every rank; rank 0's log line, `recovered` event (with
+  // the `source` of restored_from()) and hdp_job_recovery_seconds{kind}.
   void recovered(const elastic::Membership& m, mesh::Communicator& comm, std::int64_t step, std::int64_t furthest);
 
   // Rank 0: the job completed at `step` (the job state's outcome), or stopped there by request
@@ -112,6 +117,10 @@ class StepReporter {
   void write_tensorboard(std::int64_t step, const mesh::StepResult& result, double step_ms, double lr,
                          double tokens_per_s, int world, const EvalFigures* eval);
 
+  // Rank 0: the step's state fields (with `goodput`'s) and sample, posted to the state report.
+  void post_state(const elastic::Membership& m, std::int64_t step, const mesh::StepResult& result, double step_ms,
+                  double lr, double tokens_per_s, int world, const SpeedFigures& speeds, const EvalFigures* eval,
+                  elastic::Fields goodput);
   // Acts on the requests and settings of the newest report written, once each.
   void take_reads();
   // Waits (at most kFlushTimeout) until the queued reports are written; false when they were not.
@@ -126,6 +135,8 @@ class StepReporter {
   std::shared_ptr<elastic::Store> store_;
   elastic::JobState job_;
   std::unique_ptr<StateReport> state_report_;  // rank 0, created at its first step
+  GoodputReport goodput_;                      // rank 0's accounting of the job's ETTR
+  std::string restored_from_ = "unknown";
   std::uint64_t reads_serial_ = 0;             // of the last reads acted on
   elastic::ControlRequests requests_;
   std::optional<elastic::Request> checkpoint_request_;

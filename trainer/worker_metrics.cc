@@ -38,11 +38,17 @@ WorkerMetrics::WorkerMetrics(std::filesystem::path file) : file_(std::move(file)
              "From the interruption to the first step completed after it (the slowest rank's view)");
   r.describe("hdp_checkpoint_save_seconds", Type::kHistogram, "From the start of a checkpoint write to its commit");
   r.describe("hdp_checkpoint_restore_seconds", Type::kHistogram, "Restoring this rank's state at a generation start");
+  r.describe("hdp_job_effective_training_time_ratio", Type::kGauge,
+             "The job's productive time (its kept steps) over its wall time since its first step (rank 0)");
+  r.describe("hdp_job_steps_recomputed_total", Type::kCounter, "Steps rank 0 computed a second time (after a rollback)");
+  r.describe("hdp_job_recovery_seconds", Type::kHistogram,
+             "From an interruption to the job's first step after it, by how the state came back (rank 0)",
+             kRecoveryBuckets);
   // Counters exist from the start at 0, so that their first increase is one (rate() and
   // increase() need a sample before it).
   for (const char* counter : {"hdp_train_steps_total", "hdp_train_tokens_total", "hdp_train_recoveries_total",
                               "hdp_train_lost_steps_total", "hdp_checkpoint_saved_bytes_total",
-                              "hdp_checkpoint_restored_bytes_total"}) {
+                              "hdp_checkpoint_restored_bytes_total", "hdp_job_steps_recomputed_total"}) {
     r.add_counter(counter, {}, 0);
   }
 }
@@ -71,6 +77,17 @@ void WorkerMetrics::recovered(double seconds, std::int64_t lost_steps) {
   registry_.add_counter("hdp_train_recoveries_total", {}, 1);
   registry_.add_counter("hdp_train_lost_steps_total", {}, static_cast<double>(lost_steps));
   registry_.observe("hdp_train_recovery_seconds", {}, seconds);
+}
+
+void WorkerMetrics::goodput(double ettr, bool recomputed) {
+  registry_.set_gauge("hdp_job_effective_training_time_ratio", {}, ettr);
+  if (recomputed) registry_.add_counter("hdp_job_steps_recomputed_total", {}, 1);
+}
+
+void WorkerMetrics::not_goodput_reporter() { registry_.clear_family("hdp_job_effective_training_time_ratio"); }
+
+void WorkerMetrics::job_recovered(const std::string& kind, double seconds) {
+  registry_.observe("hdp_job_recovery_seconds", {{"kind", kind}}, seconds);
 }
 
 void WorkerMetrics::checkpoint_saved(double seconds, std::uint64_t bytes) {

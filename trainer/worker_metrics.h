@@ -14,15 +14,24 @@
 //   hdp_checkpoint_restored_bytes_total (counters); hdp_train_step_seconds,
 //   hdp_train_compute_seconds, hdp_train_comm_wait_seconds, hdp_train_recovery_seconds,
 //   hdp_checkpoint_save_seconds, hdp_checkpoint_restore_seconds (histograms).
+// The job's goodput (elastic/goodput.h), from rank 0 only, so that a sum over the job's series
+// counts each once: hdp_job_effective_training_time_ratio (gauge, as of rank 0's last report;
+// removed when the worker is no longer rank 0), hdp_job_steps_recomputed_total (counter),
+// hdp_job_recovery_seconds{kind} (histogram, kRecoveryBuckets).
 // Thread-safe (a checkpoint commit is recorded on the saver's thread).
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "metrics/registry.h"
 
 namespace hdp::trainer {
+
+// hdp_job_recovery_seconds' buckets: a recovery from memory takes seconds, a restart minutes.
+inline const std::vector<double> kRecoveryBuckets = {0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300};
 
 struct StepMetrics {
   std::int64_t step = 0;
@@ -43,6 +52,12 @@ class WorkerMetrics {
   // The held-out batch's loss (--eval-data) was computed.
   void evaluated(double loss);
   void recovered(double seconds, std::int64_t lost_steps);
+  // Rank 0: the job's ETTR after its step report; whether that step was computed twice.
+  void goodput(double ettr, bool recomputed);
+  // The worker is not rank 0 (any more): its ETTR gauge goes.
+  void not_goodput_reporter();
+  // Rank 0: the job recovered in `seconds`, its state from `kind` (memory, checkpoint, seed, init_from).
+  void job_recovered(const std::string& kind, double seconds);
   void checkpoint_saved(double seconds, std::uint64_t bytes);
   void checkpoint_restored(double seconds, std::uint64_t bytes);
 

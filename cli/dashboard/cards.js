@@ -2,6 +2,7 @@
 //
 // The dashboard's cards, each filled from an /api/job response: the summary (#summary, with its
 // data-job, data-status, data-generation, data-world-size, data-step and data-loss; the figures,
+// the job's ETTR beside the loss (#ettr, with data-ettr),
 // the store's primary, the last checkpoint, the page's title), the members (#members, a tr.member
 // per node with data-node, data-ranks, data-lease, and per-rank speeds), the evictions
 // (#evictions), the pending requests, standby, settings and cordons (#control: li.request,
@@ -67,6 +68,13 @@ export function renderSummary(d) {
   setSub('kpi-ckpt-s', st.last_ckpt_path || '');
 
   $('val-loss').textContent = fmtLoss(st.loss);
+  // The job's ETTR beside the loss (api: goodput, elastic/goodput.h), with its full text as a hint.
+  var g = (d.goodput && typeof d.goodput === 'object' && isNum(d.goodput.ettr)) ? d.goodput : null;
+  var ettr = $('ettr');
+  ettr.hidden = !g;
+  ettr.dataset.ettr = g ? g.ettr.toFixed(4) : '';
+  ettr.textContent = g ? 'ETTR ' + g.ettr.toFixed(2) : '';
+  ettr.title = g && g.text ? g.text : ettr.title;
   $('val-tps').textContent = isNum(st.tokens_per_s) ? group3(st.tokens_per_s) : '';
   $('aux-tps').textContent = isNum(st.step_ms) ? Math.round(st.step_ms) + ' ms / step' : '';
   $('val-world').textContent = str(d.world_size);

@@ -6,6 +6,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "elastic/job_keys.h"
+#include "elastic/job_state.h"
+#include "elastic/prefix_store.h"
+#include "elastic/redis_store.h"
+#include "elastic/redis_url.h"
 #include "elastic/worker_env.h"
 #include "tests/support/child_process.h"
 #include "tests/support/redis_server.h"
@@ -109,6 +114,59 @@ TEST(Cli, PingReachesARealServer) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("PONG"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("redis 7"), std::string::npos) << r.out;
+}
+
+// `hdp status` shows the job's ETTR from the state's goodput fields (elastic/goodput.h) and the
+// last recoveries from its `recovered` events, also when they are older than the events shown;
+// --json carries both. The job completed, so its clock stopped at its last write: the figures do
+// not depend on when the test runs.
+TEST(Cli, StatusShowsTheEttrAndTheLastRecoveries) {
+  RedisServer server;
+  auto store = std::make_shared<elastic::PrefixStore>(
+      std::make_shared<elastic::RedisStore>(elastic::parse_redis_url(server.url())), elastic::keys::job_namespace("g"));
+  const std::int64_t started = 1'700'000'000'000, minute = 60'000;
+  elastic::JobState job(store);
+  job.event("continue", {{"source", "memory"}, {"generation", "2"}, {"seconds", "0.200"}});
+  job.event("recovered", {{"generation", "2"}, {"seconds", "2.500"}, {"lost_steps", "0"}, {"step", "41"}});
+  job.event("recovered", {{"source", "checkpoint"}, {"generation", "3"}, {"seconds", "7.300"}, {"lost_steps", "3"},
+                          {"step", "57"}});
+  for (int i = 0; i < 20; ++i) job.event("join", {{"node", "n" + std::to_string(i)}});
+  store->commit(elastic::Transaction{}.add(elastic::Write::hash_set(
+      elastic::keys::kState, {{"status", "completed"},
+                              {"step", "900"},
+                              {"started_at_ms", std::to_string(started)},
+                              {"updated_at_ms", std::to_string(started + 64 * minute)},
+                              {"productive_ms", std::to_string(62 * minute) + ".0"},
+                              {"furthest_step", "900"},
+                              {"recomputed_steps", "3"},
+                              {"recomputed_ms", "1500.0"},
+                              {"ettr", "0.9700"}})));
+
+  auto text = hdp({"status", "--job", "g", "--redis", server.url(), "--events", "5"});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("ETTR 0.97 (productive 1 h 02 min of 1 h 04 min; 3 steps computed twice)\n"),
+            std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("memory, 2.5 s, 0 step(s) lost (generation 2, at step 41)"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("checkpoint, 7.3 s, 3 step(s) lost (generation 3, at step 57)"), std::string::npos) << text.out;
+
+  auto out = hdp({"status", "--job", "g", "--redis", server.url(), "--events", "5", "--json"});
+  ASSERT_EQ(out.exit_code, 0) << out.err;
+  const auto json = nlohmann::json::parse(out.out);
+  EXPECT_EQ(json["events"].size(), 5u);
+  const auto& goodput = json["goodput"];
+  EXPECT_NEAR(goodput["ettr"].get<double>(), 62.0 / 64.0, 1e-9) << goodput.dump();
+  EXPECT_DOUBLE_EQ(goodput["productive_s"].get<double>(), 62 * 60);
+  EXPECT_DOUBLE_EQ(goodput["wall_s"].get<double>(), 64 * 60);
+  EXPECT_DOUBLE_EQ(goodput["lost_s"].get<double>(), 2 * 60);
+  EXPECT_EQ(goodput["recomputed_steps"], 3);
+  EXPECT_DOUBLE_EQ(goodput["recomputed_s"].get<double>(), 1.5);
+  EXPECT_DOUBLE_EQ(json["state"]["ettr"].get<double>(), 0.97);  // a number, as rank 0 wrote it
+  ASSERT_EQ(json["recoveries"].size(), 2u) << json["recoveries"].dump();
+  EXPECT_EQ(json["recoveries"][0]["kind"], "memory");
+  EXPECT_DOUBLE_EQ(json["recoveries"][0]["seconds"].get<double>(), 2.5);
+  EXPECT_EQ(json["recoveries"][1]["kind"], "checkpoint");
+  EXPECT_EQ(json["recoveries"][1]["lost_steps"], 3);
+  EXPECT_EQ(json["recoveries"][1]["step"], 57);
 }
 
 TEST(Cli, RedisUrlComesFromTheEnvironment) {

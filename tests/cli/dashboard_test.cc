@@ -50,6 +50,8 @@ constexpr const char* kReadPage = R"JS((() => {
   return {step: s.step, loss: s.loss, world: s.worldSize, generation: s.generation, status: s.status, job: s.job,
           points: curve('#loss-chart').points, tpsPoints: curve('#tps-chart').points, lastStep: curve('#loss-chart').lastStep,
           evalPoints: document.querySelector('#loss-chart path.curve2').dataset.points,
+          ettr: document.querySelector('#ettr').hidden ? '' : document.querySelector('#ettr').dataset.ettr,
+          ettrText: document.querySelector('#ettr').textContent,
           markers, members, checkpoint: document.querySelector('#checkpoint').dataset.step,
           events: document.querySelectorAll('#events li.event').length,
           cordons: [...document.querySelectorAll('#control li.cordon')].map(c => c.dataset.node),
@@ -151,6 +153,11 @@ TEST_F(DashboardInABrowser, ShowsTheJobStateAndMarksAResize) {
   // The held-out loss (--eval-every 5): one point on the loss chart's second curve per 5 steps.
   EXPECT_EQ(std::stoll(page["evalPoints"].get<std::string>()), shown / 5);
   EXPECT_TRUE(page["markers"].empty()) << page.dump();
+  // The job's ETTR beside the loss (elastic/goodput.h): in (0, 1], as /api/job's goodput says.
+  ASSERT_FALSE(page["ettr"].get<std::string>().empty()) << page.dump();
+  EXPECT_GT(std::stod(page["ettr"].get<std::string>()), 0);
+  EXPECT_LE(std::stod(page["ettr"].get<std::string>()), 1);
+  EXPECT_EQ(page["ettrText"].get<std::string>().rfind("ETTR ", 0), 0u) << page.dump();
   ASSERT_EQ(page["members"].size(), 2u) << page.dump();
   std::set<std::string> nodes;
   for (const auto& m : page["members"]) {
@@ -174,6 +181,11 @@ TEST_F(DashboardInABrowser, ShowsTheJobStateAndMarksAResize) {
     EXPECT_LT(m["lease_age_s"].get<double>(), 2.0) << m.dump();
   }
   EXPECT_EQ(api["redis"].get<std::string>().find("redis://"), std::string::npos);
+  ASSERT_TRUE(api["goodput"].is_object()) << api["goodput"].dump();
+  EXPECT_GT(api["goodput"]["ettr"].get<double>(), 0);
+  EXPECT_LE(api["goodput"]["ettr"].get<double>(), 1);
+  EXPECT_EQ(api["goodput"]["recomputed_steps"], 0);
+  EXPECT_TRUE(api["recoveries"].is_array());
 
   // SIGKILL n2's agent (its worker goes with it): the job shrinks to n1 and continues (from memory,
   // or from its last checkpoint); the page marks the resize where the steps on one rank begin (also

@@ -123,6 +123,20 @@ std::int64_t continued_from_memory(const ReferenceRun& reference, AgentCluster& 
   }
   EXPECT_GE(from_memory, 1) << "no recovery from memory\n" << logs;
   EXPECT_EQ(from_checkpoint, 0) << "a checkpoint was read\n" << logs;
+  // The job's goodput (elastic/goodput.h): a recovery of kind memory (hdp_job_recovery_seconds'
+  // label), an ETTR in (0, 1], and no step computed twice.
+  int recovered_from_memory = 0;
+  for (const Event& e : events(cluster)) {
+    if (e.at("type") == "recovered" && e.count("source") && e.at("source") == "memory") ++recovered_from_memory;
+  }
+  EXPECT_GE(recovered_from_memory, 1) << "no recovered event of kind memory";
+  auto state = cluster.state();
+  const double ettr = state.count("ettr") ? std::stod(state["ettr"]) : -1;
+  EXPECT_GT(ettr, 0) << "no ETTR in the job state, or not positive";
+  EXPECT_LE(ettr, 1);
+  EXPECT_EQ(state["recomputed_steps"], "0");
+  std::cout << "ETTR " << ettr << " (productive " << state["productive_ms"] << " ms since " << state["started_at_ms"]
+            << ", " << recovered_from_memory << " recovery from memory)\n";
   // Every step once, in order: nothing lost, nothing replayed, the counter never went back.
   std::int64_t expected = 1;
   for (const StepLine& l : run) {
