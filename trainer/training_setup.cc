@@ -61,17 +61,13 @@ bool plans_offload(const TrainerConfig& config, const mesh::CostModel& cost) {
   return config.device == ops::Device::kCuda && cost.offload.has_value();
 }
 
-mesh::CostModel trainer_cost_model(const TrainerConfig& config) {
-  const bool gpu = config.device == ops::Device::kCuda;
-  if (!config.cost_model.empty()) {
-    mesh::CostModel cost = mesh::load_cost_model(config.cost_model);
-    if (gpu && !cost.offload) cost.offload = offload_model(config.model, config.precision, kOffloadGbps, kOffloadGbps);
-    return cost;
-  }
-  // Forward + backward is three times the forward's FLOPs; a CPU core does a few GFLOP/s of f32
-  // GEMM, a GPU a few hundred TFLOP/s of bf16 (calibrate: `hdp plan --calibrate`). Causal
-  // attention: 2·d·s² multiply-adds per layer, halved by the mask.
-  const double kFlopsPerMs = gpu ? 3e11 : 5e6;
+namespace {
+
+// The estimate from the model's FLOPs: forward + backward is three times the forward's; a CPU
+// core does a few GFLOP/s of f32 GEMM, a GPU a few hundred TFLOP/s of bf16 (calibrate: `hdp plan
+// --calibrate`). Causal attention: 2·d·s² multiply-adds per layer, halved by the mask.
+mesh::CostModel estimated_cost(const TrainerConfig& config) {
+  const double kFlopsPerMs = config.device == ops::Device::kCuda ? 3e11 : 5e6;
   const auto& m = config.model;
   mesh::CostModel cost;
   cost.name = "estimated";
@@ -80,7 +76,16 @@ mesh::CostModel trainer_cost_model(const TrainerConfig& config) {
   cost.gamma_ms = 0.5;
   cost.ring_bytes_per_token = 3.0 * m.n_layers * 2.0 * m.n_kv_heads * m.head_dim() * sizeof(float);
   cost.link_gbps = 1.0;  // TCP over loopback or a LAN
-  if (gpu) cost.offload = offload_model(config.model, config.precision, kOffloadGbps, kOffloadGbps);
+  return cost;
+}
+
+}  // namespace
+
+mesh::CostModel trainer_cost_model(const TrainerConfig& config) {
+  mesh::CostModel cost = config.cost_model.empty() ? estimated_cost(config) : mesh::load_cost_model(config.cost_model);
+  if (config.device == ops::Device::kCuda && !cost.offload) {
+    cost.offload = offload_model(config.model, config.precision, kOffloadGbps, kOffloadGbps);
+  }
   return cost;
 }
 

@@ -147,6 +147,21 @@ TEST(MemoryModel, GarbageInputsAreRefused) {
   }
 }
 
+// A fresh model, initialised, its gradients zero, after a step of another one of the same shape:
+// threads, their arenas and the kernels' scratch exist before what a test then measures.
+ops::model::LlamaModel measured_model(const LlamaConfig& config, Precision precision, std::int64_t tokens) {
+  {
+    ops::model::LlamaModel warm(config, ops::DType::kF32, Device::kCpu, precision);
+    warm.init(1);
+    warm.forward(batch_of(tokens));
+    warm.backward(1.0);
+  }
+  ops::model::LlamaModel model(config, ops::DType::kF32, Device::kCpu, precision);
+  model.init(1);
+  model.zero_grad();
+  return model;
+}
+
 // What a forward of C tokens leaves allocated is what the count says. Measured as the heap's
 // live bytes (mallinfo2: chunks in use in every arena plus chunks mapped alone) before and after
 // the forward of a fresh model, the batch made in between. Tolerance: the count may not exceed
@@ -158,15 +173,7 @@ void expect_forward_keeps_the_count(Precision precision) {
   if (kSanitized) GTEST_SKIP() << "a sanitizer's allocator";
   const LlamaConfig config = small_model();
   constexpr std::int64_t kTokens = 512;
-  {  // Threads, their arenas and the kernels' scratch exist before the measurement.
-    ops::model::LlamaModel warm(config, ops::DType::kF32, Device::kCpu, precision);
-    warm.init(1);
-    warm.forward(batch_of(kTokens));
-    warm.backward(1.0);
-  }
-  ops::model::LlamaModel model(config, ops::DType::kF32, Device::kCpu, precision);
-  model.init(1);
-  model.zero_grad();
+  ops::model::LlamaModel model = measured_model(config, precision, kTokens);
   const std::int64_t before = live_heap_bytes();
   const ops::model::Batch batch = batch_of(kTokens);
   model.forward(batch);
@@ -262,15 +269,7 @@ void expect_step_peak_within_the_model(Precision precision) {
   omp_set_num_threads(kThreads);
   const LlamaConfig config = small_model();
   constexpr std::int64_t kTokens = 512;
-  {
-    ops::model::LlamaModel warm(config, ops::DType::kF32, Device::kCpu, precision);
-    warm.init(1);
-    warm.forward(batch_of(kTokens));
-    warm.backward(1.0);
-  }
-  ops::model::LlamaModel model(config, ops::DType::kF32, Device::kCpu, precision);
-  model.init(1);
-  model.zero_grad();
+  ops::model::LlamaModel model = measured_model(config, precision, kTokens);
   const ops::model::Batch batch = batch_of(kTokens);
   malloc_trim(0);  // free arena pages go back to the system: reusing them shows in the resident set
   std::ofstream("/proc/self/clear_refs") << "5";

@@ -55,14 +55,10 @@ class LoopbackNccl final : public nccl::Backend, public std::enable_shared_from_
     return std::make_unique<LoopComm>(shared_from_this(), id, rank);
   }
 
-  // Communicators built (one per id) and ranks' aborts, for the test's assertions.
+  // Communicators built (one per id), for the test's assertions.
   int communicators() const {
     std::lock_guard lock(mutex_);
     return static_cast<int>(shared_.size());
-  }
-  int aborts() const {
-    std::lock_guard lock(mutex_);
-    return aborts_;
   }
   // Ranks' communicators ended, aborted or destroyed.
   int ended() const {
@@ -247,7 +243,6 @@ class LoopbackNccl final : public nccl::Backend, public std::enable_shared_from_
       std::lock_guard lock(owner_->mutex_);
       owner_->shared_[id_].dead = true;
       aborted_ = true;
-      ++owner_->aborts_;
     }
 
    private:
@@ -261,7 +256,6 @@ class LoopbackNccl final : public nccl::Backend, public std::enable_shared_from_
   mutable std::mutex mutex_;
   std::map<nccl::UniqueId, Shared> shared_;
   int ids_ = 0;
-  int aborts_ = 0;
   int ended_ = 0;
 };
 
