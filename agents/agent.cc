@@ -57,7 +57,7 @@ class Agent {
                     [this](int slot, int status, bool exhausted) { on_final_exit(slot, status, exhausted); }),
         channel_(io_, options.timing.heartbeat),
         workers_(options, supervisor_, metrics, channel_),
-        control_(control_options(options), store, workers_),
+        control_(control_options(options, redis), store, workers_),
         redis_(std::move(redis)),
         store_primary_(control_.store(), redis_ && redis_->endpoint().is_sentinel()),
         watcher_(store, control_.records(), io_, [this](std::optional<std::int64_t> g) { on_watch(g); }) {}
@@ -84,8 +84,10 @@ class Agent {
   }
 
  private:
-  static MembershipAgentOptions control_options(const AgentOptions& options) {
+  static MembershipAgentOptions control_options(const AgentOptions& options,
+                                                const std::shared_ptr<const RedisStore>& redis) {
     MembershipAgentOptions control;
+    if (redis) control.store_connection = [redis] { return redis->reconnects(); };
     control.job = options.job;
     control.node.node = options.node_id;
     control.node.host = options.advertise_address;

@@ -42,13 +42,27 @@ void MembershipAgent::store_call_ended(bool ok, std::chrono::steady_clock::durat
     store_trouble_ = true;
     return;
   }
+  if (connection_reopened()) return hold_judgement_now("the store's connection was opened again");
   if (!store_trouble_) return;
+  store_trouble_ = false;
+  hold_judgement_now("the store answers again after trouble");
+}
+
+void MembershipAgent::hold_judgement_now(const std::string& why) {
   store_trouble_ = false;
   judge_after_ = std::chrono::steady_clock::now() + options_.timing.judgement_hold;
   if (leading()) {
-    log()->warn("node {}: the store answers again after trouble; as leader, judging no lease for {} ms",
-                options_.node.node, options_.timing.judgement_hold.count());
+    log()->warn("node {}: {}; as leader, judging no lease for {} ms", options_.node.node, why,
+                options_.timing.judgement_hold.count());
   }
+}
+
+bool MembershipAgent::connection_reopened() {
+  if (!options_.store_connection) return false;
+  const int seen = options_.store_connection();
+  const bool reopened = connection_ && *connection_ != seen;
+  connection_ = seen;
+  return reopened;
 }
 
 void MembershipAgent::register_node() {
@@ -148,6 +162,8 @@ bool MembershipAgent::kept_after_store_trouble(const std::optional<std::string>&
   if (!registration_.reclaim(last_generation_, *claim, why)) return true;  // changed meanwhile: look again
   log()->warn("node {}: the lease of incarnation {} was gone, but {}: took it back and kept the workers", node,
               incarnation, why);
+  // The store lost or expired a live agent's lease: the other leases it lost say as little.
+  hold_judgement_now("this node's own lease was gone");
   if (stored < last_generation_) {
     // As after a data loss: what the store says about membership is older than what this agent
     // knew; announce now, and the leader republishes above every number seen.
@@ -184,6 +200,7 @@ void MembershipAgent::restore_after_data_loss() {
   log()->warn("node {}: the store lost this node's lease and claim (restarted empty or flushed); re-established "
               "incarnation {} and kept its workers",
               options_.node.node, lease().incarnation);
+  hold_judgement_now("the store lost its data");
   controller_.reset();
   forget_membership();
   check_membership(std::nullopt);  // announces now
@@ -292,6 +309,8 @@ void MembershipAgent::lead() {
   if (!leading()) return;
   guarded("leader tick", [&] {
     auto head = store_->multi_get({keys::kLeader, keys::kGeneration});
+    // Reopened by this very read (the server restarted): hold before this tick judges anything.
+    if (connection_reopened()) hold_judgement_now("the store's connection was opened again");
     observe_generation(head[1]);
     // The leader key vanished while we held it (renewed every tick, it cannot have expired unless
     // this agent stalled): the store lost its data, or someone removed it. What the controller

@@ -35,12 +35,14 @@
 // failed on the store, or took longer than timing.slow_store_call, makes the agent hold its
 // judgement as leader for timing.judgement_hold from its next call that succeeds
 // (MembershipController::hold_judgement): the leases that ran out meanwhile say nothing about the
-// nodes.
+// nodes. So does a call that succeeded on a reopened connection (options.store_connection) and a
+// heartbeat that took this node's own lease back.
 // Not thread-safe.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -77,6 +79,11 @@ struct MembershipAgentOptions {
   JobConfig nnodes;
   LeaseTiming timing;
   Store::Duration settle{1000};  // joins within this window become one generation
+  // A number that changes whenever the store's connection was opened again (RedisStore::
+  // reconnects()); empty: never. A reopened connection means the server restarted or failed over,
+  // and what it held may have been lost or rolled back: as leader, no lease is judged for
+  // timing.judgement_hold from then on, though the call that reopened it succeeded.
+  std::function<int()> store_connection;
 };
 
 class MembershipAgent {
@@ -139,6 +146,12 @@ class MembershipAgent {
   bool kept_after_store_trouble(const std::optional<std::string>& generation);
   // A store call ended: `ok`, how long it took. Sets judge_after_ after trouble (see above).
   void store_call_ended(bool ok, std::chrono::steady_clock::duration took);
+  // Evidence that the store lost or rolled back what it held, seen by a call that succeeded (its
+  // connection was reopened; this agent's own live lease was gone): no lease is judged for
+  // timing.judgement_hold from now. `why` is logged when this agent leads.
+  void hold_judgement_now(const std::string& why);
+  // True once per reopening of the store's connection (options_.store_connection).
+  bool connection_reopened();
   void observe_generation(const std::optional<std::string>& number);
   void check_membership(const std::optional<std::string>& value);
   void contend_for_leadership(const std::optional<std::string>& holder);
@@ -169,6 +182,7 @@ class MembershipAgent {
   std::optional<std::chrono::steady_clock::time_point> last_renewed_;
   View view_;
   bool store_trouble_ = false;  // a call failed or was slow, and none has succeeded since
+  std::optional<int> connection_;  // options_.store_connection() as last seen
   std::optional<std::chrono::steady_clock::time_point> unreachable_since_;  // the first failure of an outage
   std::chrono::steady_clock::time_point judge_after_{};  // as leader, no lease is judged before this
 };

@@ -10,9 +10,12 @@
 //   - the agent: a lease gone while the current generation still lists it is taken back, its
 //     workers kept; gone after the job moved on without it is an eviction (workers killed, a new
 //     incarnation); gone after the store rolled back (its `gen` below what the agent saw, its claim
-//     naming this or a dead incarnation) is taken back, workers kept, and the join announced.
+//     naming this or a dead incarnation) is taken back, workers kept, and the join announced;
+//   - both: a leader whose store connection was reopened, or which took its own lease back, judges
+//     no lease for a lease's time (a restart from a snapshot in which some leases had run out).
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <thread>
 
 #include "elastic/job_keys.h"
@@ -160,8 +163,9 @@ class StoreTroubleAgent : public ::testing::Test {
     CountedWorkers workers;
     std::unique_ptr<MembershipAgent> agent;
   };
-  Node& start(const std::string& name) {
+  Node& start(const std::string& name, std::function<int()> store_connection = {}) {
     MembershipAgentOptions options;
+    options.store_connection = std::move(store_connection);
     options.job = "trouble";
     options.node = NodeLease{.node = name, .host = "127.0.0.1", .pid = 1, .version = "test", .slots = 1};
     options.node.healthy = {0};
@@ -243,6 +247,63 @@ TEST_F(StoreTroubleAgent, ALeaseGoneAfterTheJobMovedOnWithoutTheNodeIsAnEviction
   nodes_.at(other).agent->heartbeat();
   EXPECT_EQ(nodes_.at(other).workers.kills, 1) << "evicted: its workers belong to a dropped incarnation";
   EXPECT_NE(nodes_.at(other).agent->lease().incarnation, incarnation);
+}
+
+// Leader ticks (each followed by a heartbeat of the leader's, which keeps its own lease) until the generation
+// changes or `limit` passes; the time it took.
+std::chrono::milliseconds lead_until_published(MembershipAgent& leader, const std::function<std::int64_t()>& generation,
+                                               std::chrono::milliseconds limit) {
+  const std::int64_t before = generation();
+  const auto began = std::chrono::steady_clock::now();
+  while (generation() == before && std::chrono::steady_clock::now() - began < limit) {
+    leader.lead();  // first: a tick that reopened the connection holds before it judges
+    leader.heartbeat();
+    std::this_thread::sleep_for(10ms);
+  }
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began);
+}
+
+// A store restarted from a snapshot in which one lease had run out and the other had not: the
+// leader's reads succeed (its connection was reopened on the way), and only the reopening says the
+// store's data may be older than the nodes. The follower's lease is not judged for a hold (the
+// lease, 600 ms); still gone after it, the follower is dropped.
+TEST_F(StoreTroubleAgent, AReopenedStoreConnectionHoldsTheLeadersJudgementForALease) {
+  int connection = 0;
+  start("a", [&] { return connection; });
+  start("b", [&] { return connection; });
+  converge();
+  const std::string leader = nodes_.at("a").agent->leading() ? "a" : "b", other = leader == "a" ? "b" : "a";
+  lose_lease(other);
+  ++connection;  // the server restarted under both agents
+  const auto took = lead_until_published(*nodes_.at(leader).agent, [&] { return generation(); }, 3s);
+  EXPECT_GE(took, 550ms) << "the lease missing after the reopening was judged within the hold";
+  EXPECT_LT(took, 3s) << "a lease still gone after the hold was never judged";
+}
+
+// The leader finds its own lease gone, takes it back at its heartbeat, and only then ticks: the
+// follower's lease, gone with it, is held for a lease, long enough for the follower's heartbeat to
+// take it back; nobody is dropped.
+TEST_F(StoreTroubleAgent, ALeaderThatTookItsOwnLeaseBackJudgesNoOtherLeaseForALease) {
+  start("a");
+  start("b");
+  converge();
+  const std::string leader = nodes_.at("a").agent->leading() ? "a" : "b", other = leader == "a" ? "b" : "a";
+  lose_lease("a");
+  lose_lease("b");
+  nodes_.at(leader).agent->heartbeat();
+  ASSERT_TRUE(has_lease(leader));
+  const auto took = lead_until_published(*nodes_.at(leader).agent, [&] { return generation(); }, 400ms);
+  EXPECT_GE(took, 400ms) << "the follower was dropped before it could take its lease back";
+  const std::int64_t before = generation();
+  for (const auto end = std::chrono::steady_clock::now() + 1s; std::chrono::steady_clock::now() < end;) {
+    nodes_.at(other).agent->heartbeat();
+    EXPECT_TRUE(has_lease(other));
+    nodes_.at(leader).agent->heartbeat();
+    nodes_.at(leader).agent->lead();
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(generation(), before) << "nobody was dropped";
+  EXPECT_EQ(nodes_.at(other).workers.kills + nodes_.at(leader).workers.kills, 0);
 }
 
 TEST_F(StoreTroubleAgent, ALeaseGoneAfterARollbackIsTakenBackEvenFromADeadIncarnationsClaim) {
