@@ -55,7 +55,7 @@ class Agent {
         drain_timer_(io_),
         supervisor_(io_, {options.worker_command, options.slots, options.max_restarts},
                     [this](int slot, int status, bool exhausted) { on_final_exit(slot, status, exhausted); }),
-        channel_(io_, options.timing.heartbeat),
+        channel_(io_, options.timing.heartbeat, [this](std::int64_t g) { on_generation_broke(g); }),
         workers_(options, supervisor_, metrics, channel_),
         control_(control_options(options, redis), store, workers_),
         redis_(std::move(redis)),
@@ -87,7 +87,10 @@ class Agent {
   static MembershipAgentOptions control_options(const AgentOptions& options,
                                                 const std::shared_ptr<const RedisStore>& redis) {
     MembershipAgentOptions control;
-    if (redis) control.store_connection = [redis] { return redis->reconnects(); };
+    if (redis) {
+      control.store_connection = [redis] { return redis->reconnects(); };
+      control.presence = std::make_shared<elastic::AgentPresence>(options.job, [redis] { return redis->client_names(); });
+    }
     control.job = options.job;
     control.node.node = options.node_id;
     control.node.host = options.advertise_address;
@@ -131,12 +134,30 @@ class Agent {
     }
     poll_timer_.expires_after(options_.timing.leader_tick);
     poll_timer_.async_wait([this](const boost::system::error_code& error) {
+      if (error == boost::asio::error::operation_aborted && std::exchange(lead_now_, false)) return lead();
       if (error) {
         leading_ = false;
         return;
       }
       lead();
     });
+  }
+
+  // A worker said generation g broke (its peer's connection failed, or a collective timed out): a
+  // leader ticks now rather than at its next tick; a follower whose leader's agent is gone takes
+  // the leader lease over and leads now (MembershipAgent::generation_broke). Once per generation.
+  void on_generation_broke(std::int64_t g) {
+    if (outcome_ || error_ || g <= broken_seen_) return;
+    broken_seen_ = g;
+    bool leads = control_.leading();
+    if (!leads) watcher_.interrupt();  // the leader check needs the connection the watch holds
+    if (!control([&] { leads = control_.generation_broke(g); })) return;
+    if (!leads) return;
+    if (!leading_) {
+      leading_ = true;
+      return lead();
+    }
+    lead_now_ = poll_timer_.cancel() > 0;  // the aborted wait runs lead() at once
   }
 
   // A read of the generation stream ended: act on a new generation at once (tell the workers,
@@ -375,6 +396,8 @@ class Agent {
   SupervisedWorkers workers_;
   MembershipAgent control_;
   std::shared_ptr<const RedisStore> redis_;  // null: the store is not a RedisStore
+  std::int64_t broken_seen_ = 0;  // the newest generation a worker said broke
+  bool lead_now_ = false;         // poll_timer_'s wait was cancelled to tick at once
   StorePrimaryRecord store_primary_;         // over control_.store(); used only with redis_
   std::string store_primary_error_;          // the last error of record_store_primary() ("" after a success)
   std::chrono::steady_clock::time_point store_primary_logged_{};

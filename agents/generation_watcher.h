@@ -42,6 +42,9 @@ class GenerationWatcher {
 
   // Lets the watch read once, blocking until `deadline` at most.
   void allow_until(Clock::time_point deadline);
+  // Ends the read in progress now (Store::interrupt_stream_reads), freeing the connection for a
+  // call the Asio thread cannot put off; the next read waits for the next grant.
+  void interrupt() { store_->interrupt_stream_reads(); }
   void stop();
 
  private:

@@ -24,7 +24,8 @@ struct WorkerChannel::Peer {
   bool greeted = false;        // the hello line went out
   std::int64_t record_for = 0;  // the generation whose record this worker was sent
   std::string in_flight;
-  char discard[64];          // what a worker writes (nothing, by the protocol) is read and dropped
+  char chunk[256];            // what the worker writes, as read
+  std::string input;          // ... not yet a whole line
 };
 
 namespace {
@@ -38,8 +39,13 @@ std::string channel_name() {
 
 }  // namespace
 
-WorkerChannel::WorkerChannel(asio::io_context& io, std::chrono::milliseconds keepalive)
-    : io_(io), keepalive_(keepalive), name_(channel_name()), acceptor_(io), timer_(io) {
+WorkerChannel::WorkerChannel(asio::io_context& io, std::chrono::milliseconds keepalive, OnBroken on_broken)
+    : io_(io),
+      keepalive_(keepalive),
+      on_broken_(std::move(on_broken)),
+      name_(channel_name()),
+      acceptor_(io),
+      timer_(io) {
   // An abstract socket ('\0' first): no file to clean up, gone with the agent.
   const std::string path = std::string(1, '\0') + name_.substr(1);
   boost::system::error_code error;
@@ -77,23 +83,42 @@ void WorkerChannel::accept() {
     peers_.push_back(peer);
     log()->debug("worker channel {}: a worker connected ({} now); generation {}", name_, peers_.size(), generation_);
     send(peer);
-    drop_input(peer);
+    read_input(peer);
     accept();
   });
 }
 
-// Reads (and drops) what the worker writes until it closes its end: that is how a worker that is
-// gone is noticed and forgotten.
-void WorkerChannel::drop_input(const std::shared_ptr<Peer>& peer) {
-  peer->socket.async_read_some(asio::buffer(peer->discard), [this, peer, alive = std::weak_ptr<bool>(alive_)](
-                                                                const boost::system::error_code& error, std::size_t) {
+// Reads what the worker writes until it closes its end: that is also how a worker that is gone
+// is noticed and forgotten.
+void WorkerChannel::read_input(const std::shared_ptr<Peer>& peer) {
+  peer->socket.async_read_some(asio::buffer(peer->chunk), [this, peer, alive = std::weak_ptr<bool>(alive_)](
+                                                              const boost::system::error_code& error, std::size_t got) {
     if (alive.expired()) return;
     if (error) {
       std::erase(peers_, peer);
       return;
     }
-    drop_input(peer);
+    peer->input.append(peer->chunk, got);
+    take_lines(*peer);
+    read_input(peer);
   });
+}
+
+void WorkerChannel::take_lines(Peer& peer) {
+  for (std::size_t newline; (newline = peer.input.find('\n')) != std::string::npos;) {
+    const std::string line = peer.input.substr(0, newline);
+    peer.input.erase(0, newline + 1);
+    try {
+      const std::int64_t g = elastic::agent_channel::parse_broken_line(line);
+      if (on_broken_) on_broken_(g);
+    } catch (const InvalidArgument& e) {
+      if (const auto now = std::chrono::steady_clock::now(); now - bad_logged_ >= std::chrono::seconds(5)) {
+        bad_logged_ = now;
+        log()->warn("worker channel {}: {} (ignored)", name_, e.what());
+      }
+    }
+  }
+  if (peer.input.size() > elastic::agent_channel::kMaxLine) peer.input.clear();  // no line end: garbage
 }
 
 // The whole state for this worker: the hello line first, the record of the generation when held

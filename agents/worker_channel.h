@@ -7,12 +7,14 @@
 // worker tells a stopped agent from a quiet job. With the generation goes its record, once per
 // worker, when the agent holds it. Writes never block the agent: a worker that does not read
 // (stopped) has at most one message in flight, and gets the newest state when it reads again (the
-// message is composed when its write starts); a worker that closes its end is forgotten. It may
-// be destroyed while `io` still runs.
+// message is composed when its write starts); a worker that closes its end is forgotten. What a
+// worker writes (`broken <g>` lines) goes to `on_broken`; other lines are logged (at most every
+// 5 s) and dropped. It may be destroyed while `io` still runs.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,8 +29,10 @@ namespace hdp::agents {
 
 class WorkerChannel {
  public:
+  // Called on `io`'s thread with the generation a worker said broke (`broken <g>`).
+  using OnBroken = std::function<void(std::int64_t generation)>;
   // Binds the socket and starts accepting on `io`. Throws hdp::Error when it cannot be bound.
-  WorkerChannel(boost::asio::io_context& io, std::chrono::milliseconds keepalive);
+  WorkerChannel(boost::asio::io_context& io, std::chrono::milliseconds keepalive, OnBroken on_broken = {});
   ~WorkerChannel();
   WorkerChannel(const WorkerChannel&) = delete;
   WorkerChannel& operator=(const WorkerChannel&) = delete;
@@ -46,7 +50,8 @@ class WorkerChannel {
  private:
   struct Peer;
   void accept();
-  void drop_input(const std::shared_ptr<Peer>& peer);
+  void read_input(const std::shared_ptr<Peer>& peer);
+  void take_lines(Peer& peer);
   void send(const std::shared_ptr<Peer>& peer);
   std::string message_for(Peer& peer) const;
   void send_all();
@@ -54,12 +59,14 @@ class WorkerChannel {
 
   boost::asio::io_context& io_;
   std::chrono::milliseconds keepalive_;
+  OnBroken on_broken_;
   std::string name_;
   boost::asio::local::stream_protocol::acceptor acceptor_;
   boost::asio::steady_timer timer_;
   std::vector<std::shared_ptr<Peer>> peers_;
   std::int64_t generation_ = 0;
   std::shared_ptr<const elastic::HeldRecord> record_;  // generation_'s, when held
+  std::chrono::steady_clock::time_point bad_logged_{};  // the last line from a worker that did not parse, logged
   // Expires when the channel is destroyed: a handler that io_ runs after that (an aborted accept,
   // read or write) returns at once.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);

@@ -6,7 +6,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -56,12 +58,28 @@ std::vector<std::map<std::string, std::string>> Job::events() {
   return out;
 }
 
+std::string Job::leader_node() {
+  auto redis = std::make_shared<elastic::RedisStore>(elastic::parse_redis_url(redis_.url()));
+  elastic::PrefixStore store(redis, elastic::keys::job_namespace(job_));
+  const auto leader = store.get(elastic::keys::kLeader);
+  return leader ? leader->substr(0, leader->find('/')) : std::string();
+}
+
+void Job::kill_node_processes(const std::string& node) {
+  for (const pid_t pid : workers(node)) kill(pid, SIGKILL);
+  kill_agent(node);
+}
+
 Job::~Job() {
   for (auto& [node, pid] : agents_) {
     if (pid > 0) {
       kill(pid, SIGKILL);
       waitpid(pid, nullptr, 0);
     }
+  }
+  if (std::getenv("HDP_BENCH_KEEP")) {  // the agents' logs and metrics, to read a timeline
+    std::cerr << "kept " << dir_.string() << "\n";
+    return;
   }
   std::error_code ignored;
   fs::remove_all(dir_, ignored);

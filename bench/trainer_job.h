@@ -37,7 +37,8 @@ double median_step_ms(const std::vector<Line>& lines, std::int64_t from);
 class Job {
  public:
   // `train` is the worker's flags after `hdp train` (the metrics file and checkpoint directory
-  // are added). Files live in a fresh directory under the system's temp dir, removed at the end.
+  // are added). Files live in a fresh directory under the system's temp dir, removed at the end
+  // (kept, and named on stderr, when HDP_BENCH_KEEP is set).
   Job(std::string hdp, std::chrono::milliseconds lease, const std::string& name, std::vector<std::string> train);
   ~Job();  // SIGKILLs the agents that are left (their workers die with them)
   Job(const Job&) = delete;
@@ -51,6 +52,10 @@ class Job {
                    const std::vector<std::string>& agent_flags = {});
   pid_t agent(const std::string& node) const { return agents_.at(node); }
   void kill_agent(const std::string& node);
+  // SIGKILLs the node's agent and its workers together (a node's processes gone, its machine up).
+  void kill_node_processes(const std::string& node);
+  // The node whose agent holds the leader lease ("" when none does).
+  std::string leader_node();
   // The agent's worker processes (its children).
   std::vector<pid_t> workers(const std::string& node) const;
   // Workers the agents started, counted in their logs.

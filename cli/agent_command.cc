@@ -19,6 +19,7 @@
 #include "cli/job_options.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "elastic/agent_presence.h"
 #include "elastic/job_keys.h"
 #include "elastic/lease_timing.h"
 #include "elastic/membership.h"
@@ -152,10 +153,15 @@ void add_agent_command(CLI::App& app) {
     // The first connection: no lease exists yet, so it may wait longer than a store call may once
     // the agent runs (agents started beside Redis, under Slurm or systemd, need not race it).
     // The agent keeps the RedisStore itself too: it records and exports the primary it reached.
+    // The connection is named after the agent (job, node, host, pid), so that the leader can tell
+    // that the process is gone once its connection is (elastic/agent_presence.h).
+    elastic::RedisStoreOptions store_options = options.timing.store;
+    store_options.client_name = elastic::AgentPresence::client_name(
+        options.job, elastic::NodeLease{.node = options.node_id, .host = options.advertise_address, .pid = getpid()});
     std::shared_ptr<elastic::RedisStore> redis;
     for (const auto until = std::chrono::steady_clock::now() + options.timing.registration_wait;;) {
       try {
-        redis = flags->job.redis.connect(options.timing.store);
+        redis = flags->job.redis.connect(store_options);
         break;
       } catch (const StoreUnavailable& e) {
         if (std::chrono::steady_clock::now() >= until) throw;

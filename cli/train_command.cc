@@ -230,7 +230,7 @@ void add_train_command(CLI::App& app) {
   opt("--evict-cooldown-max-s", f.cooldown_max_s, "Longest cool-down", "HDP_EVICT_COOLDOWN_MAX_S")
       ->check(CLI::Range(0.001, 3.15e7));
   command->add_option("--fault", f.faults,
-                      "Inject a fault (tests): crash:R@S[:PHASE], kill-node:R@S[:PHASE], hang:R@S:MS, slow:NODE/SLOT@S[-E]:F, "
+                      "Inject a fault (tests): crash:R@S[:PHASE], kill-node:R@S[:PHASE], hang:R@S:MS, reset:R@S, slow:NODE/SLOT@S[-E]:F, "
                       "throttle:NODE/SLOT@S:CPUS, hold:all@S:MS")
       ->envname("HDP_FAULTS")
       ->delimiter(',');

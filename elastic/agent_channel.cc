@@ -38,6 +38,17 @@ std::string record_line(std::int64_t generation, std::size_t bytes) {
   return "record " + std::to_string(generation) + " " + std::to_string(bytes) + "\n";
 }
 
+std::string broken_line(std::int64_t generation) { return "broken " + std::to_string(generation) + "\n"; }
+
+std::int64_t parse_broken_line(std::string_view line) {
+  const auto generation = line.size() <= kMaxLine && line.starts_with("broken ") ? parse_number(line.substr(7))
+                                                                                 : std::nullopt;
+  if (!generation || *generation < 1) {
+    throw InvalidArgument("agent channel: unexpected line from a worker " + quote_value(line.substr(0, kMaxLine)));
+  }
+  return *generation;
+}
+
 Line parse_line(std::string_view line) {
   auto bad = [&] {
     return InvalidArgument("agent channel: unexpected line " + quote_value(line.substr(0, kMaxLine)));
@@ -190,7 +201,15 @@ void AgentChannel::run() {
       generation_.reset();  // until the agent says
       last_line_ = Clock::now();
     }
+    {
+      std::lock_guard lock(mutex_);
+      socket_ = fd;
+    }
     serve(fd);
+    {
+      std::lock_guard lock(mutex_);
+      socket_ = -1;
+    }
     ::close(fd);
   }
 }
@@ -261,6 +280,17 @@ void AgentChannel::serve(int socket) {
       ++bad_lines_;
       buffer.clear();
     }
+  }
+}
+
+void AgentChannel::report_broken(std::int64_t g) {
+  const std::string line = agent_channel::broken_line(g);
+  std::lock_guard lock(mutex_);
+  if (socket_ < 0) return;
+  const ssize_t sent = ::send(socket_, line.data(), line.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (sent != static_cast<ssize_t>(line.size())) {
+    log()->debug("agent channel {}: could not tell the agent that generation {} broke: {}", name_, g,
+                 sent < 0 ? std::strerror(errno) : "a partial write");
   }
 }
 

@@ -11,8 +11,16 @@
 //                                    connection, at every change, and every keepalive_ms
 //
 // Each `gen` line is the whole state, so a worker that missed one loses nothing; a worker that has
-// no record of g (the agent held none, or it was lost) reads gen:<g> itself. The worker writes
-// nothing. Both ends include this header: the line formats and the bounds below are the contract.
+// no record of g (the agent held none, or it was lost) reads gen:<g> itself. A worker writes one
+// kind of line:
+//
+//   broken <g>\n                     generation g broke under this worker (a peer lost, a timeout)
+//
+// so that its agent acts at once (docs/architecture.md, "A node's processes gone: seen through the
+// data plane"): a leading agent ticks now, a following one asks whether the leader's agent is
+// gone. The worker's report in the store (gen:<g>:broken) stays what the leader decides from; a
+// line lost costs only time. Both ends include this header: the line formats and the bounds below
+// are the contract.
 //
 // The worker's side, AgentChannel, keeps one connection open on its own thread and reconnects
 // when it breaks. It counts the channel lost while it is not connected, or while the agent has
@@ -38,7 +46,7 @@ namespace hdp::elastic {
 
 namespace agent_channel {
 inline constexpr std::string_view kMagic = "hdp-agent";
-inline constexpr int kVersion = 2;
+inline constexpr int kVersion = 3;
 // The channel counts as lost after this many keepalive intervals without a line (plus 1 s for
 // scheduling), and a worker gives up on an agent it has lost for longer than kAgentChannelLimit.
 inline constexpr int kSilenceKeepalives = 3;
@@ -50,6 +58,10 @@ inline constexpr std::size_t kMaxRecordBytes = 256u << 20;
 std::string hello_line(std::chrono::milliseconds keepalive);
 std::string generation_line(std::int64_t generation);
 std::string record_line(std::int64_t generation, std::size_t bytes);
+std::string broken_line(std::int64_t generation);
+// The generation a worker's line names broken. Throws InvalidArgument for any other line (quoted,
+// cut at kMaxLine).
+std::int64_t parse_broken_line(std::string_view line);
 
 // One parsed line. Throws InvalidArgument for a line that is none of these (quoted, cut at kMaxLine).
 struct Line {
@@ -87,6 +99,9 @@ class AgentChannel {
   void wait_for_change(std::int64_t known, std::chrono::milliseconds timeout) const;
   // Lines that did not parse, in all.
   std::int64_t bad_lines() const { return bad_lines_; }
+  // Tells the agent that generation g broke under this worker (`broken <g>`); never blocks, and a
+  // line that cannot be written now (the channel lost, its buffer full) is dropped.
+  void report_broken(std::int64_t g);
 
  private:
   void run();
@@ -99,6 +114,7 @@ class AgentChannel {
   mutable std::mutex mutex_;
   mutable std::condition_variable changed_;
   bool connected_ = false;                        // guarded by mutex_
+  int socket_ = -1;                               // the connection while serve() runs; guarded by mutex_
   std::optional<std::int64_t> generation_;        // guarded by mutex_
   std::int64_t record_generation_ = 0;              // guarded by mutex_
   std::shared_ptr<const std::string> record_;     // guarded by mutex_

@@ -258,6 +258,8 @@ void ElasticContext::report_broken(const Membership& m, const std::string& reaso
     log()->warn("worker {}/{}: could not report generation {} broken: {}", identity_.node, identity_.local_rank,
                 m.generation, e.what());
   }
+  // After the store's report, which the leader decides from: the agent acts on it now.
+  if (channel_) channel_->report_broken(m.generation);
 }
 
 Bootstrap ElasticContext::bootstrap(const Membership& m) {

@@ -112,7 +112,8 @@ class ElasticContext {
   // joins a broken generation. Refused (a no-op) once a newer generation exists. `report` (this
   // worker's node and slot, whether a collective timed out on it) goes into gen:<g>:abandoned in
   // the same commit: when a generation broke on timeouts, the members that never report are the
-  // hung ones, and the leader evicts them (membership.h, Evictions).
+  // hung ones, and the leader evicts them (membership.h, Evictions). Then the agent is told
+  // (AgentChannel::report_broken), so that it acts without waiting for its next tick.
   void report_broken(const Membership& m, const std::string& reason, const AbandonReport& report);
 
   // What m's communicators bootstrap with (see Bootstrap; it keeps a pointer to this context).

@@ -62,6 +62,7 @@ class ForwardingStore : public Store {
     return forward("stream_read", [&] { return inner_->stream_read(k, a, c, b); });
   }
   void stop_stream_reads() override { inner_->stop_stream_reads(); }
+  void interrupt_stream_reads() override { inner_->interrupt_stream_reads(); }
   CommitResult commit(const Transaction& t) override {
     return forward("commit", [&] { return inner_->commit(t); });
   }

@@ -42,6 +42,16 @@ bool LeaderLease::acquire() {
                             .add(event_write("leader", {{"leader", id_}})));
 }
 
+bool LeaderLease::take_over(const std::string& holder, const std::string& why) {
+  if (holder == id_) return held_;
+  held_ = commit_with_job_state(*store_, Transaction{}
+                                             .require(keys::kLeader, holder)
+                                             .add(Write::set(keys::kLeader, id_, ttl_))
+                                             .add(event_write("leader", {{"leader", id_}, {"from", holder}})));
+  if (held_) log()->info("{} holds the leader lease, taken from {}: {}", id_, holder, why);
+  return held_;
+}
+
 bool LeaderLease::try_acquire_or_renew(const std::optional<std::string>& holder) {
   const bool was_held = held_;
   try {

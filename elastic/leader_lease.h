@@ -38,6 +38,9 @@ class LeaderLease {
   // The same, given the holder the caller has just read (so followers cost one read per poll,
   // which the caller can batch with others in a multi_get; a key of another type reads as nullopt).
   bool try_acquire_or_renew(const std::optional<std::string>& holder);
+  // Takes the lease from `holder`, whose agent is known to be gone (agent_presence.h), in one
+  // commit that requires `leader` to still name it; returns whether we hold it now.
+  bool take_over(const std::string& holder, const std::string& why);
   // Gives the lease up (if ours) so that another agent takes over at once.
   void release();
   bool held() const { return held_; }

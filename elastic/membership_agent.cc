@@ -305,6 +305,26 @@ void MembershipAgent::contend_for_leadership(const std::optional<std::string>& h
   leader_.try_acquire_or_renew(holder);
 }
 
+bool MembershipAgent::generation_broke(std::int64_t g) {
+  if (leader_.held() || !options_.presence || g < last_generation_) return leader_.held();
+  guarded("leader check", [&] {
+    const auto holder = store_->get(keys::kLeader);
+    if (!holder || !is_leader_id(*holder) || *holder == member_id()) return;
+    const std::size_t slash = holder->find('/');
+    const std::string node = holder->substr(0, slash), incarnation = holder->substr(slash + 1);
+    const std::string key = keys::lease(node, incarnation);
+    const auto value = store_->get(key);
+    if (!value) return;  // its lease ran out: the leader key follows within half a lease
+    if (options_.presence->gone({decode_node_lease(*value, key)}, lease()).empty()) return;
+    if (!leader_.take_over(*holder, "generation " + std::to_string(g) + " broke and the leader's agent has no "
+                                    "connection to the store")) {
+      return;
+    }
+    controller_.reset();
+  });
+  return leader_.held();
+}
+
 void MembershipAgent::lead() {
   if (!leading()) return;
   guarded("leader tick", [&] {
@@ -322,7 +342,8 @@ void MembershipAgent::lead() {
       controller_ = std::make_unique<MembershipController>(store_, member_id(), options_.nnodes, options_.settle,
                                                            options_.timing.rejoin_window, options_.timing.heartbeat,
                                                            StoreTroubleRule{options_.timing.judgement_hold,
-                                                                            options_.timing.slow_store_call});
+                                                                            options_.timing.slow_store_call},
+                                                           options_.presence);
     }
     // Trouble not yet over (this tick is the first call since it failed): hold from now on; the
     // hold then runs a whole lease from the first call that succeeds (store_call_ended).

@@ -84,6 +84,9 @@ struct MembershipAgentOptions {
   // and what it held may have been lost or rolled back: as leader, no lease is judged for
   // timing.judgement_hold from then on, though the call that reopened it succeeded.
   std::function<int()> store_connection;
+  // Null: a member is dropped when its lease runs out. Else the leader also drops at once a broken
+  // generation's members whose agent process is gone (elastic/agent_presence.h).
+  std::shared_ptr<const AgentPresence> presence;
 };
 
 class MembershipAgent {
@@ -104,6 +107,11 @@ class MembershipAgent {
   // checks the membership at once (reads gen:<g> unless held, announces the join again when it is without
   // this node), as the next heartbeat would. Errors are handled as a heartbeat's.
   void notified(std::int64_t g);
+  // A worker of this node said generation g broke (the agent channel). A follower whose leader's
+  // agent is gone (agent_presence.h: its lease names a process with no store connection) takes
+  // the leader lease over now, rather than after it runs out; the caller then leads at once.
+  // Returns whether this agent leads. Errors are handled as a heartbeat's.
+  bool generation_broke(std::int64_t g);
   // One leader tick: renews the leader lease and runs the membership controller. A no-op unless
   // leading().
   void lead();

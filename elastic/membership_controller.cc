@@ -25,7 +25,8 @@ std::string node_list(const Items& items) {
 
 MembershipController::MembershipController(std::shared_ptr<Store> job_store, std::string leader_id, JobConfig config,
                                            Store::Duration settle, Store::Duration rejoin_window,
-                                           Store::Duration full_read_every, StoreTroubleRule trouble)
+                                           Store::Duration full_read_every, StoreTroubleRule trouble,
+                                           std::shared_ptr<const AgentPresence> presence)
     : store_(std::move(job_store)),
       leader_id_(std::move(leader_id)),
       config_(config),
@@ -33,7 +34,8 @@ MembershipController::MembershipController(std::shared_ptr<Store> job_store, std
       rejoin_window_(rejoin_window),
       full_read_every_(full_read_every),
       leases_(full_read_every),
-      trouble_(trouble, leader_id_) {
+      trouble_(trouble, leader_id_),
+      presence_(std::move(presence)) {
   if (full_read_every.count() < 0) throw InvalidArgument("MembershipController: full_read_every must be >= 0");
 }
 
@@ -141,6 +143,10 @@ MembershipController::Head MembershipController::read_head() {
     head.requests = std::move(values[4]);
   }
   load_generation(head.number);
+  // A generation this controller had not held (a new leader's first tick, another leader's
+  // publication): its broken flag, read now, so that a leader that took over because it broke
+  // acts on it in this tick.
+  if (!head.cached_is_current && head.number > 0) head.broken = store_->get(keys::broken(head.number));
   if (joins_read_ < 0) joins_read_ = current_.joins_seen;
   read_new_joins(values[1] ? decode_counter(*values[1], keys::kJoinCount, kMaxJoinCount) : 0);
   head.evictions = evictions_.read_record(values[3]);
@@ -186,10 +192,12 @@ std::optional<std::int64_t> MembershipController::tick(std::int64_t seen_by_lead
   view.now = Clock::now();
   view.settle = settle_;
   view.rejoin_window = rejoin_window_;
+  std::vector<Write> gone = broken ? drop_gone_agents(view) : std::vector<Write>{};
   MembershipDecision decision = desired_members(view);
   candidates_ = std::move(decision.candidates);
   pending_since_ = decision.pending_since;
   std::vector<Write> extra = eviction_writes(decision.evictions, view.now_ms, config_.min_nodes);
+  extra.insert(extra.end(), std::make_move_iterator(gone.begin()), std::make_move_iterator(gone.end()));
   if (view.rolled_back) {
     // What the workers run is newer than what the store says: republish, above every number seen.
     log()->warn("the store's generation {} is older than generation {} that an agent saw (the store rolled back); "
@@ -201,6 +209,35 @@ std::optional<std::int64_t> MembershipController::tick(std::int64_t seen_by_lead
     log()->warn("generation {} is broken ({}); publishing a new one", current_.number, quote_value(*head.broken));
   }
   return act(std::move(decision), std::move(extra));
+}
+
+std::vector<Write> MembershipController::drop_gone_agents(MembershipView& view) {
+  if (!presence_) return {};
+  std::vector<NodeLease> suspects;
+  const NodeLease* self = nullptr;
+  for (const auto& member : current_.members) {
+    const auto it = view.leases.find(keys::lease(member.node, member.incarnation));
+    if (it == view.leases.end()) continue;  // dropped by its lease anyway
+    if (member.node + "/" + member.incarnation == leader_id_) {
+      self = &it->second;
+    } else {
+      suspects.push_back(it->second);
+    }
+  }
+  if (!self) return {};  // this leader's own lease unread: the trouble rule holds judgement anyway
+  std::vector<Write> writes;
+  for (const NodeLease& lease : presence_->gone(suspects, *self)) {
+    const std::string key = keys::lease(lease.node, lease.incarnation);
+    log()->warn("generation {} broke and node {} (incarnation {}) has no agent connected to the store: its processes "
+                "are gone; dropping it without waiting for its lease",
+                current_.number, lease.node, lease.incarnation);
+    view.leases.erase(key);
+    writes.push_back(Write::erase(key));
+    writes.push_back(event_write("agent_gone", {{"node", lease.node},
+                                                {"incarnation", lease.incarnation},
+                                                {"generation", std::to_string(current_.number)}}));
+  }
+  return writes;
 }
 
 std::optional<std::int64_t> MembershipController::act(MembershipDecision decision, std::vector<Write> extra) {

@@ -9,6 +9,8 @@
 //  - the new evictions (eviction_policy.h: straggler requests, and the hung ranks of a generation
 //    broken on a timeout, from its abandon reports);
 //  - the store's trouble (store_trouble.h): while judgement is held, nothing more is done;
+//  - with an AgentPresence, a broken generation's members whose agent process is gone (its store
+//    connection closed, its lease not yet run out) are dropped at once (agent_presence.h);
 //  - the membership decision (membership_decision.h, a pure function of what was read): who
 //    leaves, who joins, who stands by, which evictions take effect, and whether to publish now,
 //    wait for the settle window, or only repair the state;
@@ -39,6 +41,7 @@
 #include <vector>
 
 #include "common/warn_once.h"
+#include "elastic/agent_presence.h"
 #include "elastic/control.h"
 #include "elastic/eviction_policy.h"
 #include "elastic/lease_cache.h"
@@ -60,7 +63,8 @@ class MembershipController {
   // heartbeat period); see lease_cache.h. `trouble`: store_trouble.h.
   MembershipController(std::shared_ptr<Store> job_store, std::string leader_id, JobConfig config,
                        Store::Duration settle, Store::Duration rejoin_window = Store::Duration::zero(),
-                       Store::Duration full_read_every = Store::Duration::zero(), StoreTroubleRule trouble = {});
+                       Store::Duration full_read_every = Store::Duration::zero(), StoreTroubleRule trouble = {},
+                       std::shared_ptr<const AgentPresence> presence = nullptr);
 
   // Returns the number of the generation it published, if any. `seen_by_leader`: the newest
   // generation the leading agent has seen; the next one is numbered above it too.
@@ -89,6 +93,10 @@ class MembershipController {
   Cordons read_cordons(const std::optional<std::string>& value);
   // The leases of the members, candidates and benched nodes (membership_decision.h), by key.
   std::map<std::string, NodeLease> read_leases(const Evictions& evictions, bool force);
+  // A broken generation's members whose agent is gone (agent_presence.h) lose their lease in
+  // `view` (the decision then drops them, as after the lease ran out); returns the writes that
+  // erase those leases and record an `agent_gone` event each.
+  std::vector<Write> drop_gone_agents(MembershipView& view);
   // Carries out `decision` with `extra` written in the same commit.
   std::optional<std::int64_t> act(MembershipDecision decision, std::vector<Write> extra);
   std::optional<std::int64_t> publish(std::vector<Member> members, std::int64_t newest_seen_generation,
@@ -123,6 +131,7 @@ class MembershipController {
   EvictionPolicy evictions_;
   LeaseCache leases_;
   StoreTroubleHold trouble_;
+  std::shared_ptr<const AgentPresence> presence_;  // null: members are dropped by their leases only
 };
 
 }  // namespace hdp::elastic

@@ -1,6 +1,7 @@
 #include "elastic/memory_store.h"
 
 #include <algorithm>
+#include <utility>
 #include <charconv>
 
 #include "common/error.h"
@@ -224,8 +225,15 @@ std::vector<StreamEntry> MemoryStore::stream_read(std::string_view key, std::str
   const auto from = parse_stream_id(after);
   const auto deadline = Clock::now() + block;
   std::unique_lock lock(mutex_);
+  if (std::exchange(stream_interrupt_pending_, false)) return {};
+  const std::int64_t interrupts = stream_interrupts_;
+  ++stream_readers_;
+  struct Leave {
+    int& readers;
+    ~Leave() { --readers; }
+  } leave{stream_readers_};
   for (;;) {
-    if (stream_reads_stopped_) return {};
+    if (stream_reads_stopped_ || stream_interrupts_ != interrupts) return {};
     std::vector<StreamEntry> found;
     if (Entry* entry = find_kind(key, Entry::Kind::kStream)) {
       for (const StreamEntry& e : entry->stream) {
@@ -243,6 +251,15 @@ void MemoryStore::stop_stream_reads() {
   {
     std::lock_guard lock(mutex_);
     stream_reads_stopped_ = true;
+  }
+  changed_.notify_all();
+}
+
+void MemoryStore::interrupt_stream_reads() {
+  {
+    std::lock_guard lock(mutex_);
+    ++stream_interrupts_;
+    if (stream_readers_ == 0) stream_interrupt_pending_ = true;
   }
   changed_.notify_all();
 }

@@ -35,6 +35,7 @@ class MemoryStore final : public Store {
   std::vector<StreamEntry> stream_read(std::string_view key, std::string_view after, std::size_t count,
                                        Duration block) override;
   void stop_stream_reads() override;
+  void interrupt_stream_reads() override;
   CommitResult commit(const Transaction& transaction) override;
 
   // Forgets every key, as a Redis server restarted without persistence (or FLUSHALL) does.
@@ -64,6 +65,9 @@ class MemoryStore final : public Store {
 
   std::mutex mutex_;
   bool stream_reads_stopped_ = false;  // guarded by mutex_
+  std::int64_t stream_interrupts_ = 0;  // interrupt_stream_reads() calls; guarded by mutex_
+  int stream_readers_ = 0;               // stream_read() calls under way; guarded by mutex_
+  bool stream_interrupt_pending_ = false;  // one came while none was under way; guarded by mutex_
   std::condition_variable changed_;  // notified on every write; wait() sleeps on it
   Map entries_;                      // guarded by mutex_
   std::uint64_t last_stream_ms_ = 0, stream_sequence_ = 0;  // guarded by mutex_; stream ids

@@ -81,6 +81,7 @@ std::vector<StreamEntry> PrefixStore::stream_read(std::string_view key, std::str
 }
 
 void PrefixStore::stop_stream_reads() { inner_->stop_stream_reads(); }
+void PrefixStore::interrupt_stream_reads() { inner_->interrupt_stream_reads(); }
 
 CommitResult PrefixStore::commit(const Transaction& transaction) {
   Transaction inner = transaction;

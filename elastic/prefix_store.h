@@ -36,6 +36,7 @@ class PrefixStore final : public Store {
   std::vector<StreamEntry> stream_read(std::string_view key, std::string_view after, std::size_t count,
                                        Duration block) override;
   void stop_stream_reads() override;
+  void interrupt_stream_reads() override;
   CommitResult commit(const Transaction& transaction) override;
 
  private:

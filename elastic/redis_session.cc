@@ -143,6 +143,13 @@ void RedisSession::reconnect(Clock::time_point deadline) {
     const auto remaining = std::chrono::duration_cast<Duration>(deadline - Clock::now());
     try {
       ResolvedPrimary opened = open_connection(std::clamp(remaining, Duration(1), options_.connect_timeout), deadline);
+      if (!options_.client_name.empty()) {
+        const RedisReply named = opened.connection->command({"CLIENT", "SETNAME", options_.client_name});
+        if (named.type == RedisReply::Type::kError) {
+          throw InvalidArgument("redis at " + opened.endpoint.display() + ": cannot name the connection " +
+                                quote_value(options_.client_name) + ": " + named.str);
+        }
+      }
       connection_ = std::move(opened.connection);
       if (primary_ && (primary_->host != opened.endpoint.host || primary_->port != opened.endpoint.port)) {
         ++failovers_;
@@ -297,7 +304,7 @@ std::optional<RedisReply> RedisSession::blocking_command(const Command& args, Du
   std::lock_guard lock(mutex_);
   {
     std::lock_guard blocking(blocking_mutex_);
-    if (blocking_stopped_) return std::nullopt;
+    if (blocking_stopped_ || std::exchange(blocking_interrupted_, false)) return std::nullopt;
   }
   RedisReply reply;
   try {
@@ -314,14 +321,28 @@ std::optional<RedisReply> RedisSession::blocking_command(const Command& args, Du
     {
       std::lock_guard blocking(blocking_mutex_);
       blocking_socket_ = -1;
+      if (std::exchange(blocking_interrupted_, false)) {
+        idle_closed_ = true;  // closed on purpose: opening it again is no reconnect
+        return std::nullopt;
+      }
       if (blocking_stopped_) return std::nullopt;
     }
     throw StoreUnavailable(e.what());  // idempotent, but a retry would block again: the caller decides
   }
   std::lock_guard blocking(blocking_mutex_);
   blocking_socket_ = -1;
+  if (std::exchange(blocking_interrupted_, false)) {  // the reply came first; the socket is shut down
+    connection_.reset();
+    idle_closed_ = true;
+  }
   last_used_ = Clock::now();
   return reply;
+}
+
+void RedisSession::interrupt_blocking() {
+  std::lock_guard blocking(blocking_mutex_);
+  blocking_interrupted_ = true;  // taken by the blocking command under way, else by the next one
+  if (blocking_socket_ >= 0) ::shutdown(blocking_socket_, SHUT_RDWR);
 }
 
 void RedisSession::stop_blocking() {

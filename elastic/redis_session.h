@@ -93,6 +93,9 @@ class RedisSession {
   std::optional<RedisReply> blocking_command(const Command& args, Duration block);
   // Wakes a blocking command in progress and makes every later one return nothing at once.
   void stop_blocking();
+  // Wakes the blocking command in progress once, or the next one when none is (it returns
+  // nullopt); a connection it shut down is opened again by the next call, counting no reconnect.
+  void interrupt_blocking();
 
   // Throws for an error reply, naming the command and its key when it has one: AuthError for a
   // refusal, StoreUnavailable for a server not ready yet (LOADING, BUSY, ...), WrongType for a key
@@ -156,6 +159,7 @@ class RedisSession {
   // never shut down after the command ended (its descriptor may have been reused by then).
   std::mutex blocking_mutex_;
   bool blocking_stopped_ = false;
+  bool blocking_interrupted_ = false;  // interrupt_blocking() shut the blocking command's socket down
   int blocking_socket_ = -1;
 };
 

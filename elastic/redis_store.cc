@@ -73,6 +73,28 @@ RedisReply RedisStore::command(const std::vector<std::string_view>& args, bool i
   return std::move(session_->pipeline({args}, idempotent).front());
 }
 
+std::vector<std::string> RedisStore::client_names() const {
+  RedisReply reply = session_->checked(std::move(session_->pipeline({{"CLIENT", "LIST", "TYPE", "normal"}}, true).front()),
+                                       "CLIENT LIST");
+  if (reply.type != RedisReply::Type::kString && reply.type != RedisReply::Type::kStatus) {
+    throw InvalidArgument("redis at " + endpoint().display() + ": unexpected CLIENT LIST reply");
+  }
+  // One line per client, space-separated `field=value` pairs; a name has no spaces (SETNAME refuses them).
+  std::vector<std::string> names;
+  std::string_view rest = reply.str;
+  while (!rest.empty()) {
+    const std::size_t end = rest.find('\n');
+    std::string_view line = rest.substr(0, end);
+    rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
+    const std::size_t at = line.starts_with("name=") ? 0 : line.find(" name=");
+    if (at == std::string_view::npos) continue;
+    std::string_view name = line.substr(at + (at == 0 ? 5 : 6));
+    name = name.substr(0, name.find(' '));
+    if (!name.empty()) names.emplace_back(name);
+  }
+  return names;
+}
+
 std::vector<RedisReply> RedisStore::pipeline(const std::vector<std::vector<std::string_view>>& commands,
                                              bool idempotent) {
   return session_->pipeline(commands, idempotent);
@@ -232,7 +254,7 @@ std::vector<StreamEntry> RedisStore::stream_read(std::string_view key, std::stri
   } else if (auto blocked = session_->blocking_command(args, block)) {
     reply = std::move(*blocked);
   } else {
-    return {};  // stop_stream_reads()
+    return {};  // stop_stream_reads() or interrupt_stream_reads()
   }
   if (reply.type == RedisReply::Type::kError && reply.str.find("Invalid stream ID") != std::string::npos) {
     throw InvalidArgument("stream_read: " + quote_value(after) + " is not a stream id (<ms>-<seq>)");
@@ -247,6 +269,7 @@ std::vector<StreamEntry> RedisStore::stream_read(std::string_view key, std::stri
 }
 
 void RedisStore::stop_stream_reads() { session_->stop_blocking(); }
+void RedisStore::interrupt_stream_reads() { session_->interrupt_blocking(); }
 
 CommitResult RedisStore::commit(const Transaction& transaction) {
   transaction.validate();

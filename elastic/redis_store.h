@@ -78,6 +78,9 @@ struct RedisStoreOptions {
   // reply is dropped and the command runs again on the new primary, also one that is not
   // idempotent: what the old one did with it is discarded at the demotion).
   std::chrono::milliseconds late_reply{500};
+  // Non-empty: every connection opened is named so (CLIENT SETNAME; elastic/agent_presence.h), so
+  // that the server's client list says whether this process is still connected.
+  std::string client_name;
 };
 
 class RedisStore final : public Store {
@@ -119,6 +122,7 @@ class RedisStore final : public Store {
   std::vector<StreamEntry> stream_read(std::string_view key, std::string_view after, std::size_t count,
                                        Duration block) override;
   void stop_stream_reads() override;
+  void interrupt_stream_reads() override;
   CommitResult commit(const Transaction& transaction) override;
 
   // Runs any command with the retry policy above (`idempotent` says whether it may run twice).
@@ -126,6 +130,9 @@ class RedisStore final : public Store {
   RedisReply command(const std::vector<std::string_view>& args, bool idempotent);
   // Several commands in one round trip, with the same policy; replies in order.
   std::vector<RedisReply> pipeline(const std::vector<std::vector<std::string_view>>& commands, bool idempotent);
+  // The names of the server's normal clients connected now (CLIENT LIST TYPE normal), unnamed ones
+  // left out. Throws StoreUnavailable, or InvalidArgument for a reply it cannot read.
+  std::vector<std::string> client_names() const;
 
  private:
   std::unique_ptr<RedisSession> session_;  // the connection and the failure policy

@@ -21,7 +21,8 @@
 //    string keys only; hash and stream keys are written by commit() and read by hash_get_all(),
 //    stream_tail() and stream_read().
 //  - stream_read() is the one call that may wait for a write by another client (as wait() does):
-//    it returns the entries after a given id, waiting up to `block` for one to be appended.
+//    it returns the entries after a given id, waiting up to `block` for one to be appended;
+//    interrupt_stream_reads() ends the one in progress early, stop_stream_reads() every one.
 //
 // Every call may block (network I/O for RedisStore). Implementations are safe to call from many
 // threads at once. Tier-1 failures (unreachable store) throw StoreUnavailable. A key that holds
@@ -105,6 +106,11 @@ class Store {
   // Makes every stream_read() in progress, and every later one, return at once with nothing: how
   // an owner stops a thread blocked in one before it shuts down. Every other call is unaffected.
   virtual void stop_stream_reads() = 0;
+  // Makes the stream_read() in progress return at once with nothing, or, when none is, the next
+  // one to start; the reads after it block as usual. How a store's one connection, held by a
+  // blocked read, is freed for a call that cannot wait (an agent whose worker saw its generation
+  // break): a read about to start is stopped as surely as one under way. Safe from any thread.
+  virtual void interrupt_stream_reads() = 0;
   // Atomically: if every condition holds, apply every write; else change nothing. Then read the
   // transaction's read keys (one round trip for a lease refresh and the reads that go with it).
   virtual CommitResult commit(const Transaction& transaction) = 0;

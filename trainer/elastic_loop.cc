@@ -1,6 +1,7 @@
 #include "trainer/elastic_loop.h"
 
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -28,15 +29,25 @@ void abandon(elastic::ElasticContext& ctx, const LoopOptions& options, const ela
   ctx.report_broken(m, who.node + "/" + std::to_string(who.local_rank) + ": " + error.what(), report);
 }
 
-// Aborts `comm` as soon as the store names a generation other than m's; stops when destroyed.
+// Aborts `comm` as soon as the store names a generation other than m's, and reports m's
+// generation broken (`on_peer_lost`, once) as soon as a peer's connection failed, also while this
+// rank computes and waits on nobody: the leader learns of a dead peer process at once, not at this
+// rank's next call. Stops when destroyed.
 class SupersededWatch {
  public:
   SupersededWatch(const elastic::ElasticContext& ctx, const elastic::Membership& m, mesh::Communicator& comm,
-                  std::chrono::milliseconds every)
-      : thread_([this, &ctx, &m, &comm, generation = m.generation, every] {
+                  std::chrono::milliseconds every, std::function<void(const std::string&)> on_peer_lost)
+      : thread_([this, &ctx, &m, &comm, generation = m.generation, every, on_peer_lost = std::move(on_peer_lost)] {
           std::unique_lock lock(mutex_);
+          bool reported = false;
           while (!wake_.wait_for(lock, every, [this] { return stop_; })) {
             lock.unlock();
+            if (!reported && !comm.dead()) {
+              if (const std::string why = comm.peer_lost(); !why.empty()) {
+                on_peer_lost(why);
+                reported = true;
+              }
+            }
             const std::optional<std::int64_t> current = ctx.read_generation();
             if (current && *current != 0 && *current != generation && !ctx.same_workers(m, *current)) {
               comm.abort("generation " + std::to_string(generation) + " was superseded by generation " +
@@ -114,7 +125,8 @@ LoopResult run_elastic_loop(elastic::ElasticContext& ctx, const LoopOptions& opt
                                              mesh::Connect::kRingNow, options.device, options.data_plane);
       // With an agent's channel a look costs no store read, so it looks every 20 ms.
       SupersededWatch watch(ctx, membership, *comm,
-                            ctx.has_agent_channel() ? std::chrono::milliseconds(20) : options.watch_every);
+                            ctx.has_agent_channel() ? std::chrono::milliseconds(20) : options.watch_every,
+                            [&](const std::string& why) { abandon(ctx, options, membership, PeerLost("peer lost: " + why)); });
       if (body(membership, *comm) == BodyResult::kFinished) return LoopResult::kFinished;
     } catch (const RecoverableError& e) {
       abandon(ctx, options, membership, e);

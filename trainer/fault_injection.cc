@@ -32,7 +32,7 @@ double FaultInjector::slowdown(std::int64_t step) const {
   return factor;
 }
 
-void FaultInjector::fire(int rank, std::int64_t step, std::optional<mesh::StepPhase> phase) {
+void FaultInjector::fire(int rank, std::int64_t step, std::optional<mesh::StepPhase> phase, mesh::Communicator* comm) {
   for (std::size_t i = 0; i < faults_.size(); ++i) {
     const Fault& f = faults_[i];
     if (f.phase != phase) continue;
@@ -77,6 +77,9 @@ void FaultInjector::fire(int rank, std::int64_t step, std::optional<mesh::StepPh
         ::raise(SIGSTOP);
         break;
       }
+      case Fault::Kind::kReset:
+        if (comm) comm->abort("fault " + f.spec + ": this rank's connections were reset");
+        break;
       case Fault::Kind::kSlow:
       case Fault::Kind::kThrottle:
       case Fault::Kind::kHold:

@@ -20,6 +20,7 @@
 
 #include "elastic/elastic_context.h"
 #include "elastic/store.h"
+#include "mesh/comm/communicator.h"
 #include "mesh/step/zero.h"
 #include "trainer/trainer_config.h"
 
@@ -41,7 +42,9 @@ class FaultInjector {
   // Fires the faults of `step` that this worker (at `rank`) owns: with `phase` none, those that
   // come before the step; else those of that phase. May not return (SIGKILL) or return after a
   // stop (SIGSTOP, then SIGCONT from the child).
-  void fire(int rank, std::int64_t step, std::optional<mesh::StepPhase> phase = std::nullopt);
+  // `comm`: the generation's communicator, which a reset aborts (none: a reset does nothing).
+  void fire(int rank, std::int64_t step, std::optional<mesh::StepPhase> phase = std::nullopt,
+            mesh::Communicator* comm = nullptr);
 
   // Every rank, before step `step`: a hold of that step waits until the job is asked something
   // (trainer_config.h, hold), `released_here()` (a signal to this worker, a new generation) or its

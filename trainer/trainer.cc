@@ -212,7 +212,7 @@ class Trainer {
   // The next step: its batch, planned for this generation and run (faults injected where asked).
   StepRun run_step(const Membership& m, Communicator& comm, std::uint64_t& digest) {
     const std::int64_t next_step = recovery_.step() + 1;
-    faults_.fire(m.rank, next_step);
+    faults_.fire(m.rank, next_step, std::nullopt, &comm);
     const auto started = SteadyClock::now();
     checkpoint::DataPosition next = recovery_.position();
     const data::GlobalBatch batch = source_.next(next, config_.batch_tokens);

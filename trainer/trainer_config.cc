@@ -31,7 +31,9 @@ Fault::Kind fault_kind(std::string_view kind, const std::string& quoted) {
   if (kind == "slow") return Fault::Kind::kSlow;
   if (kind == "throttle") return Fault::Kind::kThrottle;
   if (kind == "hold") return Fault::Kind::kHold;
-  throw InvalidArgument(quoted + ": unknown fault '" + std::string(kind) + "' (crash, kill-node, hang, slow, throttle, hold)");
+  if (kind == "reset") return Fault::Kind::kReset;
+  throw InvalidArgument(quoted + ": unknown fault '" + std::string(kind) +
+                        "' (crash, kill-node, hang, reset, slow, throttle, hold)");
 }
 
 // Splits the value after the step off `step_text`: hang's and hold's MS, slow's F, throttle's CPUS (returned),
@@ -52,7 +54,7 @@ std::string_view split_tail(Fault& fault, std::string_view& step_text, std::stri
                        mesh::StepPhase::kAllGather}) {
       if (name == mesh::phase_name(phase)) fault.phase = phase;
     }
-    if (!fault.phase || !fault.claimed_once()) {
+    if (!fault.phase || !fault.claimed_once() || fault.kind == Fault::Kind::kReset) {
       throw InvalidArgument(quoted + ": the phase '" + std::string(name) +
                             "' is not one of forward, reduce-scatter, optimizer, all-gather (crash, kill-node only)");
     }
@@ -130,7 +132,8 @@ Fault parse_fault(std::string_view spec) {
   const auto at = spec.find('@');
   if (colon == std::string_view::npos || at == std::string_view::npos || at < colon) {
     throw InvalidArgument(quoted + " is not KIND:RANK@STEP[:PHASE] (crash, kill-node), hang:RANK@STEP:MS, "
-                          "slow:NODE/SLOT@STEP[-END]:F, throttle:NODE/SLOT@STEP:CPUS or hold:all@STEP:MS");
+                          "reset:RANK@STEP, slow:NODE/SLOT@STEP[-END]:F, throttle:NODE/SLOT@STEP:CPUS or "
+                          "hold:all@STEP:MS");
   }
   Fault fault;
   fault.spec = std::string(spec);

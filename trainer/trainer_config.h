@@ -37,6 +37,8 @@ namespace hdp::trainer {
 //                   (after this rank's own update, before its copies') or all-gather (before it)
 //   hang:R@S:MS     rank R stops itself (SIGSTOP) just before step S; a child it forked sends it
 //                   SIGCONT MS milliseconds later
+//   reset:R@S       rank R closes every connection of its communicator hard (RST) just before step
+//                   S, its process and agent alive: its peers see resets from a live rank
 // and two conditions of a worker (its hardware), named by NODE/SLOT since ranks are renumbered at
 // every resize; they hold on every step in their range and are not claimed:
 //   slow:NODE/SLOT@S[-E]:F      from step S (to E, inclusive) the worker's compute takes 1/F as
@@ -53,7 +55,7 @@ namespace hdp::trainer {
 //                   rank 0 reads the requests at once, so the boundary before step S acts on what
 //                   was asked: at any speed, it comes at step S-1.
 struct Fault {
-  enum class Kind { kCrash, kKillNode, kHang, kSlow, kThrottle, kHold };
+  enum class Kind { kCrash, kKillNode, kHang, kSlow, kThrottle, kHold, kReset };
   Kind kind = Kind::kCrash;
   int rank = 0;              // crash, kill-node, hang
   std::string node;          // slow, throttle
@@ -65,7 +67,9 @@ struct Fault {
   std::optional<mesh::StepPhase> phase;  // crash, kill-node: in the middle of the step; none: before it
   std::string spec;  // as written
 
-  bool claimed_once() const { return kind == Kind::kCrash || kind == Kind::kKillNode || kind == Kind::kHang; }
+  bool claimed_once() const {
+    return kind == Kind::kCrash || kind == Kind::kKillNode || kind == Kind::kHang || kind == Kind::kReset;
+  }
 };
 
 // Parses one of the forms above; InvalidArgument naming the spec.

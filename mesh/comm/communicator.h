@@ -116,6 +116,11 @@ class Communicator {
   virtual void abort(const std::string& reason) = 0;
   // True once aborted, or once a call failed (the communicator is dead either way).
   virtual bool dead() const = 0;
+  // Why the first connection to a peer failed on its own (EOF, reset: the peer's process is gone,
+  // or its connection was cut), also while no call waits on that peer; empty while none did, or
+  // when the backend cannot tell. The communicator itself goes on until a call needs that peer;
+  // the elastic loop reports the generation broken at once (trainer/elastic_loop.cc).
+  virtual std::string peer_lost() const { return {}; }
 
   // --- blocking forms: start, then wait(timeout, or the default when zero) ---------------------
   void send(const ops::Tensor& buffer, int dst, Tag tag, Duration timeout = Duration::zero());

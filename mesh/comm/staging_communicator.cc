@@ -92,6 +92,7 @@ int StagingCommunicator::size() const { return inner_->size(); }
 Communicator::Duration StagingCommunicator::timeout() const { return inner_->timeout(); }
 void StagingCommunicator::abort(const std::string& reason) { inner_->abort(reason); }
 bool StagingCommunicator::dead() const { return inner_->dead(); }
+std::string StagingCommunicator::peer_lost() const { return inner_->peer_lost(); }
 std::int64_t StagingCommunicator::staged_bytes() const { return counters_->staged_bytes; }
 std::int64_t StagingCommunicator::buffers_allocated() const { return buffers_->allocated(); }
 std::int64_t StagingCommunicator::buffers_pinned() const { return buffers_->pinned(); }

@@ -71,6 +71,7 @@ class StagingCommunicator final : public Communicator {
 
   void abort(const std::string& reason) override;
   bool dead() const override;
+  std::string peer_lost() const override;
 
   // The communicator underneath (TcpCommunicator in the factory's use).
   Communicator& inner() const { return *inner_; }

@@ -351,6 +351,7 @@ int TcpCommunicator::size() const { return impl_->size; }
 Communicator::Duration TcpCommunicator::timeout() const { return impl_->timeout; }
 
 bool TcpCommunicator::dead() const { return impl_->dead(); }
+std::string TcpCommunicator::peer_lost() const { return impl_->network->first_loss(); }
 
 std::int64_t TcpCommunicator::refused_connections() const { return impl_->network->refused(); }
 std::int64_t TcpCommunicator::connections() const { return impl_->network->connections(); }

@@ -135,6 +135,7 @@ class TcpCommunicator final : public Communicator {
 
   void abort(const std::string& reason) override;
   bool dead() const override;
+  std::string peer_lost() const override;
 
   // Connection attempts this rank refused (another group, generation or size, meant for another
   // rank, a duplicate, garbage), and connections made, since connect().

@@ -35,6 +35,13 @@ std::string TcpNetwork::Impl::closed_why(int peer, const boost::system::error_co
 void TcpNetwork::Impl::on_header(int peer, const Socket& socket) {
   Link& link = link_to(peer);
   const wire::FrameHeader header = link.incoming;
+  if (header.slot == wire::kGoodbyeSlot) {
+    {
+      std::lock_guard lock(mutex);
+      link.goodbye = true;
+    }
+    return read_next(peer, socket);  // then the end of the stream
+  }
   std::shared_ptr<NetOp> op;
   std::shared_ptr<Unexpected> early;
   std::byte* target = nullptr;
@@ -162,6 +169,7 @@ void TcpNetwork::Impl::lose(int peer, const std::string& why, bool timed_out) {
     link.state = Link::State::kLost;
     link.why = why;
     link.timed_out = timed_out;
+    if (first_loss.empty() && !timed_out && !link.goodbye) first_loss = "rank " + std::to_string(peer) + ": " + why;
     socket = clear_link(link, why, timed_out);
     changed.notify_all();
   }
@@ -192,13 +200,17 @@ void TcpNetwork::Impl::fail(const std::string& why) {
 }
 
 void TcpNetwork::Impl::close_all(bool hard) {
-  std::vector<Socket> sockets;
+  std::vector<Socket> sockets, goodbyes;
   {
     std::lock_guard lock(mutex);
     const std::string why = reason.empty() ? "the communicator was closed" : reason;
     for (auto& link : links) {
       if (!link) continue;
-      if (auto s = clear_link(*link, why)) sockets.push_back(std::move(s));
+      const bool up = link->state == Link::State::kUp;
+      if (auto s = clear_link(*link, why)) {
+        if (up && !hard) goodbyes.push_back(s);
+        sockets.push_back(std::move(s));
+      }
       link->unexpected.clear();
     }
     sockets.insert(sockets.end(), handshaking.begin(), handshaking.end());
@@ -206,6 +218,10 @@ void TcpNetwork::Impl::close_all(bool hard) {
   }
   boost::system::error_code ignored;
   acceptor.close(ignored);
+  // Nothing is in flight (a gentle close): 16 bytes fit the socket's buffer, so this never waits
+  // long; a peer that misses it takes the close for a loss, which costs a report, not a step.
+  const wire::FrameHeader goodbye{.slot = wire::kGoodbyeSlot, .bytes = 0};
+  for (auto& s : goodbyes) asio::write(*s, asio::buffer(&goodbye, sizeof goodbye), ignored);
   for (auto& s : sockets) {
     if (hard) {
       close_hard(*s);
@@ -358,6 +374,11 @@ TcpNetwork::Outcome TcpNetwork::wait(const NetOp& op, Clock::time_point deadline
 void TcpNetwork::fail(const std::string& why) { impl_->fail(why); }
 
 bool TcpNetwork::dead() const { return impl_->is_dead(); }
+
+std::string TcpNetwork::first_loss() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->first_loss;
+}
 
 std::string TcpNetwork::reason() const {
   std::lock_guard lock(impl_->mutex);

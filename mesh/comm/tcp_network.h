@@ -116,6 +116,9 @@ class TcpNetwork {
   void fail(const std::string& why);
   bool dead() const;
   std::string reason() const;  // why it died; empty while alive
+  // The first connection to a peer that failed on its own (EOF, reset, refused: not a deadline),
+  // "rank <r>: <why>", whether or not a message waited on it; empty while none did.
+  std::string first_loss() const;
 
   // Ends the network: gently (FIN, data already written still arrives) when it is alive, then stops
   // the I/O thread. Idempotent.

@@ -72,6 +72,7 @@ struct TcpNetwork::Impl {
     std::shared_ptr<Unexpected> reading_early;  // or the early message (a recv may have claimed it)
     std::string why;                 // kLost: the reason
     bool timed_out = false;          // kLost because its record did not appear in time
+    bool goodbye = false;            // the peer said goodbye (wire::kGoodbyeSlot): its close is no loss
     // The I/O thread's own.
     wire::FrameHeader incoming;
   };
@@ -175,6 +176,7 @@ struct TcpNetwork::Impl {
   bool closed = false;   // dead, and every socket closed: no buffer is touched any more
   bool stopped = false;  // the I/O thread is stopping or gone
   std::string reason;
+  std::string first_loss;  // the first peer connection that failed on its own, and why
   std::set<Socket> handshaking;  // connections not up yet (either side): closed by fail()
   std::atomic<std::int64_t> refused{0}, connections{0};
   std::atomic<std::int64_t> bytes_sent{0};  // message payloads written to sockets (frame headers not counted)

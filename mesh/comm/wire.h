@@ -7,7 +7,8 @@
 // sends a Hello (who it is, which communicator and generation it belongs to, whom it means to
 // reach); the listener checks it against its own Identity (check_hello) and answers with an Ack
 // carrying the verdict. A refused connection is closed after the Ack, and counted. Then frames:
-// a FrameHeader (slot, byte count) followed by that many bytes, in both directions.
+// a FrameHeader (slot, byte count) followed by that many bytes, in both directions, and, before an
+// orderly close, a goodbye (kGoodbyeSlot).
 //
 // The address record (one per rank and communicator, under the communicator's namespace in the
 // store, key record_key(rank)): "host:port", a few dozen bytes. A rank reads only the records of
@@ -70,6 +71,11 @@ struct FrameHeader {
   std::uint64_t bytes = 0;
 };
 static_assert(sizeof(FrameHeader) == 16);
+
+// The last frame of a connection closed in order (the communicator destroyed with nothing in
+// flight): a header with this slot and no bytes. The end of the stream after it is no failure;
+// without it, the peer's process is gone or its connection was cut (TcpNetwork::first_loss).
+inline constexpr std::uint64_t kGoodbyeSlot = ~std::uint64_t{0};
 
 // Which rank of a pair connects: the lower one.
 inline bool initiates(int rank, int peer) { return rank < peer; }

@@ -129,6 +129,16 @@ StepResult DistributedStep::run_checked(const Plan& plan, std::span<const std::v
   const double dloss = result.loss_tokens > 0 ? 1.0 / static_cast<double>(result.loss_tokens) : 0.0;
 
   if (options_.on_phase) options_.on_phase(StepPhase::kForward);
+  // A communicator that died meanwhile (a peer lost, the generation superseded) ends this rank's
+  // compute at the next layer, not after its last micro-batch: the step is lost either way, and
+  // the next generation starts that much sooner.
+  model_.set_between_layers([this] {
+    if (comm_.dead()) throw PeerLost("the communicator died while this rank computed its micro-batches");
+  });
+  struct ClearCheck {
+    ops::model::LlamaModel& model;
+    ~ClearCheck() { model.set_between_layers({}); }
+  } clear_check{model_};
   model_.zero_grad();
   double local_loss = 0;
   for (std::uint32_t index : plan.rank_queues[rank]) {

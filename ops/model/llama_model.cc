@@ -133,6 +133,7 @@ double LlamaModel::forward(const Batch& batch, AttentionExecutor* attention) {
   const bool mixed = precision_ == Precision::kBF16;
   Tensor x = embedding_forward(batch.tokens, weights_.embed);
   for (int i = 0; i < c.n_layers; ++i) {
+    if (between_layers_) between_layers_();
     const LayerWeights& w = weights_.layers[static_cast<size_t>(i)];
     const LayerWeights& wc = compute_weights_.layers[static_cast<size_t>(i)];
     LayerActs& a = acts_[static_cast<size_t>(i)];
@@ -190,6 +191,7 @@ void LlamaModel::backward(double dloss) {
   rmsnorm_backward(x_final_, weights_.norm, n_final_.rstd, dn, dx, grad_views_.norm);
 
   for (int i = c.n_layers - 1; i >= 0; --i) {
+    if (between_layers_) between_layers_();
     const LayerWeights& w = weights_.layers[static_cast<size_t>(i)];
     const LayerWeights& wc = compute_weights_.layers[static_cast<size_t>(i)];
     const LayerWeights& g = grad_views_.layers[static_cast<size_t>(i)];

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -89,6 +90,10 @@ class LlamaModel {
   // The most bytes of layer activations on the model's device at once during the last forward
   // and backward (each layer's are released once its backward is done): what offloading lowers.
   std::int64_t peak_resident_activation_bytes() const { return peak_resident_bytes_; }
+  // Called before each layer's forward and backward (empty: nothing). It may throw to abandon the
+  // pass, as a distributed step does when its communicator died meanwhile (the step is lost
+  // anyway; the next forward starts afresh, and zero_grad() clears a backward cut short).
+  void set_between_layers(std::function<void()> check) { between_layers_ = std::move(check); }
 
  private:
   // What the backward needs; "operand" tensors are bf16 under kBF16 (GEMM and attention inputs).
@@ -133,6 +138,7 @@ class LlamaModel {
   AttentionExecutor* attention_ = nullptr;
   std::vector<LayerActs> acts_;
   std::vector<bool> offload_;      // by layer: the next forward's schedule (empty: none)
+  std::function<void()> between_layers_;
   std::vector<bool> offloaded_;    // by layer: the last forward moved it to host memory
   std::int64_t offloaded_bytes_ = 0;
   std::vector<std::int64_t> layer_bytes_;  // by layer: what the last forward kept

@@ -502,6 +502,45 @@ TEST_P(StoreConformance, StopStreamReadsWakesABlockedReadAndLaterOnes) {
   EXPECT_EQ(store_->get("k"), "v");
 }
 
+// interrupt_stream_reads() wakes the read blocked now (bound: 2 s of its 10, for a loaded machine)
+// and no later one: the next read waits for, and returns, an entry appended meanwhile. With none
+// under way it wakes the next one to start, and only that one.
+TEST_P(StoreConformance, InterruptStreamReadsWakesTheBlockedReadOnly) {
+  std::atomic<bool> returned{false};
+  std::vector<elastic::StreamEntry> got{{"x", {}}};
+  const auto start = Clock::now();
+  std::thread reader([&] {
+    got = store_->stream_read("s", "0", 10, 10s);
+    returned = true;
+  });
+  std::this_thread::sleep_for(200ms);  // the read is blocked by now
+  EXPECT_FALSE(returned);
+  store_->interrupt_stream_reads();
+  reader.join();
+  EXPECT_TRUE(got.empty());
+  EXPECT_LT(Clock::now() - start, 2s);
+  auto client = backend_->client();  // a blocked read holds a Redis store's one connection
+  std::thread writer([&] {
+    std::this_thread::sleep_for(300ms);
+    client->commit(Transaction{}.add(Write::stream_append("s", {{"k", "v"}}, 10)));
+  });
+  const auto later = Clock::now();
+  const auto entries = store_->stream_read("s", "0", 10, 10s);
+  writer.join();
+  ASSERT_EQ(entries.size(), 1u) << "a read after the interruption blocks as usual until an entry comes";
+  EXPECT_GE(Clock::now() - later, 250ms);
+  // With no read under way, the next one to start is the one woken, and only it.
+  store_->interrupt_stream_reads();
+  const auto next = Clock::now();
+  EXPECT_TRUE(store_->stream_read("s", entries[0].id, 10, 10s).empty());
+  EXPECT_LT(Clock::now() - next, 2s);
+  const auto after = Clock::now();
+  EXPECT_TRUE(store_->stream_read("s", entries[0].id, 10, 300ms).empty());
+  EXPECT_GE(Clock::now() - after, 250ms);
+  store_->set("k", "v");
+  EXPECT_EQ(store_->get("k"), "v");
+}
+
 TEST_P(StoreConformance, CommitWithAWrongTypeWritesNothingAndSaysWhy) {
   Transaction make_hash;
   make_hash.add(Write::hash_set("h", {{"f", "v"}}));
