@@ -262,6 +262,26 @@ ops::model::LlamaConfig model_from_manifest(const json& j) {
   }
 }
 
+namespace {
+
+// A tied model's file that holds lm_head.weight (in `file`, at `path`): refused unless it equals
+// the embedding already read into `params`.
+void check_tied_head(const checkpoint::SafetensorsFile& file, const fs::path& path, const ops::model::LlamaConfig& config,
+                     std::span<const float> params) {
+  const auto embed = ops::model::param_layout(config).front();
+  std::vector<float> head(static_cast<std::size_t>(embed.shape[0] * embed.shape[1]));
+  if (file.tensors().at(kLmHead).elements() != static_cast<std::int64_t>(head.size())) {
+    refuse(path, "tensor 'lm_head.weight' is not the shape of the tied embedding");
+  }
+  file.read(kLmHead, head);
+  if (!std::equal(head.begin(), head.end(), params.begin())) {
+    refuse(path, "tensor 'lm_head.weight' differs from model.embed_tokens.weight, but the config ties them "
+                 "(field 'tie_word_embeddings' is true)");
+  }
+}
+
+}  // namespace
+
 void load_hf_weights(const fs::path& dir, const ops::model::LlamaConfig& config, std::span<float> params) {
   const auto layout = ops::model::param_layout(config);
   if (static_cast<std::int64_t>(params.size()) != ops::model::param_count(config)) {
@@ -332,17 +352,7 @@ void load_hf_weights(const fs::path& dir, const ops::model::LlamaConfig& config,
   }
   // Tied: Hugging Face accepts a file with lm_head.weight when it equals the embedding.
   if (config.tie_embeddings && where.contains(kLmHead)) {
-    const auto& file = file_of(where[kLmHead]);
-    const auto embed = ops::model::param_layout(config).front();
-    std::vector<float> head(static_cast<std::size_t>(embed.shape[0] * embed.shape[1]));
-    if (file.tensors().at(kLmHead).elements() != static_cast<std::int64_t>(head.size())) {
-      refuse(where[kLmHead], "tensor 'lm_head.weight' is not the shape of the tied embedding");
-    }
-    file.read(kLmHead, head);
-    if (!std::equal(head.begin(), head.end(), params.begin())) {
-      refuse(where[kLmHead], "tensor 'lm_head.weight' differs from model.embed_tokens.weight, but the config ties them "
-                             "(field 'tie_word_embeddings' is true)");
-    }
+    check_tied_head(file_of(where[kLmHead]), where[kLmHead], config, params);
     expected.insert(kLmHead);
   }
   for (const auto& [name, path] : where) {
