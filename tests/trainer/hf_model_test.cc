@@ -900,6 +900,22 @@ TEST(HfCli, DryRunReportsThePublishedParameterCountsAndUnsupportedFieldsExitTwo)
   const auto r = hdp::test::run_command(
       {hdp, "train", "--dry-run", "--model-config", (dir.path() / "0" / "config.json").string(), "--context", "4096"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
+  // `hdp sample` of a Mistral model with a window of 8 tokens: 4 prompt tokens and 4 new fit, 4 and
+  // 5 do not.
+  const fs::path windowed = dir.path() / "windowed";
+  ASSERT_EQ(numpy_llama({"write", "mistral", windowed.string(), "3", "1"}), 0);
+  nlohmann::json config;
+  std::ifstream(windowed / "config.json") >> config;
+  config["sliding_window"] = 8;
+  std::ofstream(windowed / "config.json", std::ios::trunc) << config.dump();
+  for (const auto& [fresh, code] : std::vector<std::pair<std::string, int>>{{"4", 0}, {"5", 2}}) {
+    const auto s = hdp::test::run_command(
+        {hdp, "sample", windowed.string(), "--prompt", "abcd", "--temperature", "0", "--max-new-tokens", fresh});
+    EXPECT_EQ(s.exit_code, code) << s.err;
+    if (code == 2) {
+      EXPECT_NE(s.err.find("field 'sliding_window' of '" + windowed.string() + "' is 8"), std::string::npos) << s.err;
+    }
+  }
 }
 
 }  // namespace
