@@ -120,6 +120,12 @@ void add_sample_command(CLI::App& app) {
       }
       if (prompt.empty()) throw InvalidArgument("--prompt encodes to no token");
     }
+    const std::int64_t window = loaded.config.sliding_window;
+    if (window > 0 && static_cast<std::int64_t>(prompt.size()) + options.max_new_tokens > window) {
+      throw InvalidArgument("field 'sliding_window' of '" + f->model + "' is " + std::to_string(window) + ", shorter than " +
+                            std::to_string(prompt.size()) + " prompt tokens and --max-new-tokens " +
+                            std::to_string(options.max_new_tokens) + ": hdp's attention has no sliding window");
+    }
     const ops::Tensor params =
         ops::Tensor::from_vector(loaded.params, {static_cast<std::int64_t>(loaded.params.size())});
     ops::model::LlamaDecoder decoder(loaded.config, params,

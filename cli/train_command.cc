@@ -15,12 +15,15 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <iostream>
 #include <memory>
 #include <optional>
 
 #include "cli/commands.h"
 #include "trainer/device_placement.h"
 #include "trainer/hf_model.h"
+#include "trainer/memory_model.h"
+#include "ops/model/llama_params.h"
 #include "cli/exit_codes.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -42,6 +45,7 @@ void request_job_stop(int) {
 
 struct TrainFlags {
   bool smoke = false;
+  bool dry_run = false;
   long steps = 200;
   int step_ms = 50;
   int timeout_ms = 30000;
@@ -110,6 +114,23 @@ trainer::TrainerConfig make_config(TrainFlags& f, int nproc_per_node) {
   return c;
 }
 
+// --dry-run: the configuration checked as a job would check it (but for the memory limit: the
+// estimate is printed instead), the model and one rank's estimate on stdout.
+void dry_run(trainer::TrainerConfig config) {
+  const std::int64_t limit = config.max_rank_memory_bytes;
+  config.max_rank_memory_bytes = 0;
+  config.validate();
+  const ops::model::LlamaConfig& m = config.model;
+  std::cout << "model: " << ops::model::family_name(m.family) << ", " << m.n_layers << " layers, hidden " << m.d_model
+            << ", " << m.n_heads << " heads (" << m.n_kv_heads << " key/value) of " << m.head_dim() << ", ffn "
+            << m.ffn_dim << ", vocabulary " << m.vocab_size << ", RoPE " << ops::model::rope_type_name(m.rope_scaling.type)
+            << (m.tie_embeddings ? ", tied embeddings" : "") << (m.qkv_bias ? ", q/k/v biases" : "") << "\n"
+            << "parameters: " << ops::model::param_count(m) << "\n"
+            << "memory per rank (1 rank, C = " << config.capacity << "): "
+            << trainer::format_bytes(trainer::estimate_rank_bytes(config, 1))
+            << (limit > 0 ? " (limit " + trainer::format_bytes(limit) + ")" : std::string()) << "\n";
+}
+
 }  // namespace
 
 void add_train_command(CLI::App& app) {
@@ -124,6 +145,9 @@ void add_train_command(CLI::App& app) {
         ->capture_default_str()
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   };
+  command->add_flag("--dry-run", f.dry_run,
+                    "Check the configuration, print the model (its parameter count) and one rank's memory estimate, "
+                    "and exit without joining a job");
   command->add_flag("--smoke", f.smoke, "Run the elastic smoke worker (tests): all-reduce with exact sums every step");
   opt("--steps", f.steps, "Steps until the job completes", "HDP_STEPS")->check(CLI::Range(1L, 1L << 40));
   opt("--step-ms", f.step_ms, "Smoke worker: pause per step", "HDP_STEP_MS")->check(CLI::Range(0, 60000));
@@ -262,6 +286,10 @@ void add_train_command(CLI::App& app) {
     const trainer::DevicePlacement placement = place(*flags, local_rank, nproc, config);
     config.threads = flags->threads > 0 ? flags->threads
                                         : std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)) / nproc);
+    if (flags->dry_run) {
+      dry_run(config);
+      return;
+    }
     config.validate();
     auto ctx = elastic::ElasticContext::from_environment();
     // Logged once the worker is sure to train (a refusal above is its one line).

@@ -3,6 +3,7 @@
 #include "kernels/cpu/blas.h"
 #include "kernels/cuda/blas.h"
 #include "ops/check.h"
+#include "ops/add.h"
 #include "ops/convert.h"
 #include "ops/dispatch.h"
 
@@ -103,6 +104,37 @@ void linear_backward(const Tensor& x, const Tensor& weight, const Tensor& dy, co
     if (dx.defined()) gemm(false, false, n, in, out, dy.data<T>(), out, weight.data<T>(), in, T(1), dx.data<T>(), in);
     gemm(true, false, out, in, n, dy.data<T>(), out, x.data<T>(), in, T(1), dweight.data<T>(), in);
   });
+}
+
+namespace {
+
+// A column of n ones in bias's dtype on its device.
+Tensor ones_column(int64_t n, const Tensor& bias) {
+  const Shape shape{n, 1};
+  if (bias.dtype() == DType::kF64) return Tensor::from_vector(std::vector<double>(static_cast<size_t>(n), 1.0), shape).to(bias.device());
+  const Tensor ones = Tensor::from_vector(std::vector<float>(static_cast<size_t>(n), 1.0f), shape).to(bias.device());
+  return bias.dtype() == DType::kF32 ? ones : to_dtype(ones, bias.dtype());
+}
+
+}  // namespace
+
+void linear_bias_forward_(const Tensor& y, const Tensor& bias) {
+  detail::expect_rank("linear_bias_forward_", "y", y, 2);
+  detail::expect_rank("linear_bias_forward_", "bias", bias, 1);
+  add_(y, linear_forward(ones_column(y.dim(0), bias), bias.reshape({bias.dim(0), 1})));
+}
+
+Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  Tensor y = linear_forward(x, weight);
+  if (bias.defined()) linear_bias_forward_(y, bias);
+  return y;
+}
+
+void linear_bias_backward(const Tensor& bias, const Tensor& dy, const Tensor& dbias) {
+  detail::expect_rank("linear_bias_backward", "dy", dy, 2);
+  detail::expect_rank("linear_bias_backward", "bias", bias, 1);
+  const Shape column{bias.dim(0), 1};
+  linear_backward(ones_column(dy.dim(0), bias), bias.reshape(column), dy, Tensor(), dbias.reshape(column));
 }
 
 }  // namespace hdp::ops

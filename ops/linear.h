@@ -17,4 +17,12 @@ namespace hdp::ops {
 Tensor linear_forward(const Tensor& x, const Tensor& weight);
 void linear_backward(const Tensor& x, const Tensor& weight, const Tensor& dy, const Tensor& dx, const Tensor& dweight);
 
+// A bias on every row: y [n, out] += 1 b^T for bias [out] (in the weights' dtype: bf16 under mixed
+// precision) on y's device. It is the linear layer of a column of ones with weight b as [out, 1],
+// so its backward is that layer's dW: dbias += dy^T 1 (dy in bias's dtype, dbias in y's).
+void linear_bias_forward_(const Tensor& y, const Tensor& bias);
+void linear_bias_backward(const Tensor& bias, const Tensor& dy, const Tensor& dbias);
+// linear_forward(x, weight), then linear_bias_forward_ when bias is defined.
+Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias);
+
 }  // namespace hdp::ops

@@ -1,5 +1,6 @@
 #include "trainer/hf_model.h"
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <set>
@@ -25,6 +26,7 @@ using checkpoint::TensorDtype;
 
 constexpr const char* kWeightsFile = "model.safetensors";
 constexpr const char* kIndexFile = "model.safetensors.index.json";
+constexpr const char* kLmHead = "lm_head.weight";
 
 [[noreturn]] void refuse(const fs::path& file, const std::string& why) {
   throw InvalidArgument("'" + file.string() + "': " + why);
@@ -38,25 +40,31 @@ json read_json_file(const fs::path& path) {
   return value;
 }
 
-// An integer field in [low, high]; `fallback` when absent (or null) and one is given.
-int int_field(const json& c, const fs::path& file, const char* name, int low, int high, std::optional<int> fallback = {}) {
+// An integer field in [low, high]; `fallback` when absent (or null) and one is given. `parent`
+// names the object holding it ("rope_scaling.") in what is refused.
+int int_field(const json& c, const fs::path& file, const char* name, int low, int high, std::optional<int> fallback = {},
+              const std::string& parent = "") {
   const auto it = c.find(name);
   if (it == c.end() || it->is_null()) {
     if (fallback) return *fallback;
-    refuse(file, std::string("field '") + name + "' is missing");
+    refuse(file, "field '" + parent + name + "' is missing");
   }
   if (!it->is_number_integer() || it->get<std::int64_t>() < low || it->get<std::int64_t>() > high) {
-    refuse(file, std::string("field '") + name + "' must be an integer in [" + std::to_string(low) + ", " +
+    refuse(file, "field '" + parent + name + "' must be an integer in [" + std::to_string(low) + ", " +
                      std::to_string(high) + "], got " + it->dump());
   }
   return it->get<int>();
 }
 
-double real_field(const json& c, const fs::path& file, const char* name, double low, double high, double fallback) {
+double real_field(const json& c, const fs::path& file, const char* name, double low, double high,
+                  std::optional<double> fallback, const std::string& parent = "") {
   const auto it = c.find(name);
-  if (it == c.end() || it->is_null()) return fallback;
+  if (it == c.end() || it->is_null()) {
+    if (fallback) return *fallback;
+    refuse(file, "field '" + parent + name + "' is missing");
+  }
   if (!it->is_number() || !(it->get<double>() > low && it->get<double>() <= high)) {
-    refuse(file, std::string("field '") + name + "' must be a number in (" + std::to_string(low) + ", " +
+    refuse(file, "field '" + parent + name + "' must be a number in (" + std::to_string(low) + ", " +
                      std::to_string(high) + "], got " + it->dump());
   }
   return it->get<double>();
@@ -71,23 +79,70 @@ void must_be(const json& c, const fs::path& file, const char* name, const json& 
 
 }  // namespace
 
+namespace {
+
+using ops::model::Family;
+using ops::model::RopeType;
+
+// rope_scaling, or transformers' newer rope_parameters (`field`): its rope_type ("type" in older
+// configs) and that type's fields; another rope_type is refused by name.
+ops::model::RopeScaling read_rope_scaling(const json& r, const fs::path& path, const std::string& field) {
+  ops::model::RopeScaling s;
+  const auto type = r.contains("rope_type") ? r.find("rope_type") : r.find("type");
+  if (type == r.end() || type->is_null()) return s;
+  if (!type->is_string() || (*type != "default" && *type != "linear" && *type != "llama3")) {
+    refuse(path, "field '" + field + ".rope_type' is " + type->dump() +
+                     ": hdp implements RoPE scaling 'default', 'linear' and 'llama3'");
+  }
+  s.type = ops::model::parse_rope_type(type->get<std::string>());
+  if (s.type == RopeType::kDefault) return s;
+  const std::string parent = field + ".";
+  s.factor = real_field(r, path, "factor", 0, 1e6, std::nullopt, parent);
+  if (s.type == RopeType::kLinear) return s;
+  s.low_freq_factor = real_field(r, path, "low_freq_factor", 0, 1e6, std::nullopt, parent);
+  s.high_freq_factor = real_field(r, path, "high_freq_factor", 0, 1e6, std::nullopt, parent);
+  if (s.high_freq_factor <= s.low_freq_factor) {
+    refuse(path, "field '" + parent + "high_freq_factor' must exceed low_freq_factor, got " + r["high_freq_factor"].dump());
+  }
+  s.original_max_positions = int_field(r, path, "original_max_position_embeddings", 1, 1 << 30, std::nullopt, parent);
+  return s;
+}
+
+// The family's fields: Qwen2's biases and its sliding window switch, Mistral's window.
+void read_family_fields(const json& c, const fs::path& path, ops::model::LlamaConfig& m) {
+  if (m.family == Family::kQwen2) {
+    m.qkv_bias = true;  // Qwen2Attention: q, k and v always carry biases, o none
+    must_be(c, path, "use_sliding_window", false, "hdp's attention has no sliding window");
+    return;
+  }
+  must_be(c, path, "attention_bias", false, "hdp's attention has no biases in a llama or mistral model");
+  if (m.family == Family::kMistral) m.sliding_window = int_field(c, path, "sliding_window", 1, 1 << 30, 0);
+}
+
+}  // namespace
+
 ops::model::LlamaConfig read_hf_config(const fs::path& path) {
   const json c = read_json_file(path);
   const auto type = c.find("model_type");
   if (type == c.end() || !type->is_string()) refuse(path, "field 'model_type' is missing (hdp reads LLaMA configs)");
-  if (*type != "llama") refuse(path, "field 'model_type' is " + type->dump() + ": hdp trains LLaMA models only");
-  must_be(c, path, "rope_scaling", nullptr, "hdp implements plain RoPE, no scaling");
-  if (const auto params = c.find("rope_parameters"); params != c.end() && params->is_object()) {
-    const auto rope_type = params->find("rope_type");
-    if (rope_type != params->end() && *rope_type != "default") {
-      refuse(path, "field 'rope_parameters.rope_type' is " + rope_type->dump() + ": hdp implements plain RoPE");
-    }
+  if (*type != "llama" && *type != "mistral" && *type != "qwen2") {
+    refuse(path, "field 'model_type' is " + type->dump() + ": hdp trains llama, mistral and qwen2 models");
   }
-  must_be(c, path, "attention_bias", false, "hdp's attention has no biases");
+  ops::model::LlamaConfig m;
+  m.family = ops::model::parse_family(type->get<std::string>());
+  if (const auto r = c.find("rope_scaling"); r != c.end() && !r->is_null()) {
+    if (!r->is_object()) refuse(path, "field 'rope_scaling' is " + r->dump() + ": expected an object or null");
+    m.rope_scaling = read_rope_scaling(*r, path, "rope_scaling");
+  }
+  const auto params = c.find("rope_parameters");
+  if (params != c.end() && params->is_object()) m.rope_scaling = read_rope_scaling(*params, path, "rope_parameters");
+  read_family_fields(c, path, m);
   must_be(c, path, "mlp_bias", false, "hdp's MLP has no biases");
   must_be(c, path, "hidden_act", "silu", "hdp's MLP is SwiGLU (silu)");
-  must_be(c, path, "tie_word_embeddings", false, "hdp trains lm_head apart from the embedding");
-  ops::model::LlamaConfig m;
+  if (const auto tie = c.find("tie_word_embeddings"); tie != c.end() && !tie->is_null()) {
+    if (!tie->is_boolean()) refuse(path, "field 'tie_word_embeddings' is " + tie->dump() + ": expected true or false");
+    m.tie_embeddings = tie->get<bool>();
+  }
   m.vocab_size = int_field(c, path, "vocab_size", 1, 1 << 24);
   m.d_model = int_field(c, path, "hidden_size", 1, 1 << 20);
   m.n_layers = int_field(c, path, "num_hidden_layers", 1, 1 << 12);
@@ -95,18 +150,18 @@ ops::model::LlamaConfig read_hf_config(const fs::path& path) {
   m.n_kv_heads = int_field(c, path, "num_key_value_heads", 1, 1 << 12, m.n_heads);
   m.ffn_dim = int_field(c, path, "intermediate_size", 1, 1 << 22);
   double theta = real_field(c, path, "rope_theta", 0, 1e12, 10000.0);
-  if (const auto params = c.find("rope_parameters"); params != c.end() && params->is_object()) {
-    theta = real_field(*params, path, "rope_theta", 0, 1e12, theta);
-  }
+  if (params != c.end() && params->is_object()) theta = real_field(*params, path, "rope_theta", 0, 1e12, theta, "rope_parameters.");
   m.rope_theta = theta;
   m.norm_eps = real_field(c, path, "rms_norm_eps", 0, 1, 1e-6);
   // Carried to the export (the larger of it and the trained context), never a limit on --context.
   m.max_positions = int_field(c, path, "max_position_embeddings", 1, 1 << 30, 0);
-  if (m.d_model % m.n_heads != 0) refuse(path, "hidden_size must be a multiple of num_attention_heads");
-  const int head_dim = int_field(c, path, "head_dim", 1, 1 << 16, m.d_model / m.n_heads);
-  if (head_dim != m.d_model / m.n_heads) {
-    refuse(path, "field 'head_dim' is " + std::to_string(head_dim) + ": hdp needs hidden_size / num_attention_heads (" +
-                     std::to_string(m.d_model / m.n_heads) + ")");
+  // HF: head_dim when given, else hidden_size / num_attention_heads (which must divide then). One
+  // equal to that quotient is no explicit head_dim: the config, and the manifest that records it,
+  // are the same as without the field (as hdp's own export writes it).
+  m.explicit_head_dim = int_field(c, path, "head_dim", 1, 1 << 16, 0);
+  if (m.d_model % m.n_heads == 0 && m.explicit_head_dim == m.d_model / m.n_heads) m.explicit_head_dim = 0;
+  if (m.explicit_head_dim == 0 && m.d_model % m.n_heads != 0) {
+    refuse(path, "field 'hidden_size' must be a multiple of num_attention_heads when there is no head_dim");
   }
   try {
     m.validate();
@@ -116,9 +171,28 @@ ops::model::LlamaConfig read_hf_config(const fs::path& path) {
   return m;
 }
 
+namespace {
+
+// rope_scaling as Hugging Face writes it: null for plain RoPE.
+json rope_scaling_json(const ops::model::RopeScaling& r) {
+  if (r.type == RopeType::kDefault) return nullptr;
+  json j = {{"rope_type", ops::model::rope_type_name(r.type)}, {"factor", r.factor}};
+  if (r.type == RopeType::kLlama3) {
+    j["low_freq_factor"] = r.low_freq_factor;
+    j["high_freq_factor"] = r.high_freq_factor;
+    j["original_max_position_embeddings"] = r.original_max_positions;
+  }
+  return j;
+}
+
+}  // namespace
+
 json hf_config(const ops::model::LlamaConfig& m, TensorDtype dtype) {
-  json config = {{"architectures", {"LlamaForCausalLM"}},
-          {"model_type", "llama"},
+  const char* architecture = m.family == Family::kQwen2     ? "Qwen2ForCausalLM"
+                             : m.family == Family::kMistral ? "MistralForCausalLM"
+                                                            : "LlamaForCausalLM";
+  json config = {{"architectures", {architecture}},
+          {"model_type", ops::model::family_name(m.family)},
           {"vocab_size", m.vocab_size},
           {"hidden_size", m.d_model},
           {"intermediate_size", m.ffn_dim},
@@ -129,13 +203,35 @@ json hf_config(const ops::model::LlamaConfig& m, TensorDtype dtype) {
           {"hidden_act", "silu"},
           {"rms_norm_eps", m.norm_eps},
           {"rope_theta", m.rope_theta},
-          {"rope_scaling", nullptr},
-          {"tie_word_embeddings", false},
-          {"attention_bias", false},
-          {"mlp_bias", false},
+          {"rope_scaling", rope_scaling_json(m.rope_scaling)},
+          {"tie_word_embeddings", m.tie_embeddings},
           {"torch_dtype", dtype == TensorDtype::kBF16 ? "bfloat16" : "float32"}};
+  if (m.family == Family::kQwen2) {
+    config["use_sliding_window"] = false;
+  } else {
+    config["attention_bias"] = false;
+    config["mlp_bias"] = false;
+  }
+  if (m.family == Family::kMistral) config["sliding_window"] = m.sliding_window > 0 ? json(m.sliding_window) : json(nullptr);
   if (m.max_positions > 0) config["max_position_embeddings"] = m.max_positions;
   return config;
+}
+
+json model_manifest_json(const ops::model::LlamaConfig& m) {
+  json j = {{"architecture", "llama"},   {"vocab_size", m.vocab_size}, {"d_model", m.d_model},
+            {"n_layers", m.n_layers},     {"n_heads", m.n_heads},       {"n_kv_heads", m.n_kv_heads},
+            {"ffn_dim", m.ffn_dim},       {"rope_theta", m.rope_theta}, {"norm_eps", m.norm_eps},
+            {"max_position_embeddings", m.max_positions}};
+  // The families' fields only where they differ from a plain untied llama: a plain model's record
+  // stays what builds before them wrote, so their checkpoints restore into a job (manifest.h
+  // compares the records).
+  if (m.family != Family::kLlama) j["family"] = ops::model::family_name(m.family);
+  if (m.explicit_head_dim > 0) j["head_dim"] = m.explicit_head_dim;
+  if (m.rope_scaling.type != RopeType::kDefault) j["rope_scaling"] = rope_scaling_json(m.rope_scaling);
+  if (m.tie_embeddings) j["tie_word_embeddings"] = true;
+  if (m.qkv_bias) j["qkv_bias"] = true;
+  if (m.sliding_window > 0) j["sliding_window"] = m.sliding_window;
+  return j;
 }
 
 ops::model::LlamaConfig model_from_manifest(const json& j) {
@@ -150,12 +246,41 @@ ops::model::LlamaConfig model_from_manifest(const json& j) {
     m.rope_theta = j.at("rope_theta").get<double>();
     m.norm_eps = j.at("norm_eps").get<double>();
     m.max_positions = j.value("max_position_embeddings", 0);  // absent in checkpoints of older builds
+    // Absent in checkpoints of builds before the model families: a plain, untied llama.
+    m.family = ops::model::parse_family(j.value("family", std::string("llama")));
+    m.explicit_head_dim = j.value("head_dim", 0);
+    if (const auto r = j.find("rope_scaling"); r != j.end() && !r->is_null()) {
+      m.rope_scaling = read_rope_scaling(*r, "the checkpoint's manifest", "rope_scaling");
+    }
+    m.tie_embeddings = j.value("tie_word_embeddings", false);
+    m.qkv_bias = j.value("qkv_bias", false);
+    m.sliding_window = j.value("sliding_window", 0);
     m.validate();
     return m;
   } catch (const json::exception& e) {
     throw InvalidArgument(std::string("the checkpoint's model config is not one hdp wrote: ") + e.what());
   }
 }
+
+namespace {
+
+// A tied model's file that holds lm_head.weight (in `file`, at `path`): refused unless it equals
+// the embedding already read into `params`.
+void check_tied_head(const checkpoint::SafetensorsFile& file, const fs::path& path, const ops::model::LlamaConfig& config,
+                     std::span<const float> params) {
+  const auto embed = ops::model::param_layout(config).front();
+  std::vector<float> head(static_cast<std::size_t>(embed.shape[0] * embed.shape[1]));
+  if (file.tensors().at(kLmHead).elements() != static_cast<std::int64_t>(head.size())) {
+    refuse(path, "tensor 'lm_head.weight' is not the shape of the tied embedding");
+  }
+  file.read(kLmHead, head);
+  if (!std::equal(head.begin(), head.end(), params.begin())) {
+    refuse(path, "tensor 'lm_head.weight' differs from model.embed_tokens.weight, but the config ties them "
+                 "(field 'tie_word_embeddings' is true)");
+  }
+}
+
+}  // namespace
 
 void load_hf_weights(const fs::path& dir, const ops::model::LlamaConfig& config, std::span<float> params) {
   const auto layout = ops::model::param_layout(config);
@@ -224,6 +349,11 @@ void load_hf_weights(const fs::path& dir, const ops::model::LlamaConfig& config,
                              dims(shape) + "]");
     }
     file.read(p.name, params.subspan(static_cast<std::size_t>(p.offset), static_cast<std::size_t>(t->second.elements())));
+  }
+  // Tied: Hugging Face accepts a file with lm_head.weight when it equals the embedding.
+  if (config.tie_embeddings && where.contains(kLmHead)) {
+    check_tied_head(file_of(where[kLmHead]), where[kLmHead], config, params);
+    expected.insert(kLmHead);
   }
   for (const auto& [name, path] : where) {
     if (expected.contains(name) || name.ends_with("rotary_emb.inv_freq")) continue;

@@ -19,24 +19,33 @@
 
 namespace hdp::trainer {
 
-// Reads a LlamaConfig from `config.json`. Refused (InvalidArgument naming the file and the field):
-// another model_type, rope_scaling, attention or MLP biases, an activation other than silu, tied
-// word embeddings (hdp trains lm_head apart), a head_dim other than hidden_size / heads, and any
-// field of the wrong type or out of range. max_position_embeddings (a positive integer, optional)
-// becomes max_positions; a longer --context is no error (the job extends the model's context).
+// Reads a LlamaConfig from `config.json`: model_type llama, mistral or qwen2 (q/k/v biases);
+// rope_scaling (or rope_parameters) of rope_type default, linear or llama3; tie_word_embeddings;
+// head_dim free of hidden_size / heads; Mistral's sliding_window (null, or checked against the
+// job's context: trainer_config.h). Refused (InvalidArgument naming the file and the field): another
+// model_type or rope_type, attention biases on llama or mistral, MLP biases, an activation other
+// than silu, Qwen2's use_sliding_window true, and any field of the wrong type or out of range.
+// max_position_embeddings (a positive integer, optional) becomes max_positions; a longer --context
+// is no error (the job extends the model's context).
 ops::model::LlamaConfig read_hf_config(const std::filesystem::path& config_json);
-// The `config.json` of a LlamaForCausalLM with `config`'s shape, weights saved in `dtype`;
+// The `config.json` of the config's family (LlamaForCausalLM, MistralForCausalLM or
+// Qwen2ForCausalLM) with its shape, RoPE scaling and tying, weights saved in `dtype`;
 // max_position_embeddings is config.max_positions (left out when 0: not known).
 nlohmann::json hf_config(const ops::model::LlamaConfig& config, checkpoint::TensorDtype dtype);
 
-// The model config a checkpoint's manifest records (TrainerConfig::model_json()); its
-// max_position_embeddings becomes max_positions (0 in checkpoints of builds that did not record it).
+// The model config a checkpoint's manifest records: every field of `config`
+// (TrainerConfig::model_json() sets max_position_embeddings to the trained context when larger).
+nlohmann::json model_manifest_json(const ops::model::LlamaConfig& config);
+// The model config a checkpoint's manifest records, read back; its max_position_embeddings becomes
+// max_positions (0 in checkpoints of builds that did not record it), and the fields of the model
+// families default to a plain untied llama in checkpoints written before them.
 ops::model::LlamaConfig model_from_manifest(const nlohmann::json& model_config);
 
 // Fills `params` (the flat buffer, ops/model/llama_params.h's order) from `dir`'s
 // model.safetensors, or its model.safetensors.index.json and the shards it names. Every tensor of
 // the layout must be there with its shape, and no other (old `rotary_emb.inv_freq` buffers are
-// ignored); a shard may hold only the tensors the index places in it. F32, BF16 and F16 convert to
+// ignored; a tied model's file may hold lm_head.weight only equal to the embedding, as Hugging
+// Face accepts it); a shard may hold only the tensors the index places in it. F32, BF16 and F16 convert to
 // f32. InvalidArgument names the file and the tensor.
 void load_hf_weights(const std::filesystem::path& dir, const ops::model::LlamaConfig& config, std::span<float> params);
 

@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "trainer/hf_model.h"
 #include "trainer/memory_model.h"
 
 namespace hdp::trainer {
@@ -208,6 +209,10 @@ void TrainerConfig::validate() const {
   if (eval_data.empty() && eval_every > 0) throw InvalidArgument("--eval-every needs --eval-data (the held-out data)");
   if (eval_tokens < 1) throw InvalidArgument("--eval-tokens " + std::to_string(eval_tokens) + " must be >= 1");
   if (context < 1) throw InvalidArgument("--context " + std::to_string(context) + " must be >= 1 token");
+  if (model.sliding_window > 0 && context > model.sliding_window) {
+    throw InvalidArgument("field 'sliding_window' is " + std::to_string(model.sliding_window) + ", shorter than --context " +
+                          std::to_string(context) + ": hdp's attention has no sliding window");
+  }
   if (capacity < 1) throw InvalidArgument("--capacity " + std::to_string(capacity) + " must be >= 1 token");
   if (batch_tokens < 1) throw InvalidArgument("--batch-tokens " + std::to_string(batch_tokens) + " must be >= 1");
   if (steps < 1) throw InvalidArgument("--steps " + std::to_string(steps) + " must be >= 1");
@@ -258,10 +263,9 @@ void TrainerConfig::validate() const {
 }
 
 nlohmann::json TrainerConfig::model_json() const {
-  return {{"architecture", "llama"},   {"vocab_size", model.vocab_size}, {"d_model", model.d_model},
-          {"n_layers", model.n_layers}, {"n_heads", model.n_heads},       {"n_kv_heads", model.n_kv_heads},
-          {"ffn_dim", model.ffn_dim},   {"rope_theta", model.rope_theta}, {"norm_eps", model.norm_eps},
-          {"max_position_embeddings", std::max<std::int64_t>(model.max_positions, context)}};
+  nlohmann::json j = model_manifest_json(model);
+  j["max_position_embeddings"] = std::max<std::int64_t>(model.max_positions, context);
+  return j;
 }
 
 namespace {

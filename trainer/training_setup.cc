@@ -30,7 +30,7 @@ std::vector<mesh::ZeroOptimizer::Range> no_decay_ranges(const TrainerConfig& con
   std::vector<mesh::ZeroOptimizer::Range> ranges;
   if (config.decay_norms) return ranges;
   for (const ops::model::ParamEntry& p : ops::model::param_layout(config.model)) {
-    if (!p.name.ends_with("norm.weight")) continue;
+    if (!p.name.ends_with("norm.weight") && !p.name.ends_with(".bias")) continue;
     std::int64_t n = 1;
     for (auto d : p.shape) n *= d;
     ranges.push_back({p.offset, p.offset + n});

@@ -10,11 +10,9 @@ namespace {
 
 // sign = +1 rotates by +a and overwrites y; sign = -1 rotates by -a and adds into y.
 template <typename T>
-void rotate(const T* x, const int64_t* positions, T* y, int64_t n, int heads, int head_dim, double theta,
+void rotate(const T* x, const int64_t* positions, T* y, int64_t n, int heads, int head_dim, const T* inv_freq,
             int sign) {
   const int half = head_dim / 2;
-  std::vector<T> inv_freq(half);
-  for (int i = 0; i < half; ++i) inv_freq[i] = T(1) / std::pow(T(theta), T(2 * i) / T(head_dim));
 #pragma omp parallel for schedule(static) if (worth_parallel(n * heads * head_dim))
   for (int64_t r = 0; r < n; ++r) {
     std::vector<T> cs(head_dim);  // cos in [0, half), sin in [half, D)
@@ -44,19 +42,19 @@ void rotate(const T* x, const int64_t* positions, T* y, int64_t n, int heads, in
 }  // namespace
 
 template <typename T>
-void rope_forward(const T* x, const int64_t* positions, T* y, int64_t n, int heads, int head_dim, double theta) {
-  rotate(x, positions, y, n, heads, head_dim, theta, +1);
+void rope_forward(const T* x, const int64_t* positions, T* y, int64_t n, int heads, int head_dim, const T* inv_freq) {
+  rotate(x, positions, y, n, heads, head_dim, inv_freq, +1);
 }
 
 template <typename T>
 void rope_backward(const T* dy, const int64_t* positions, T* dx, int64_t n, int heads, int head_dim,
-                   double theta) {
-  rotate(dy, positions, dx, n, heads, head_dim, theta, -1);
+                   const T* inv_freq) {
+  rotate(dy, positions, dx, n, heads, head_dim, inv_freq, -1);
 }
 
-template void rope_forward<float>(const float*, const int64_t*, float*, int64_t, int, int, double);
-template void rope_forward<double>(const double*, const int64_t*, double*, int64_t, int, int, double);
-template void rope_backward<float>(const float*, const int64_t*, float*, int64_t, int, int, double);
-template void rope_backward<double>(const double*, const int64_t*, double*, int64_t, int, int, double);
+template void rope_forward<float>(const float*, const int64_t*, float*, int64_t, int, int, const float*);
+template void rope_forward<double>(const double*, const int64_t*, double*, int64_t, int, int, const double*);
+template void rope_backward<float>(const float*, const int64_t*, float*, int64_t, int, int, const float*);
+template void rope_backward<double>(const double*, const int64_t*, double*, int64_t, int, int, const double*);
 
 }  // namespace hdp::kernels::cpu

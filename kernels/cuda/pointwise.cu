@@ -88,14 +88,13 @@ __global__ void rmsnorm_dw_sum_kernel(const float* partial, float* dw, int64_t c
 
 // One thread per (row, head, i < head_dim/2); sign +1 writes y, -1 rotates back and adds.
 __global__ void rope_kernel(const float* x, const int64_t* pos, float* y, int64_t n, int heads, int head_dim,
-                            float theta, int sign) {
+                            const float* inv_freq_table, int sign) {
   const int half = head_dim / 2;
   const int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (t >= n * heads * half) return;
   const int i = static_cast<int>(t % half);
   const int64_t rh = t / half;  // row * heads + head
-  const float inv_freq = 1.0f / powf(theta, float(2 * i) / float(head_dim));
-  const float a = float(pos[rh / heads]) * inv_freq;
+  const float a = float(pos[rh / heads]) * inv_freq_table[i];
   const float c = cosf(a), s = float(sign) * sinf(a);
   const float lo = x[rh * head_dim + i], hi = x[rh * head_dim + half + i];
   const float out_lo = lo * c - hi * s, out_hi = hi * c + lo * s;
@@ -160,18 +159,18 @@ void rmsnorm_backward(const float* x, const float* weight, const float* rstd, co
 }
 
 void rope_forward(const float* x, const int64_t* positions, float* y, int64_t n, int heads, int head_dim,
-                  double theta, Stream stream) {
+                  const float* inv_freq, Stream stream) {
   const int64_t work = n * heads * (head_dim / 2);
   if (work == 0) return;
-  rope_kernel<<<blocks_for(work), kThreads, 0, native(stream)>>>(x, positions, y, n, heads, head_dim, static_cast<float>(theta), +1);
+  rope_kernel<<<blocks_for(work), kThreads, 0, native(stream)>>>(x, positions, y, n, heads, head_dim, inv_freq, +1);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void rope_backward(const float* dy, const int64_t* positions, float* dx, int64_t n, int heads, int head_dim,
-                   double theta, Stream stream) {
+                   const float* inv_freq, Stream stream) {
   const int64_t work = n * heads * (head_dim / 2);
   if (work == 0) return;
-  rope_kernel<<<blocks_for(work), kThreads, 0, native(stream)>>>(dy, positions, dx, n, heads, head_dim, static_cast<float>(theta), -1);
+  rope_kernel<<<blocks_for(work), kThreads, 0, native(stream)>>>(dy, positions, dx, n, heads, head_dim, inv_freq, -1);
   CUDA_CHECK(cudaGetLastError());
 }
 

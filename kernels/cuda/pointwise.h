@@ -21,9 +21,9 @@ void rmsnorm_backward(const float* x, const float* weight, const float* rstd, co
                       float* dweight, int64_t n, int64_t dim, Stream stream);
 
 void rope_forward(const float* x, const int64_t* positions, float* y, int64_t n, int heads, int head_dim,
-                  double theta, Stream stream);
+                  const float* inv_freq, Stream stream);
 void rope_backward(const float* dy, const int64_t* positions, float* dx, int64_t n, int heads, int head_dim,
-                   double theta, Stream stream);
+                   const float* inv_freq, Stream stream);
 
 void swiglu_forward(const float* gate, const float* up, float* h, int64_t n, Stream stream);
 void swiglu_backward(const float* gate, const float* up, const float* dh, float* dgate, float* dup, int64_t n, Stream stream);

@@ -6,8 +6,30 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace hdp::ops::model {
+
+// Hugging Face's rope_scaling.rope_type: kDefault plain RoPE, kLinear every inverse frequency
+// divided by `factor`, kLlama3 Llama 3's frequency-band rule (rope_inv_freq below).
+enum class RopeType { kDefault, kLinear, kLlama3 };
+
+struct RopeScaling {
+  RopeType type = RopeType::kDefault;
+  double factor = 1.0;            // kLinear, kLlama3
+  double low_freq_factor = 1.0;   // kLlama3
+  double high_freq_factor = 4.0;  // kLlama3
+  int original_max_positions = 8192;  // kLlama3: original_max_position_embeddings
+  bool operator==(const RopeScaling&) const = default;
+};
+
+// The model families hdp reads and writes: the same decoder, their config and parameter names.
+// kQwen2 has q/k/v biases (qkv_bias); kMistral may carry a sliding window.
+enum class Family { kLlama, kMistral, kQwen2 };
+std::string family_name(Family family);  // "llama" | "mistral" | "qwen2"
+Family parse_family(const std::string& name);  // InvalidArgument for another name
+std::string rope_type_name(RopeType type);      // "default" | "linear" | "llama3"
+RopeType parse_rope_type(const std::string& name);  // InvalidArgument for another name
 
 struct LlamaConfig {
   int vocab_size = 256;  // bytes: no tokenizer needed
@@ -23,8 +45,22 @@ struct LlamaConfig {
   // --context: hdp extends a model's context by training it longer; `hdp export` writes the larger
   // of it and the context the job trained at (trainer/hf_model.h).
   int max_positions = 0;
+  RopeScaling rope_scaling;
+  // head_dim when set (> 0), free of d_model / n_heads: q and o are [n_heads * head_dim, d_model]
+  // and [d_model, n_heads * head_dim]. 0: d_model / n_heads, which must divide.
+  int explicit_head_dim = 0;
+  bool tie_embeddings = false;  // tie_word_embeddings: lm_head is the embedding matrix
+  bool qkv_bias = false;        // q/k/v projections carry biases (Qwen2)
+  Family family = Family::kLlama;
+  // Mistral's sliding_window (0: none). The attention is full causal, so a job runs only at a
+  // context no longer than it (trainer_config.cc refuses a longer one).
+  int sliding_window = 0;
 
-  int head_dim() const { return d_model / n_heads; }
+  int head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : d_model / n_heads; }
+  // RoPE's inverse frequencies, head_dim / 2 of them: theta^(-2i/head_dim), rescaled by
+  // rope_scaling as Hugging Face's _compute_{linear_scaling,llama3}_parameters do (in f64; the
+  // kernels round them to their dtype).
+  std::vector<double> rope_inv_freq() const;
   // Throws InvalidArgument naming the field when the shape is inconsistent.
   void validate() const;
   // Multiply-adds of one token through the weights, times 2: the GEMM FLOPs of a forward pass,

@@ -12,7 +12,10 @@
 namespace hdp::ops::model {
 
 LlamaDecoder::LlamaDecoder(const LlamaConfig& config, const Tensor& params, int64_t max_tokens)
-    : config_(config), weights_(bind_weights(config, params)), max_tokens_(max_tokens) {
+    : config_(config),
+      weights_(bind_weights(config, params)),
+      rope_table_(rope_table(config.rope_inv_freq(), DType::kF32, params.device())),
+      max_tokens_(max_tokens) {
   if (params.dtype() != DType::kF32) throw InvalidArgument("LlamaDecoder: parameters are " + params.describe() + ", expected f32");
   if (max_tokens < 1) throw InvalidArgument("LlamaDecoder: max_tokens " + std::to_string(max_tokens) + " must be >= 1");
   const Shape cache{max_tokens, config.n_kv_heads, config.head_dim()};
@@ -49,9 +52,9 @@ std::vector<float> LlamaDecoder::append(const std::vector<int32_t>& tokens) {
   for (int i = 0; i < c.n_layers; ++i) {
     const LayerWeights& w = weights_.layers[static_cast<size_t>(i)];
     const Tensor h1 = rmsnorm_forward(x, w.input_norm, c.norm_eps).y;
-    const Tensor q = rope_forward(linear_forward(h1, w.q).reshape({n, c.n_heads, hd}), positions, c.rope_theta);
-    const Tensor k = rope_forward(linear_forward(h1, w.k).reshape({n, c.n_kv_heads, hd}), positions, c.rope_theta);
-    const Tensor v = linear_forward(h1, w.v).reshape({n, c.n_kv_heads, hd});
+    const Tensor q = rope_forward(linear_forward(h1, w.q, w.q_bias).reshape({n, c.n_heads, hd}), positions, rope_table_);
+    const Tensor k = rope_forward(linear_forward(h1, w.k, w.k_bias).reshape({n, c.n_kv_heads, hd}), positions, rope_table_);
+    const Tensor v = linear_forward(h1, w.v, w.v_bias).reshape({n, c.n_kv_heads, hd});
     keys_[static_cast<size_t>(i)].view(p * kv_row, {n, c.n_kv_heads, hd}).copy_from(k);
     values_[static_cast<size_t>(i)].view(p * kv_row, {n, c.n_kv_heads, hd}).copy_from(v);
     const Tensor keys = keys_[static_cast<size_t>(i)].view(0, {p + n, c.n_kv_heads, hd});

@@ -37,6 +37,7 @@ class LlamaDecoder {
  private:
   LlamaConfig config_;
   LlamaWeights weights_;
+  Tensor rope_table_;  // config_.rope_inv_freq(), f32
   int64_t max_tokens_;
   int64_t length_ = 0;
   std::vector<Tensor> keys_, values_;  // per layer, [max_tokens, n_kv_heads, head_dim]

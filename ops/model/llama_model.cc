@@ -38,6 +38,7 @@ LlamaModel::LlamaModel(const LlamaConfig& config, DType dtype, Device device, Pr
   if (precision_ == Precision::kBF16 && dtype != DType::kF32)
     throw InvalidArgument("LlamaModel: bf16 mixed precision keeps f32 parameters, not " + dtype_name(dtype));
   const int64_t n = param_count(config_);  // validates the config
+  rope_table_ = rope_table(config_.rope_inv_freq(), dtype, device);
   params_ = Tensor::zeros({n}, dtype, device);
   grads_ = Tensor::zeros({n}, dtype, device);
   weights_ = bind_weights(config_, params_);
@@ -140,9 +141,9 @@ double LlamaModel::forward(const Batch& batch, AttentionExecutor* attention) {
     a.x = x;
     a.n1 = rmsnorm_forward(x, w.input_norm, c.norm_eps);
     a.in1 = operand(a.n1.y);
-    a.q = operand(rope_forward(linear_forward(a.in1, wc.q).reshape({t, c.n_heads, hd}), batch.positions, c.rope_theta));
-    a.k = operand(rope_forward(linear_forward(a.in1, wc.k).reshape({t, c.n_kv_heads, hd}), batch.positions, c.rope_theta));
-    a.v = operand(linear_forward(a.in1, wc.v).reshape({t, c.n_kv_heads, hd}));
+    a.q = operand(rope_forward(linear_forward(a.in1, wc.q, wc.q_bias).reshape({t, c.n_heads, hd}), batch.positions, rope_table_));
+    a.k = operand(rope_forward(linear_forward(a.in1, wc.k, wc.k_bias).reshape({t, c.n_kv_heads, hd}), batch.positions, rope_table_));
+    a.v = operand(linear_forward(a.in1, wc.v, wc.v_bias).reshape({t, c.n_kv_heads, hd}));
     if (mixed) a.n1.y = Tensor();  // in1 holds it (the backward needs rstd only)
     a.att = attention->forward(i, a.q, a.k, a.v);
     a.att_in = operand(a.att.out.reshape({t, c.n_heads * hd}));
@@ -217,18 +218,25 @@ void LlamaModel::backward(double dloss) {
     attention_->backward(i, a.q, a.k, a.v, a.att, operand(datt).reshape(a.q.shape()), dq, dk, dv);
     // The query path first: an executor may still be completing dk and dv meanwhile.
     Tensor dq_lin = grad_zeros(dq.shape()), dk_lin = grad_zeros(dk.shape());
-    rope_backward(dq, batch_.positions, c.rope_theta, dq_lin);
+    rope_backward(dq, batch_.positions, rope_table_, dq_lin);
     Tensor dn1 = grad_zeros(a.x.shape());
-    linear_backward(a.in1, wc.q, operand(dq_lin.reshape({t, c.n_heads * hd})), dn1, g.q);
+    // One of q, k, v: its weight's gradient, its bias's (qkv_bias), and dn1's share.
+    auto project_back = [&](const Tensor& weight, const Tensor& bias, const Tensor& dy, const Tensor& dweight,
+                            const Tensor& dbias) {
+      const Tensor d = operand(dy.reshape({t, weight.dim(0)}));
+      linear_backward(a.in1, weight, d, dn1, dweight);
+      if (bias.defined()) linear_bias_backward(bias, d, dbias);
+    };
+    project_back(wc.q, wc.q_bias, dq_lin, g.q, g.q_bias);
     attention_->finish_backward(i);
-    rope_backward(dk, batch_.positions, c.rope_theta, dk_lin);
-    linear_backward(a.in1, wc.k, operand(dk_lin.reshape({t, c.n_kv_heads * hd})), dn1, g.k);
-    linear_backward(a.in1, wc.v, operand(dv.reshape({t, c.n_kv_heads * hd})), dn1, g.v);
+    rope_backward(dk, batch_.positions, rope_table_, dk_lin);
+    project_back(wc.k, wc.k_bias, dk_lin, g.k, g.k_bias);
+    project_back(wc.v, wc.v_bias, dv, g.v, g.v_bias);
     rmsnorm_backward(a.x, w.input_norm, a.n1.rstd, dn1, dx, g.input_norm);  // dx is now d x
     resident_bytes_ -= layer_bytes_[static_cast<size_t>(i)];
     a = LayerActs{};  // used up: what offloading saves is not brought back on top of it
   }
-  embedding_backward(batch_.tokens, dx, grad_views_.embed);
+  embedding_backward(batch_.tokens, dx, grad_views_.embed);  // tied: adds to lm_head's share
 }
 
 }  // namespace hdp::ops::model

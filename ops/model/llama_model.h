@@ -1,7 +1,8 @@
 // File: ops/model/llama_model.h
 //
 // A LLaMA-style decoder (Hugging Face LlamaForCausalLM numerics: pre-norm RMSNorm blocks, RoPE in
-// rotate-half layout, GQA attention, SwiGLU MLP, no biases, untied lm_head) with an explicit forward
+// rotate-half layout with the config's inverse frequencies (scaled or not), GQA attention, SwiGLU
+// MLP; q/k/v biases for Qwen2; lm_head its own matrix or, tied, the embedding's) with an explicit forward
 // and backward over one packed micro-batch. Parameters and gradients are two flat buffers in the
 // layout of llama_params.h. Not thread-safe: one model object per training thread.
 //
@@ -125,6 +126,7 @@ class LlamaModel {
 
   LlamaConfig config_;
   Precision precision_;
+  Tensor rope_table_;  // config_.rope_inv_freq() in the parameters' dtype, on their device
   Tensor params_;
   Tensor compute_;                // kBF16: the bf16 copy of params_ each forward() makes
   LlamaWeights compute_weights_;  // views of compute_ (kBF16) or params_ (kFull)

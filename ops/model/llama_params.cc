@@ -28,6 +28,11 @@ std::vector<ParamEntry> param_layout(const LlamaConfig& config) {
     add(p + "self_attn.q_proj.weight", {q_out, d});
     add(p + "self_attn.k_proj.weight", {kv_out, d});
     add(p + "self_attn.v_proj.weight", {kv_out, d});
+    if (config.qkv_bias) {
+      add(p + "self_attn.q_proj.bias", {q_out});
+      add(p + "self_attn.k_proj.bias", {kv_out});
+      add(p + "self_attn.v_proj.bias", {kv_out});
+    }
     add(p + "self_attn.o_proj.weight", {d, q_out});
     add(p + "post_attention_layernorm.weight", {d});
     add(p + "mlp.gate_proj.weight", {f, d});
@@ -35,14 +40,16 @@ std::vector<ParamEntry> param_layout(const LlamaConfig& config) {
     add(p + "mlp.down_proj.weight", {d, f});
   }
   add("model.norm.weight", {d});
-  add("lm_head.weight", {v, d});
+  if (!config.tie_embeddings) add("lm_head.weight", {v, d});
   return out;
 }
 
 int64_t param_count(const LlamaConfig& config) {
   const std::vector<ParamEntry> layout = param_layout(config);
   const ParamEntry& last = layout.back();
-  return last.offset + last.shape[0] * last.shape[1];
+  int64_t n = 1;
+  for (int64_t s : last.shape) n *= s;
+  return last.offset + n;
 }
 
 namespace {
@@ -72,6 +79,11 @@ LlamaWeights bind_weights(const LlamaConfig& config, const Tensor& flat) {
     l.q = view();
     l.k = view();
     l.v = view();
+    if (config.qkv_bias) {
+      l.q_bias = view();
+      l.k_bias = view();
+      l.v_bias = view();
+    }
     l.o = view();
     l.post_norm = view();
     l.gate = view();
@@ -79,7 +91,7 @@ LlamaWeights bind_weights(const LlamaConfig& config, const Tensor& flat) {
     l.down = view();
   }
   w.norm = view();
-  w.lm_head = view();
+  w.lm_head = config.tie_embeddings ? w.embed : view();
   return w;
 }
 
@@ -108,15 +120,15 @@ struct SplitMix64 {
 
 void init_params(const LlamaConfig& config, const Tensor& flat, uint64_t seed) {
   check_flat(config, flat, "init_params");
-  constexpr double kStd = 0.02;
+  constexpr double kStd = 0.02;  // biases start at 0, as HF's _init_weights sets them
   std::vector<double> values(static_cast<size_t>(flat.numel()));
   SplitMix64 rng{seed};
   for (const ParamEntry& e : param_layout(config)) {
-    const bool is_norm = e.shape.size() == 1;
-    const int64_t n = is_norm ? e.shape[0] : e.shape[0] * e.shape[1];
+    const bool is_vector = e.shape.size() == 1, is_bias = e.name.ends_with(".bias");
+    const int64_t n = is_vector ? e.shape[0] : e.shape[0] * e.shape[1];
     for (int64_t i = 0; i < n; ++i) {
-      double x = 1.0;
-      if (!is_norm) {
+      double x = is_bias ? 0.0 : 1.0;
+      if (!is_vector) {
         const double u1 = rng.uniform(), u2 = rng.uniform();
         x = kStd * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
       }

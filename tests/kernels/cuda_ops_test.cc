@@ -20,6 +20,7 @@
 #include "ops/swiglu.h"
 #include "tests/kernels/attention_cases.h"
 #include "tests/ops/grad_check.h"
+#include "tests/ops/tiny_llama.h"
 
 namespace hdp::ops {
 namespace {
@@ -69,10 +70,17 @@ TEST_F(CudaVsCpu, EmbeddingRmsNormSwiGluRopeLinearAdd) {
 
   const Tensor pos = Tensor::from_vector<int64_t>({0, 3, 17, 1000, 4095}, {5});
   const Tensor xr = rnd({5, 3, 64}, 9);
-  expect_close(rope_forward(gpu(xr), gpu(pos), 1e4), rope_forward(xr, pos, 1e4), "rope forward");
+  // Llama 3's scaled frequencies (Llama 3.2's rope_scaling): the kernels read the table they are given.
+  model::LlamaConfig scaled;
+  scaled.d_model = 192;
+  scaled.n_heads = 3;
+  scaled.rope_theta = 500000.0;
+  scaled.rope_scaling = {.type = model::RopeType::kLlama3, .factor = 32.0, .original_max_positions = 8192};
+  const Tensor inv = rope_table(scaled.rope_inv_freq(), DType::kF32);
+  expect_close(rope_forward(gpu(xr), gpu(pos), gpu(inv)), rope_forward(xr, pos, inv), "rope forward");
   Tensor rc_dx = zeros_cpu(xr.shape()), rg_dx = zeros_gpu(xr.shape());
-  rope_backward(xr, pos, 1e4, rc_dx);
-  rope_backward(gpu(xr), gpu(pos), 1e4, rg_dx);
+  rope_backward(xr, pos, inv, rc_dx);
+  rope_backward(gpu(xr), gpu(pos), gpu(inv), rg_dx);
   expect_close(rg_dx, rc_dx, "rope backward");
 
   const Tensor a = rnd({33, 70}, 10), wl = rnd({45, 70}, 11), dl = rnd({33, 45}, 12);
@@ -162,9 +170,10 @@ model::LlamaConfig small_llama() {
   return config;
 }
 
-// The whole model on the device against the CPU: every op chained, so the bound is 1e-4.
-TEST_F(CudaVsCpu, LlamaModelStep) {
-  const model::LlamaConfig config = small_llama();
+// The whole model on the device against the CPU: every op chained, so the bound is 1e-4. Also
+// with Llama 3.2's features (llama3 RoPE scaling, tied embeddings, a free head_dim) and with
+// Qwen2's q/k/v biases (tests/ops/tiny_llama.h).
+void expect_model_step_matches(const model::LlamaConfig& config) {
   model::LlamaModel cpu(config), dev(config, DType::kF32, Device::kCuda);
   cpu.init(3);
   dev.params().copy_from(cpu.params());
@@ -179,6 +188,12 @@ TEST_F(CudaVsCpu, LlamaModelStep) {
   cpu.backward(1.0);
   dev.backward(1.0);
   EXPECT_LE(rel_error(dev.grads().to(Device::kCpu), cpu.grads()), 1e-4);
+}
+
+TEST_F(CudaVsCpu, LlamaModelStep) {
+  expect_model_step_matches(small_llama());
+  expect_model_step_matches(testing::tiny_llama3());
+  expect_model_step_matches(testing::tiny_qwen2());
 }
 
 // The same step with every kernel queued on a stream of its own (ops::StreamScope): the dispatch

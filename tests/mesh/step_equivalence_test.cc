@@ -5,7 +5,9 @@
 // Plans: everything whole on one rank; static; naive; balanced (speeds 1 on 2 and 3 ranks,
 // (1, 1, 0.5, 1) on 4); a hand-made plan with rings in a permuted order, local sequences beside
 // shards and uneven micro-batch counts per rank. Capacities force the 300-token sequence over 2-4
-// ranks.
+// ranks. The model: the tiny LLaMA, and the same with Llama 3.2's features (llama3 RoPE scaling,
+// tied embeddings, a free head_dim), whose ring shards must rotate with their global positions and
+// whose one embedding parameter sums both uses' gradients.
 // Bounds (each tensor: max |difference| / max |reference|):
 //   f64: everything within 1e-9; the two sides differ only in summation order (~1e-16 per sum);
 //   f32: loss and reduced gradients within 1e-5; parameters within 1e-5 by the L2 ratio
@@ -46,7 +48,14 @@ using ops::model::LlamaModel;
 constexpr std::uint64_t kSeed = 2024;
 const std::vector<std::int64_t> kLengths{300, 140, 64, 40, 17, 9, 5, 3, 1, 2, 90, 33};
 
-LlamaConfig tiny_config() { return ops::testing::tiny_llama(); }
+// The tiny LLaMA, or the same with Llama 3.2's features (tests/ops/tiny_llama.h: llama3 RoPE
+// scaling over the batch's positions up to 300, beyond its original 64; tied embeddings; a free
+// head_dim): its ring shards rotate with their global positions.
+struct Case {
+  DType dtype;
+  bool llama3;
+};
+LlamaConfig tiny_config(const Case& c) { return c.llama3 ? ops::testing::tiny_llama3() : ops::testing::tiny_llama(); }
 
 StepOptions step_options() {
   StepOptions o;
@@ -96,9 +105,10 @@ std::vector<double> read_doubles(std::ifstream& in) {
 }
 
 // The single-process step over the whole batch.
-Outcome reference_step(DType dtype) {
+Outcome reference_step(const Case& c) {
+  const DType dtype = c.dtype;
   const auto batch = make_batch();
-  LlamaModel model(tiny_config(), dtype);
+  LlamaModel model(tiny_config(c), dtype);
   model.init(kSeed);
   model.zero_grad();
   Outcome o;
@@ -117,7 +127,7 @@ Outcome reference_step(DType dtype) {
   return o;
 }
 
-class StepEquivalence : public ::testing::TestWithParam<DType> {
+class StepEquivalence : public ::testing::TestWithParam<Case> {
  protected:
   static void SetUpTestSuite() { redis_ = new hdp::test::RedisServer(); }
   static void TearDownTestSuite() {
@@ -138,7 +148,7 @@ class StepEquivalence : public ::testing::TestWithParam<DType> {
           auto redis = std::make_shared<elastic::RedisStore>(elastic::parse_redis_url(url));
           auto comm = connect_rank(redis, prefix, rank, world, 30s);
           const auto batch = make_batch();
-          LlamaModel model(tiny_config(), dtype);
+          LlamaModel model(tiny_config(GetParam()), dtype);
           model.init(kSeed);
           ZeroOptimizer zero(model.params().numel(), rank, world, dtype);
           DistributedStep step(model, zero, *comm, step_options());
@@ -255,8 +265,8 @@ Plan hand_made_plan(int world) {
 }
 
 TEST_P(StepEquivalence, EveryPlanOnOneToFourRanksEqualsTheSingleProcessStep) {
-  const DType dtype = GetParam();
-  const Outcome ref = reference_step(dtype);
+  const DType dtype = GetParam().dtype;
+  const Outcome ref = reference_step(GetParam());
   ASSERT_GT(ref.grad_norm, step_options().max_grad_norm) << "the test means to exercise clipping";
 
   {
@@ -281,8 +291,13 @@ TEST_P(StepEquivalence, EveryPlanOnOneToFourRanksEqualsTheSingleProcessStep) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, StepEquivalence, ::testing::Values(DType::kF64, DType::kF32),
-                         [](const auto& info) { return info.param == DType::kF64 ? "f64" : "f32"; });
+INSTANTIATE_TEST_SUITE_P(Dtypes, StepEquivalence,
+                         ::testing::Values(Case{DType::kF64, false}, Case{DType::kF32, false}, Case{DType::kF64, true},
+                                           Case{DType::kF32, true}),
+                         [](const auto& info) {
+                           return std::string(info.param.dtype == DType::kF64 ? "f64" : "f32") +
+                                  (info.param.llama3 ? "_tied_llama3_rope" : "");
+                         });
 
 }  // namespace
 }  // namespace hdp::mesh

@@ -43,8 +43,8 @@ TEST(OpErrors, NoBroadcast) {
 }
 
 TEST(OpErrors, RopeAndEmbeddingInputs) {
-  expect_invalid([] { rope_forward(f32({3, 2, 5}), Tensor::zeros({3}, DType::kI64), 1e4); }, {"rope_forward", "odd"});
-  expect_invalid([] { rope_forward(f32({3, 2, 4}), Tensor::zeros({3}, DType::kI32), 1e4); },
+  expect_invalid([] { rope_forward(f32({3, 2, 5}), Tensor::zeros({3}, DType::kI64), f32({2})); }, {"rope_forward", "odd"});
+  expect_invalid([] { rope_forward(f32({3, 2, 4}), Tensor::zeros({3}, DType::kI32), f32({2})); },
                  {"rope_forward", "positions", "i32[3]"});
   expect_invalid([] { embedding_forward(Tensor::from_vector<int32_t>({0, 9}, {2}), f32({8, 4})); },
                  {"embedding_forward", "token id 9", "f32[8, 4]"});

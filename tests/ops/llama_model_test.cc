@@ -67,16 +67,19 @@ TEST(LlamaParams, RejectsInconsistentConfig) {
 }
 
 // Central differences of the summed loss on sampled coordinates of every named tensor.
-TEST(LlamaModel, WholeModelGradientMatchesFiniteDifferences) {
-  const LlamaConfig c = tiny();
+void check_whole_model_gradient(const LlamaConfig& c) {
   const Batch batch = pack_documents({bytes_of("hello, wor"), bytes_of("ld!!?"), bytes_of("ab")});
   LlamaModel m64(c, DType::kF64);
   m64.init(7);
   // Larger-than-init weights make every path contribute visibly (at std 0.02 the attention is
-  // nearly uniform and the gradient check would be insensitive to much of it).
+  // nearly uniform and the gradient check would be insensitive to much of it); biases (0 at init)
+  // get values of the same order as the projections' outputs.
   for (const ParamEntry& e : param_layout(c)) {
-    if (e.shape.size() != 2) continue;  // norm weights stay 1
     double* p = m64.params().data<double>() + e.offset;
+    if (e.name.ends_with(".bias")) {
+      for (int64_t i = 0; i < e.shape[0]; ++i) p[i] = 0.5 * std::sin(double(i + 1));
+    }
+    if (e.shape.size() != 2) continue;  // norm weights stay 1
     for (int64_t i = 0; i < e.shape[0] * e.shape[1]; ++i) p[i] *= 10;
   }
   m64.zero_grad();
@@ -112,6 +115,31 @@ TEST(LlamaModel, WholeModelGradientMatchesFiniteDifferences) {
   m32.forward(batch);
   m32.backward(1.0);
   EXPECT_LE(rel_error(m32.grads(), m64.grads()), 1e-4);
+}
+
+TEST(LlamaModel, WholeModelGradientMatchesFiniteDifferences) { check_whole_model_gradient(tiny()); }
+
+// The tied weight's gradient is the sum of the lookup's and the head's; scaled RoPE's and a free
+// head_dim's through the whole model.
+TEST(LlamaModel, TiedScaledRopeFreeHeadDimGradientMatchesFiniteDifferences) {
+  check_whole_model_gradient(testing::tiny_llama3());
+}
+
+TEST(LlamaModel, QkvBiasesTiedGradientMatchesFiniteDifferences) { check_whole_model_gradient(testing::tiny_qwen2()); }
+
+TEST(LlamaParams, TiedHasNoLmHeadAndBiasesAreNamed) {
+  const LlamaConfig c = testing::tiny_qwen2();
+  const std::vector<ParamEntry> layout = param_layout(c);
+  EXPECT_EQ(layout.back().name, "model.norm.weight");
+  EXPECT_EQ(layout[5].name, "model.layers.0.self_attn.q_proj.bias");
+  EXPECT_EQ(layout[6].shape, (Shape{16}));  // k_proj.bias: n_kv_heads * head_dim
+  LlamaModel m(c);
+  m.init(3);
+  EXPECT_EQ(m.weights().lm_head.data<float>(), m.weights().embed.data<float>());
+  for (float b : m.weights().layers[0].q_bias.to_vector<float>()) EXPECT_EQ(b, 0.0f);  // HF initialises biases to 0
+  const LlamaConfig l3 = testing::tiny_llama3();
+  EXPECT_EQ(param_layout(l3)[2].shape, (Shape{48, 32}));  // q_proj: 4 heads x head_dim 12 on d_model 32
+  EXPECT_EQ(param_layout(l3)[5].shape, (Shape{32, 48}));  // o_proj
 }
 
 TEST(LlamaModel, PackingDocumentsEqualsRunningThemAlone) {

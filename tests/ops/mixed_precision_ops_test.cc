@@ -98,11 +98,19 @@ TEST(Bf16Attention, EqualsF32AttentionOverTheWidenedOperandsBitwise) {
   EXPECT_EQ(dv.to_vector<float>(), dvf.to_vector<float>());
 }
 
-TEST(Bf16Model, ForwardAndGradientsAreCloseToF32AndTheMasterWeightsStayF32) {
-  const model::LlamaConfig config = testing::tiny_llama();
+// Also for the families' features: llama3 RoPE scaling, tied embeddings and a free head_dim;
+// Qwen2's q/k/v biases (set to values of the projections' order: they start at 0), tied.
+void expect_bf16_close_to_f32(const model::LlamaConfig& config) {
   model::LlamaModel full(config), mixed(config, DType::kF32, Device::kCpu, model::Precision::kBF16);
   full.init(9);
   mixed.init(9);
+  for (const model::ParamEntry& e : model::param_layout(config)) {
+    if (!e.name.ends_with(".bias")) continue;
+    for (int64_t i = 0; i < e.shape[0]; ++i) {
+      const float b = 0.05f * std::sin(float(i + 1));
+      full.params().data<float>()[e.offset + i] = mixed.params().data<float>()[e.offset + i] = b;
+    }
+  }
   ASSERT_EQ(mixed.params().dtype(), DType::kF32);
   ASSERT_EQ(mixed.grads().dtype(), DType::kF32);
   std::vector<std::vector<int32_t>> docs{{}, {}};
@@ -127,9 +135,13 @@ TEST(Bf16Model, ForwardAndGradientsAreCloseToF32AndTheMasterWeightsStayF32) {
   std::printf("bf16 vs f32: loss %.6f vs %.6f, gradient L2 distance %.4f\n", lm, lf, std::sqrt(diff / norm));
   EXPECT_LT(std::sqrt(diff / norm), 0.03);
   // The master weights were not touched by the forward's rounding.
-  model::LlamaModel fresh(config);
-  fresh.init(9);
-  EXPECT_EQ(mixed.params().to_vector<float>(), fresh.params().to_vector<float>());
+  EXPECT_EQ(mixed.params().to_vector<float>(), full.params().to_vector<float>());
+}
+
+TEST(Bf16Model, ForwardAndGradientsAreCloseToF32AndTheMasterWeightsStayF32) {
+  expect_bf16_close_to_f32(testing::tiny_llama());
+  expect_bf16_close_to_f32(testing::tiny_llama3());
+  expect_bf16_close_to_f32(testing::tiny_qwen2());
 }
 
 TEST(Bf16Errors, MixedOperandsOtherDtypesAndF64MixedPrecisionAreRefused) {

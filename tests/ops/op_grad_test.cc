@@ -8,6 +8,7 @@
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
 #include "ops/linear.h"
+#include "ops/model/llama_config.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
 #include "ops/swiglu.h"
@@ -51,15 +52,42 @@ TEST(OpGrad, Linear) {
       grad_check(fwd, bwd, {random_tensor({4, 6}, DType::kF64, 6), random_tensor({3, 6}, DType::kF64, 7)}, 8));
 }
 
+// RoPE with global positions and the inverse frequencies of each rope_type hdp reads: plain, linear
+// and Llama 3's frequency bands (head_dim 16 with original_max_position_embeddings 64 puts
+// frequencies in all three bands: wavelengths 2*pi*10000^(i/8) run from 6.3 to 20,000).
 TEST(OpGrad, RopeWithGlobalPositions) {
   const Tensor pos = Tensor::from_vector<int64_t>({0, 1, 7, 4096, 65537}, {5});  // a shard far into a sequence
-  auto fwd = [&](const Tensors& in) { return Tensors{rope_forward(in[0], pos, 10000.0)}; };
-  auto bwd = [&](const Tensors& in, const Tensors&, const Tensors& d) {
-    Tensor dx = zeros_like(in[0]);
-    rope_backward(d[0], pos, 10000.0, dx);
-    return Tensors{dx};
+  model::LlamaConfig c;
+  c.d_model = 64;
+  c.explicit_head_dim = 16;
+  for (model::RopeType type : {model::RopeType::kDefault, model::RopeType::kLinear, model::RopeType::kLlama3}) {
+    SCOPED_TRACE(model::rope_type_name(type));
+    c.rope_scaling = {.type = type, .factor = 8.0, .low_freq_factor = 1.0, .high_freq_factor = 4.0,
+                      .original_max_positions = 64};
+    const std::vector<double> inv_freq = c.rope_inv_freq();  // grad_check runs f64 and f32
+    auto fwd = [&](const Tensors& in) { return Tensors{rope_forward(in[0], pos, rope_table(inv_freq, in[0].dtype()))}; };
+    auto bwd = [&](const Tensors& in, const Tensors&, const Tensors& d) {
+      Tensor dx = zeros_like(in[0]);
+      rope_backward(d[0], pos, rope_table(inv_freq, d[0].dtype()), dx);
+      return Tensors{dx};
+    };
+    expect_grad_check_passes(grad_check(fwd, bwd, {random_tensor({5, 2, 16}, DType::kF64, 9)}, 10));
+  }
+}
+
+// A bias on every row (Qwen2's q/k/v): its gradient is the column sum of dy.
+TEST(OpGrad, LinearWithBias) {
+  auto fwd = [](const Tensors& in) { return Tensors{linear_forward(in[0], in[1], in[2])}; };
+  auto bwd = [](const Tensors& in, const Tensors&, const Tensors& d) {
+    Tensor dx = zeros_like(in[0]), dw = zeros_like(in[1]), db = zeros_like(in[2]);
+    linear_backward(in[0], in[1], d[0], dx, dw);
+    linear_bias_backward(in[2], d[0], db);
+    return Tensors{dx, dw, db};
   };
-  expect_grad_check_passes(grad_check(fwd, bwd, {random_tensor({5, 2, 8}, DType::kF64, 9)}, 10));
+  expect_grad_check_passes(grad_check(fwd, bwd,
+                                      {random_tensor({4, 6}, DType::kF64, 21), random_tensor({3, 6}, DType::kF64, 22),
+                                       random_tensor({3}, DType::kF64, 23)},
+                                      24));
 }
 
 TEST(OpGrad, SwiGlu) {

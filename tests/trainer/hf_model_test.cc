@@ -21,6 +21,7 @@
 #include "checkpoint/safetensors.h"
 #include "ops/model/llama_model.h"
 #include "ops/model/llama_params.h"
+#include "ops/rope.h"
 #include "tests/checkpoint/checkpoint_fixture.h"
 #include "tests/support/child_process.h"
 #include "tests/support/temp_dir.h"
@@ -160,14 +161,22 @@ TEST(HfConfig, ALlamaConfigIsReadAndWhatHdpCannotTrainIsRefusedByName) {
   EXPECT_EQ(without.max_positions, 0);
   EXPECT_FALSE(hf_config(without, TensorDtype::kF32).contains("max_position_embeddings"));
   const std::vector<std::pair<nlohmann::json, std::string>> refused = {
-      {{{"model_type", "mistral"}}, "'model_type'"},
-      {{{"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}}}, "'rope_scaling'"},
+      {{{"model_type", "gemma"}}, "'model_type'"},
+      {{{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 8.0}}}}, "'rope_scaling.rope_type'"},
+      {{{"rope_scaling", {{"type", "dynamic"}, {"factor", 2.0}}}}, "'rope_scaling.rope_type'"},
+      {{{"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}}}, "'rope_scaling.low_freq_factor'"},
+      {{{"rope_scaling", {{"rope_type", "linear"}}}}, "'rope_scaling.factor'"},
+      {{{"rope_scaling", "llama3"}}, "'rope_scaling'"},
       {{{"rope_parameters", {{"rope_type", "yarn"}}}}, "'rope_parameters.rope_type'"},
-      {{{"tie_word_embeddings", true}}, "'tie_word_embeddings'"},
+      {{{"tie_word_embeddings", "yes"}}, "'tie_word_embeddings'"},
       {{{"attention_bias", true}}, "'attention_bias'"},
+      {{{"model_type", "mistral"}, {"attention_bias", true}}, "'attention_bias'"},
+      {{{"model_type", "qwen2"}, {"use_sliding_window", true}}, "'use_sliding_window'"},
+      {{{"model_type", "mistral"}, {"sliding_window", 0}}, "'sliding_window'"},
       {{{"mlp_bias", true}}, "'mlp_bias'"},
       {{{"hidden_act", "gelu"}}, "'hidden_act'"},
-      {{{"head_dim", 32}}, "'head_dim'"},
+      {{{"head_dim", 0}}, "'head_dim'"},
+      {{{"head_dim", 7}}, "head_dim 7 must be even"},
       {{{"hidden_size", "64"}}, "'hidden_size'"},
       {{{"num_attention_heads", 0}}, "'num_attention_heads'"},
       {{{"rms_norm_eps", -1}}, "'rms_norm_eps'"},
@@ -189,6 +198,57 @@ TEST(HfConfig, ALlamaConfigIsReadAndWhatHdpCannotTrainIsRefusedByName) {
   nlohmann::json missing = llama_config();
   missing.erase("hidden_size");
   EXPECT_THROW(read_hf_config(write_config(dir.path(), missing)), InvalidArgument);
+}
+
+// The published configs (tests/trainer/published_configs, copied from the model cards' config.json)
+// are read with each family's features, and the parameter count is the model card's.
+TEST(HfConfig, PublishedLlamaQwenAndMistralConfigsHaveTheirModelCardsParameterCounts) {
+  const fs::path dir = fs::path(HDP_SOURCE_DIR) / "tests/trainer/published_configs";
+  const std::vector<std::pair<std::string, std::int64_t>> published = {{"llama-3.2-1b.json", 1'235'814'400},
+                                                                       {"llama-3.1-8b.json", 8'030'261'248},
+                                                                       {"qwen2.5-0.5b.json", 494'032'768},
+                                                                       {"mistral-7b-v0.3.json", 7'248'023'552}};
+  for (const auto& [file, count] : published) {
+    const auto m = read_hf_config(dir / file);
+    EXPECT_EQ(ops::model::param_count(m), count) << file;
+  }
+  using ops::model::Family;
+  using ops::model::RopeType;
+  const auto l32 = read_hf_config(dir / "llama-3.2-1b.json");
+  EXPECT_TRUE(l32.tie_embeddings);
+  EXPECT_EQ(l32.head_dim(), 64);
+  EXPECT_EQ(l32.rope_scaling, (ops::model::RopeScaling{RopeType::kLlama3, 32.0, 1.0, 4.0, 8192}));
+  const auto l31 = read_hf_config(dir / "llama-3.1-8b.json");
+  EXPECT_FALSE(l31.tie_embeddings);
+  EXPECT_EQ(l31.head_dim(), 128);
+  EXPECT_EQ(l31.rope_scaling.factor, 8.0);
+  const auto qwen = read_hf_config(dir / "qwen2.5-0.5b.json");
+  EXPECT_EQ(qwen.family, Family::kQwen2);
+  EXPECT_TRUE(qwen.qkv_bias && qwen.tie_embeddings);
+  EXPECT_EQ(qwen.sliding_window, 0) << "ignored while use_sliding_window is false";
+  const auto mistral = read_hf_config(dir / "mistral-7b-v0.3.json");
+  EXPECT_EQ(mistral.family, Family::kMistral);
+  EXPECT_EQ(mistral.sliding_window, 0);
+  EXPECT_FALSE(mistral.qkv_bias || mistral.tie_embeddings);
+
+  // Llama 3's frequency bands at Llama 3.2's settings: wavelengths below 8192 / 4 = 2048 keep
+  // their frequency, those above 8192 are divided by 32, those between are blended.
+  const std::vector<double> plain = ops::rope_default_inv_freq(500000.0, 64), scaled = l32.rope_inv_freq();
+  int kept = 0, divided = 0, blended = 0;
+  for (std::size_t i = 0; i < plain.size(); ++i) {
+    const double wavelength = 2 * M_PI / plain[i];
+    if (wavelength < 2048) {
+      EXPECT_EQ(scaled[i], plain[i]);
+      ++kept;
+    } else if (wavelength > 8192) {
+      EXPECT_DOUBLE_EQ(scaled[i], plain[i] / 32);
+      ++divided;
+    } else {
+      EXPECT_TRUE(scaled[i] < plain[i] && scaled[i] > plain[i] / 32) << i;
+      ++blended;
+    }
+  }
+  EXPECT_TRUE(kept > 0 && divided > 0 && blended > 0) << kept << " " << divided << " " << blended;
 }
 
 // model.safetensors in `out` (created) holding `model`'s tensors from the flat `params`, but for
@@ -483,8 +543,8 @@ TEST(HfCli, ABadConfigOrACorruptExportExitsTwoWithOneLineNamingTheFile) {
     EXPECT_NE(r.err.find(fault), std::string::npos) << r.err;
   };
   const std::vector<std::tuple<std::string, nlohmann::json, std::string>> configs = {
-      {"mistral", {{"model_type", "mistral"}}, "field 'model_type' is \"mistral\": hdp trains LLaMA models only"},
-      {"rope_scaling", {{"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}}}, "field 'rope_scaling' is {"},
+      {"gemma", {{"model_type", "gemma"}}, "field 'model_type' is \"gemma\": hdp trains llama, mistral and qwen2 models"},
+      {"rope_scaling", {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 8.0}}}}, "field 'rope_scaling.rope_type' is \"yarn\""},
       {"attention_bias", {{"attention_bias", true}}, "field 'attention_bias' is true: hdp's attention has no biases"},
       {"positions", {{"max_position_embeddings", -8}}, "field 'max_position_embeddings' must be an integer in [1, "},
   };
@@ -611,6 +671,251 @@ TEST(HfSample, PickTokenIsGreedyAtZeroKeepsTheTopKAndDrawsBySoftmax) {
   // Binomial standard deviation at most sqrt(0.25 / 40000) = 0.0025: 0.01 is four of them.
   for (int t = 0; t < 4; ++t) EXPECT_NEAR(counts[t] / double(kDraws), expect[t], 0.01) << t;
   EXPECT_THROW(check(SampleOptions{.temperature = -1}), InvalidArgument);
+}
+
+// Runs tests/trainer/numpy_llama.py with `args`; its exit code.
+int numpy_llama(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"/usr/bin/python3", std::string(HDP_SOURCE_DIR) + "/tests/trainer/numpy_llama.py"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const auto r = hdp::test::run_command(argv);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return r.exit_code;
+}
+
+std::vector<double> read_f64(const fs::path& path) {
+  std::vector<double> values(fs::file_size(path) / sizeof(double));
+  std::ifstream(path, std::ios::binary).read(reinterpret_cast<char*>(values.data()),
+                                             static_cast<std::streamsize>(values.size() * sizeof(double)));
+  return values;
+}
+
+// Small random models of each family, in bf16 safetensors written by an independent writer
+// (tests/trainer/numpy_llama.py: the format from its specification, no hdp code): a Llama 3.2-style
+// one (llama3 RoPE scaling with all three frequency bands in use, tied, head_dim 12 on hidden 32,
+// GQA), a Qwen2-style one (q/k/v biases, tied) and a Mistral-style one (sliding_window null, one key/value
+// head) in three shards with an index. For each:
+//   - `hdp sample --temperature 0` continues a prompt with exactly the tokens the float64 forward of
+//     the same script picks (argmax of a full forward per token);
+//   - hdp's logits over that sequence and another document equal the float64 forward's within
+//     1e-4 of the largest logit: both read the same bf16 values (exact in f32 and f64), hdp sums in
+//     f32 (~1e-6 relative per layer over 2 layers), while a wrong RoPE frequency, bias, head width or
+//     tied head moves logits by O(1) (the reader with the llama3 scaling dropped is checked to
+//     differ by more than 10x the bound).
+TEST(HfFamilies, IndependentBf16ModelsGiveTheFloat64ForwardsGreedyTokensAndLogits) {
+  hdp::test::TempDir dir;
+  const std::string hdp = std::string(std::getenv("HDP_BIN_DIR")) + "/hdp";
+  const std::string prompt = "Hello, ";
+  constexpr int kNew = 12;
+  std::ofstream(dir.path() / "prompt.json") << nlohmann::json(std::vector<int>(prompt.begin(), prompt.end())).dump();
+  for (const auto& [family, shards] : std::vector<std::pair<std::string, int>>{{"llama3", 1}, {"qwen2", 1}, {"mistral", 3}}) {
+    SCOPED_TRACE(family);
+    const fs::path model_dir = dir.path() / family;
+    ASSERT_EQ(numpy_llama({"write", family, model_dir.string(), "17", std::to_string(shards)}), 0);
+    EXPECT_EQ(fs::exists(model_dir / "model.safetensors.index.json"), shards > 1);
+    ASSERT_EQ(numpy_llama({"greedy", model_dir.string(), (dir.path() / "prompt.json").string(), std::to_string(kNew),
+                           (dir.path() / "greedy.json").string()}),
+              0);
+    nlohmann::json greedy;
+    std::ifstream(dir.path() / "greedy.json") >> greedy;
+    const std::vector<std::int32_t> seq = greedy.get<std::vector<std::int32_t>>();
+    const auto r = hdp::test::run_command({hdp, "sample", model_dir.string(), "--prompt", prompt, "--temperature", "0",
+                                           "--max-new-tokens", std::to_string(kNew)});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, std::string(seq.begin(), seq.end()) + "\n") << "hdp's greedy tokens differ from the float64 forward's";
+
+    const LoadedModel loaded = load_model(model_dir);
+    EXPECT_EQ(ops::model::family_name(loaded.config.family), family == "llama3" ? "llama" : family);
+    ops::model::LlamaModel model(loaded.config);
+    model.params().copy_from(ops::Tensor::from_vector(loaded.params, {static_cast<std::int64_t>(loaded.params.size())}));
+    const std::vector<std::vector<std::int32_t>> docs = {seq, {3, 250, 17, 17, 64, 0, 99}};
+    model.forward(ops::model::pack_documents(docs));
+    std::ofstream(dir.path() / "docs.json") << nlohmann::json(docs).dump();
+    ASSERT_EQ(numpy_llama({model_dir.string(), (dir.path() / "docs.json").string(), (dir.path() / "logits.f64").string()}), 0);
+    const std::vector<double> expected = read_f64(dir.path() / "logits.f64");
+    const std::vector<float> ours = model.logits().to_vector<float>();
+    ASSERT_EQ(expected.size(), ours.size());
+    double largest = 0, worst = 0;
+    for (std::size_t i = 0; i < ours.size(); ++i) {
+      largest = std::max(largest, std::abs(expected[i]));
+      worst = std::max(worst, std::abs(double(ours[i]) - expected[i]));
+    }
+    std::cout << family << ": " << ours.size() << " logits, largest |logit| " << largest << ", largest difference "
+              << worst << " (" << worst / largest << " of it)\n";
+    EXPECT_GT(largest, 1.0);
+    EXPECT_LE(worst, 1e-4 * largest);
+    if (family != "llama3") continue;
+    nlohmann::json config;
+    std::ifstream(model_dir / "config.json") >> config;
+    config["rope_scaling"] = nullptr;
+    std::ofstream(model_dir / "config.json", std::ios::trunc) << config.dump();
+    ASSERT_EQ(numpy_llama({model_dir.string(), (dir.path() / "docs.json").string(), (dir.path() / "logits.f64").string()}), 0);
+    const std::vector<double> unscaled = read_f64(dir.path() / "logits.f64");
+    double off = 0;
+    for (std::size_t i = 0; i < ours.size(); ++i) off = std::max(off, std::abs(double(ours[i]) - unscaled[i]));
+    std::cout << "llama3 read without its rope_scaling: largest difference " << off << "\n";
+    EXPECT_GT(off, 10 * 1e-4 * largest);
+  }
+}
+
+// The tiny model with each family's features (tests/ops/tiny_llama.h's, and a Mistral with a
+// window): its config.json names the family, and reads back to the same config.
+ops::model::LlamaConfig family_model(const std::string& family) {
+  ops::model::LlamaConfig c = model_preset("tiny");
+  if (family == "llama3") {
+    c.explicit_head_dim = 12;
+    c.tie_embeddings = true;
+    c.rope_scaling = {.type = ops::model::RopeType::kLlama3, .factor = 8.0, .original_max_positions = 64};
+  } else if (family == "qwen2") {
+    c.family = ops::model::Family::kQwen2;
+    c.qkv_bias = true;
+    c.tie_embeddings = true;
+  } else {
+    c.family = ops::model::Family::kMistral;
+    c.sliding_window = 4096;
+    c.rope_scaling = {.type = ops::model::RopeType::kLinear, .factor = 2.0};
+  }
+  return c;
+}
+
+// A checkpoint of each family (saved by 3 thread-ranks, restored whole by the export) exported by
+// `hdp export`: the config.json of its family, read back to the same config, a tied model's weights
+// without lm_head.weight, and the weights bitwise (f32) or exactly rounded to bf16 (bf16). A tied
+// file that holds lm_head.weight loads when it equals the embedding and is refused when not.
+TEST(HfExport, EachFamilyExportsItsOwnConfigAndLoadsBackBitwise) {
+  hdp::test::TempDir dir;
+  const std::string hdp = std::string(std::getenv("HDP_BIN_DIR")) + "/hdp";
+  for (const std::string family : {"llama3", "qwen2", "mistral"}) {
+    SCOPED_TRACE(family);
+    TrainerConfig config;
+    config.model = family_model(family);
+    const checkpoint::FlatLayout layout = checkpoint_layout(config.model);
+    checkpoint::CheckpointOptions options;
+    options.root = dir.path() / family / "ckpt";
+    options.model_config = config.model_json();
+    const auto state = checkpoint::test::make_state(layout, 7);
+    checkpoint::test::save_on(3, options, layout, state, 4);
+    const std::vector<float>& params = state.buffers[0];
+    for (const std::string dtype : {"f32", "bf16"}) {
+      const fs::path out = dir.path() / family / dtype;
+      const auto r = hdp::test::run_command({hdp, "export", options.root.string(), "--out", out.string(), "--dtype", dtype});
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      nlohmann::json hf;
+      std::ifstream(out / "config.json") >> hf;
+      EXPECT_EQ(hf["model_type"], family == "llama3" ? "llama" : family);
+      const auto back = read_hf_config(out / "config.json");
+      EXPECT_EQ(back.family, config.model.family);
+      EXPECT_EQ(back.head_dim(), config.model.head_dim());
+      EXPECT_EQ(back.rope_scaling, config.model.rope_scaling);
+      EXPECT_EQ(back.tie_embeddings, config.model.tie_embeddings);
+      EXPECT_EQ(back.qkv_bias, config.model.qkv_bias);
+      EXPECT_EQ(back.sliding_window, config.model.sliding_window);
+      EXPECT_EQ(ops::model::param_count(back), static_cast<std::int64_t>(params.size()));
+      const SafetensorsFile weights(out / "model.safetensors");
+      EXPECT_EQ(weights.tensors().contains("lm_head.weight"), !config.model.tie_embeddings);
+      EXPECT_EQ(weights.tensors().contains("model.layers.1.self_attn.v_proj.bias"), config.model.qkv_bias);
+      std::vector<float> loaded(params.size());
+      load_hf_weights(out, back, loaded);
+      std::size_t differ = 0;
+      for (std::size_t k = 0; k < params.size(); ++k) {
+        const float want = dtype == "f32" ? params[k] : kernels::cpu::bf16_to_f32(kernels::cpu::f32_to_bf16(params[k]));
+        differ += std::memcmp(&loaded[k], &want, 4) != 0;
+      }
+      EXPECT_EQ(differ, 0u) << dtype;
+    }
+  }
+  // A tied model's file with lm_head.weight: accepted equal to the embedding, refused otherwise.
+  const ops::model::LlamaConfig tied = family_model("qwen2");
+  std::vector<float> params(static_cast<std::size_t>(ops::model::param_count(tied)));
+  for (std::size_t k = 0; k < params.size(); ++k) params[k] = std::sin(float(k));
+  const auto embed = ops::model::param_layout(tied).front();
+  std::vector<float> head(params.begin(), params.begin() + embed.shape[0] * embed.shape[1]);
+  auto write_with_head = [&](const fs::path& out) {
+    write_weights(out, tied, params);
+    std::vector<checkpoint::TensorToWrite> tensors;
+    for (const auto& p : ops::model::param_layout(tied)) {
+      std::int64_t n = 1;
+      for (auto d : p.shape) n *= d;
+      tensors.push_back({p.name, {p.shape.begin(), p.shape.end()},
+                         std::span<const float>(params).subspan(static_cast<std::size_t>(p.offset), static_cast<std::size_t>(n))});
+    }
+    tensors.push_back({"lm_head.weight", {embed.shape[0], embed.shape[1]}, head});
+    checkpoint::write_safetensors(out / "model.safetensors", tensors, TensorDtype::kF32);
+  };
+  std::vector<float> loaded(params.size());
+  write_with_head(dir.path() / "tied_equal");
+  EXPECT_NO_THROW(load_hf_weights(dir.path() / "tied_equal", tied, loaded));
+  head[5] += 1.0f;
+  write_with_head(dir.path() / "tied_differs");
+  try {
+    load_hf_weights(dir.path() / "tied_differs", tied, loaded);
+    ADD_FAILURE() << "a tied file whose lm_head.weight differs was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("'tie_word_embeddings'"), std::string::npos) << e.what();
+  }
+}
+
+// `hdp train --dry-run --model-config` on the published configs prints the model card's parameter
+// count; a rope_type hdp does not implement, a Mistral window shorter than --context and attention
+// biases on a llama config exit 2 with one line naming the field.
+TEST(HfCli, DryRunReportsThePublishedParameterCountsAndUnsupportedFieldsExitTwo) {
+  hdp::test::TempDir dir;
+  const std::string hdp = std::string(std::getenv("HDP_BIN_DIR")) + "/hdp";
+  const fs::path configs = fs::path(HDP_SOURCE_DIR) / "tests/trainer/published_configs";
+  for (const auto& [file, count] : std::vector<std::pair<std::string, std::string>>{{"llama-3.2-1b.json", "1235814400"},
+                                                                                    {"llama-3.1-8b.json", "8030261248"},
+                                                                                    {"qwen2.5-0.5b.json", "494032768"},
+                                                                                    {"mistral-7b-v0.3.json", "7248023552"}}) {
+    const auto r = hdp::test::run_command({hdp, "train", "--dry-run", "--model-config", (configs / file).string()});
+    EXPECT_EQ(r.exit_code, 0) << file << ": " << r.err;
+    EXPECT_NE(r.out.find("parameters: " + count + "\n"), std::string::npos) << file << ": " << r.out;
+  }
+  nlohmann::json v01;
+  std::ifstream(configs / "mistral-7b-v0.3.json") >> v01;
+  v01["sliding_window"] = 4096;  // Mistral 7B v0.1's
+  nlohmann::json yarn = v01;
+  yarn["sliding_window"] = nullptr;
+  yarn["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  nlohmann::json biased;
+  std::ifstream(configs / "llama-3.1-8b.json") >> biased;
+  biased["attention_bias"] = true;
+  const std::vector<std::tuple<nlohmann::json, std::vector<std::string>, std::string>> refused = {
+      {v01, {"--context", "8192"}, "field 'sliding_window' is 4096, shorter than --context 8192"},
+      {yarn, {}, "field 'rope_scaling.rope_type' is \"yarn\""},
+      {biased, {}, "field 'attention_bias' is true"},
+  };
+  int i = 0;
+  for (const auto& [config, extra, field] : refused) {
+    const fs::path path = dir.path() / std::to_string(i++);
+    fs::create_directories(path);
+    std::ofstream(path / "config.json") << config.dump();
+    std::vector<std::string> argv = {hdp, "train", "--dry-run", "--model-config", (path / "config.json").string()};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    const auto r = hdp::test::run_command(argv);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find(field), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+  // v0.1's window at a context within it trains.
+  std::ofstream(dir.path() / "0" / "config.json", std::ios::trunc) << v01.dump();
+  const auto r = hdp::test::run_command(
+      {hdp, "train", "--dry-run", "--model-config", (dir.path() / "0" / "config.json").string(), "--context", "4096"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  // `hdp sample` of a Mistral model with a window of 8 tokens: 4 prompt tokens and 4 new fit, 4 and
+  // 5 do not.
+  const fs::path windowed = dir.path() / "windowed";
+  ASSERT_EQ(numpy_llama({"write", "mistral", windowed.string(), "3", "1"}), 0);
+  nlohmann::json config;
+  std::ifstream(windowed / "config.json") >> config;
+  config["sliding_window"] = 8;
+  std::ofstream(windowed / "config.json", std::ios::trunc) << config.dump();
+  for (const auto& [fresh, code] : std::vector<std::pair<std::string, int>>{{"4", 0}, {"5", 2}}) {
+    const auto s = hdp::test::run_command(
+        {hdp, "sample", windowed.string(), "--prompt", "abcd", "--temperature", "0", "--max-new-tokens", fresh});
+    EXPECT_EQ(s.exit_code, code) << s.err;
+    if (code == 2) {
+      EXPECT_NE(s.err.find("field 'sliding_window' of '" + windowed.string() + "' is 8"), std::string::npos) << s.err;
+    }
+  }
 }
 
 }  // namespace

@@ -153,8 +153,9 @@ std::int64_t continued_from_memory(const ReferenceRun& reference, AgentCluster& 
 
 // After T the run is the fault-free job on `nodes` (2 workers each) from the reference's
 // checkpoint of step T (job C): the same loss at every step, the same final state, bit for bit.
+// `model`: the flags naming the job's model, when not the tiny preset.
 void equals_continuation(const ReferenceRun& reference, const fs::path& dir, const std::vector<StepLine>& run,
-                         std::int64_t t, const std::vector<std::string>& nodes) {
+                         std::int64_t t, const std::vector<std::string>& nodes, const std::vector<std::string>& model = {}) {
   const int world = 2 * static_cast<int>(nodes.size());
   for (const StepLine& l : run) {
     if (l.step > t) {
@@ -167,7 +168,7 @@ void equals_continuation(const ReferenceRun& reference, const fs::path& dir, con
   fs::copy(reference.dir() / "ckpt" / name, cont.path() / "ckpt" / name, fs::copy_options::recursive);
   {
     const std::string size = std::to_string(nodes.size());
-    AgentCluster cluster(options(cont.path(), size + ":" + size, 1000));
+    AgentCluster cluster(options(cont.path(), size + ":" + size, 1000, model));
     for (const auto& node : nodes) cluster.start_agent(node);
     for (const auto& node : nodes) ASSERT_EQ(exit_code(cluster, node, 240s), 0) << cluster.all_logs();
   }
@@ -832,6 +833,65 @@ std::unique_ptr<ReferenceRun> DrainOfThree::reference_;
 
 TEST_F(DrainOfThree, SigtermToOneNodeGoesOnOnTheOtherTwoFromMemory) { drain_one(DrainBy::kSignals); }
 TEST_F(DrainOfThree, HdpDrainOfOneNodeGoesOnOnTheOtherTwoFromMemory) { drain_one(DrainBy::kCommand); }
+
+// A node lost before the reduce-scatter for a Llama 3.2-style model read from config.json: tied
+// embeddings (one parameter, its gradient summed from both uses, sharded and copied once), llama3
+// RoPE scaling at a context (128) above its original_max_position_embeddings (64), so every band is
+// in use, a head_dim (24) free of hidden_size / heads (16), GQA. The same assertions as
+// RecoveryCluster's node losses: from memory, 0 steps lost, bitwise the fault-free run before T and
+// the fault-free continuation on the final world size after it.
+class TiedScaledRopeRecovery : public ::testing::Test {
+ protected:
+  static std::vector<std::string> model_args() {
+    return {"--model-config", (config_dir_->path() / "config.json").string()};
+  }
+  static void SetUpTestSuite() {
+    config_dir_ = std::make_unique<TempDir>();
+    const nlohmann::json config = {
+        {"model_type", "llama"},      {"vocab_size", 256},         {"hidden_size", 64},
+        {"intermediate_size", 128},   {"num_hidden_layers", 2},    {"num_attention_heads", 4},
+        {"num_key_value_heads", 2},   {"head_dim", 24},            {"rope_theta", 10000.0},
+        {"rms_norm_eps", 1e-5},       {"tie_word_embeddings", true}, {"hidden_act", "silu"},
+        {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                          {"original_max_position_embeddings", 64}}}};
+    std::ofstream(config_dir_->path() / "config.json") << config.dump();
+    reference_ = std::make_unique<ReferenceRun>([](const fs::path& dir) { return options(dir, "2:2", 1, model_args()); },
+                                                std::vector<std::string>{"n1", "n2"}, 240s);
+  }
+  static void TearDownTestSuite() {
+    reference_.reset();
+    config_dir_.reset();
+  }
+  static std::unique_ptr<TempDir> config_dir_;
+  static std::unique_ptr<ReferenceRun> reference_;
+};
+
+std::unique_ptr<TempDir> TiedScaledRopeRecovery::config_dir_;
+std::unique_ptr<ReferenceRun> TiedScaledRopeRecovery::reference_;
+
+TEST_F(TiedScaledRopeRecovery, ANodeLostBeforeTheReduceScatterGoesOnFromMemoryAsTheFaultFreeRun) {
+  ASSERT_TRUE(reference_->ok()) << "the fault-free run did not complete";
+  TempDir dir;
+  const std::string fault = "kill-node:2@" + std::to_string(fault_step()) + ":reduce-scatter";
+  std::cout << "the fault strikes at step " << fault_step() << " (HDP_FAULT_STEP)\n";
+  std::vector<std::string> extra = model_args();
+  extra.insert(extra.end(), {"--fault", fault});
+  AgentCluster cluster(options(dir.path(), "1:2", fault_step(), extra));
+  cluster.start_agent("n1");
+  cluster.start_agent("n2");
+  const std::string victim = cluster.wait_for_dead_agent({"n1", "n2"}, 120s);
+  ASSERT_FALSE(victim.empty()) << cluster.all_logs();
+  for (const std::string node : {"n1", "n2"}) {
+    if (node != victim) {
+      EXPECT_EQ(exit_code(cluster, node, 240s), 0) << cluster.all_logs();
+    }
+  }
+  const std::vector<StepLine> run = read_metrics(dir.path() / "metrics.jsonl");
+  const std::int64_t t = continued_from_memory(*reference_, cluster, run, 4);
+  if (HasFatalFailure() || t < 0) return;
+  equals_continuation(*reference_, dir.path(), run, t, {"n1"}, model_args());
+  std::cout << fault << ": went on from step " << t << "\n";
+}
 
 }  // namespace
 }  // namespace hdp::test

@@ -2,7 +2,7 @@
 //
 // What the trainer's cluster tests read back from a run: rank 0's metrics file (every executed
 // step's exact loss, world size and data position after it) and the newest checkpoint's three
-// buffers, whole (the tiny model's layout).
+// buffers, whole (in the layout of the model its manifest records).
 #pragma once
 
 #include <cstdint>
@@ -23,9 +23,12 @@
 #include "tests/agents/agent_cluster.h"
 
 #include "elastic/job_state.h"
+#include "checkpoint/checkpoint_root.h"
 #include "checkpoint/group.h"
+#include "checkpoint/manifest.h"
 #include "checkpoint/restorer.h"
 #include "checkpoint/state.h"
+#include "trainer/hf_model.h"
 #include "trainer/trainer_config.h"
 #include "trainer/training_setup.h"
 
@@ -56,10 +59,13 @@ struct Final {
   std::vector<float> params, m, v;
 };
 
-// The newest valid checkpoint under `root` (a --checkpoint-dir of the tiny model), whole.
+// The newest valid checkpoint under `root` (a --checkpoint-dir), whole, in the layout of the
+// model the newest committed checkpoint's manifest records (the tiny model when there is none).
 inline Final read_final(const std::filesystem::path& root) {
   trainer::TrainerConfig config;
-  config.model = trainer::model_preset("tiny");
+  const auto committed = checkpoint::list_committed(root);
+  config.model = committed.empty() ? trainer::model_preset("tiny")
+                                   : trainer::model_from_manifest(checkpoint::read_manifest(committed.back().path).model_config);
   const checkpoint::FlatLayout layout = trainer::checkpoint_layout(config.model);
   Final f;
   f.params.resize(static_cast<std::size_t>(layout.total()));

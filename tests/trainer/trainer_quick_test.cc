@@ -154,6 +154,39 @@ TEST(TrainerQuick, ACheckpointOfAnotherModelShapeIsRefused) {
   EXPECT_NE(logs.find("differs from the job's"), std::string::npos) << logs;
 }
 
+// The restore events of a run, each as its fields.
+std::vector<std::map<std::string, std::string>> restore_events(AgentCluster& cluster) {
+  std::vector<std::map<std::string, std::string>> out;
+  for (const auto& e : elastic::JobState(cluster.store()).snapshot(elastic::kEventsKept).events) {
+    std::map<std::string, std::string> f(e.fields.begin(), e.fields.end());
+    if (f["type"] == "restore") out.push_back(std::move(f));
+  }
+  return out;
+}
+
+// A new job (the quick one) from `exported` (--model-config and --init-from, then `extra`) runs to
+// its end and starts from exactly `weights`: its restore event's source is init_from, at step 0,
+// with their xxh3.
+void expect_job_starts_from(const std::filesystem::path& exported, const std::vector<float>& weights,
+                            const std::vector<std::string>& extra) {
+  TempDir second;
+  std::vector<std::string> args = {"--model-config", (exported / "config.json").string(), "--init-from", exported.string()};
+  args.insert(args.end(), extra.begin(), extra.end());
+  AgentCluster cluster(quick(second.path(), args));  // quick() names --model tiny too: --model-config replaces it
+  cluster.start_agent("n1");
+  const auto status = cluster.agent("n1").wait_for(180s);
+  ASSERT_TRUE(status.has_value() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << cluster.all_logs();
+  const auto events = restore_events(cluster);
+  EXPECT_FALSE(events.empty()) << cluster.all_logs();
+  for (const auto& f : events) {
+    EXPECT_EQ(f.at("source"), "init_from");
+    EXPECT_EQ(f.at("step"), "0");
+    EXPECT_EQ(f.at("weights_xxh3"), checkpoint::to_hex(checkpoint::xxh3(std::span<const float>(weights))))
+        << "the new job's initial weights are not the exported ones, bit for bit";
+  }
+  EXPECT_EQ(cluster.state()["status"], "completed");
+}
+
 // Runs the quick job (one node) under `dir` to its end; its final checkpoint.
 Final train_to_completion(const std::filesystem::path& dir) {
   AgentCluster cluster(quick(dir, {}));
@@ -171,25 +204,7 @@ TEST(TrainerQuick, AnExportedCheckpointStartsANewJobFromExactlyItsWeights) {
   const auto exported = dir.path() / "export";
   const CommandResult r = run_command({hdp, "export", (dir.path() / "ckpt").string(), "--out", exported.string()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  TempDir second;
-  AgentCluster cluster(quick(second.path(), {"--model-config", (exported / "config.json").string(), "--init-from",
-                                             exported.string(), "--seed", "5"}));
-  // quick() names --model tiny too: --model-config replaces the preset.
-  cluster.start_agent("n1");
-  const auto status = cluster.agent("n1").wait_for(180s);
-  ASSERT_TRUE(status.has_value() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << cluster.all_logs();
-  bool found = false;
-  for (const auto& e : elastic::JobState(cluster.store()).snapshot(elastic::kEventsKept).events) {
-    std::map<std::string, std::string> f(e.fields.begin(), e.fields.end());
-    if (f["type"] != "restore") continue;
-    found = true;
-    EXPECT_EQ(f["source"], "init_from");
-    EXPECT_EQ(f["step"], "0");
-    EXPECT_EQ(f["weights_xxh3"], checkpoint::to_hex(checkpoint::xxh3(std::span<const float>(trained.params))))
-        << "the new job's initial weights are not the checkpoint's, bit for bit";
-  }
-  EXPECT_TRUE(found) << cluster.all_logs();
-  EXPECT_EQ(cluster.state()["status"], "completed");
+  expect_job_starts_from(exported, trained.params, {"--seed", "5"});
 }
 
 // The bf16 export: the same job's checkpoint exported with --dtype bf16 starts a new job whose
@@ -222,15 +237,6 @@ TEST(TrainerQuick, ABf16ExportStartsANewJobFromTheRoundedWeightsAndAResumeIgnore
   TempDir second;
   const std::vector<std::string> from_export = {"--model-config", (exported / "config.json").string(), "--init-from",
                                                 exported.string(), "--context", "128"};
-  // The restore events of a run.
-  auto restores = [](AgentCluster& cluster) {
-    std::vector<std::map<std::string, std::string>> out;
-    for (const auto& e : elastic::JobState(cluster.store()).snapshot(elastic::kEventsKept).events) {
-      std::map<std::string, std::string> f(e.fields.begin(), e.fields.end());
-      if (f["type"] == "restore") out.push_back(std::move(f));
-    }
-    return out;
-  };
   // Runs the job from the export to step `steps` (over `second`'s checkpoints, if any); its restore
   // events.
   auto run_to = [&](const char* steps) {
@@ -241,7 +247,7 @@ TEST(TrainerQuick, ABf16ExportStartsANewJobFromTheRoundedWeightsAndAResumeIgnore
     const auto status = cluster.agent("n1").wait_for(180s);
     EXPECT_TRUE(status.has_value() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << cluster.all_logs();
     EXPECT_EQ(cluster.state()["step"], steps);
-    const auto events = restores(cluster);
+    const auto events = restore_events(cluster);
     EXPECT_FALSE(events.empty()) << cluster.all_logs();
     return events;
   };
@@ -461,6 +467,69 @@ TEST(TrainerQuick, EvalFlagsWithoutTheirPartnerAreRefused) {
         << cluster.all_logs();
   }
 }
+
+// Train -> export -> --init-from for each model family hdp reads: a job trained from a
+// config.json of the family (a Llama 3.2-style one: llama3 RoPE scaling, tied, head_dim 24 on
+// hidden 64, GQA; a Qwen2-style one: q/k/v biases, tied; a Mistral-style one: sliding_window null),
+// exported in f32 and in bf16; a new job from each export starts from exactly the trained weights
+// (f32) or those rounded to bf16 to nearest even (bf16), bit for bit (the restore event's xxh3);
+// the export's config.json is the family's and a tied export has no lm_head.weight.
+class FamilyRoundTrip : public ::testing::TestWithParam<std::string> {};
+
+nlohmann::json family_config(const std::string& family) {
+  nlohmann::json c = {{"vocab_size", 256},         {"hidden_size", 64},       {"intermediate_size", 128},
+                      {"num_hidden_layers", 2},    {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+                      {"rms_norm_eps", 1e-5},      {"hidden_act", "silu"},    {"rope_theta", 10000.0}};
+  if (family == "llama") {
+    c.update({{"model_type", "llama"}, {"head_dim", 24}, {"tie_word_embeddings", true},
+              {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                                {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 32}}}});
+  } else if (family == "qwen2") {
+    c.update({{"model_type", "qwen2"}, {"tie_word_embeddings", true}, {"use_sliding_window", false},
+              {"sliding_window", 32768}});
+  } else {
+    c.update({{"model_type", "mistral"}, {"sliding_window", nullptr}, {"tie_word_embeddings", false}});
+  }
+  return c;
+}
+
+TEST_P(FamilyRoundTrip, AnExportStartsANewJobFromExactlyTheTrainedWeightsOrTheirBf16Rounding) {
+  const std::string family = GetParam();
+  TempDir dir;
+  std::ofstream(dir.path() / "config.json") << family_config(family).dump();
+  const std::vector<std::string> model = {"--model-config", (dir.path() / "config.json").string()};
+  Final trained;
+  {
+    AgentCluster cluster(quick(dir.path(), model));
+    cluster.start_agent("n1");
+    const auto status = cluster.agent("n1").wait_for(180s);
+    ASSERT_TRUE(status.has_value() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << cluster.all_logs();
+    trained = read_final(dir.path() / "ckpt");
+  }
+  ASSERT_EQ(trained.step, 24);
+  const std::string hdp = std::string(std::getenv("HDP_BIN_DIR")) + "/hdp";
+  for (const std::string dtype : {"f32", "bf16"}) {
+    SCOPED_TRACE(dtype);
+    const auto exported = dir.path() / ("export-" + dtype);
+    const CommandResult r = run_command({hdp, "export", (dir.path() / "ckpt").string(), "--out", exported.string(), "--dtype", dtype});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::ifstream in(exported / "config.json");
+    const nlohmann::json hf = nlohmann::json::parse(in, nullptr, false);
+    EXPECT_EQ(hf.value("model_type", ""), family);
+    const std::string weights = [&] {
+      std::ifstream file(exported / "model.safetensors", std::ios::binary);
+      return std::string(std::istreambuf_iterator<char>(file), {});
+    }();
+    EXPECT_EQ(weights.find("\"lm_head.weight\"") == std::string::npos, family != "mistral") << "tied exports have none";
+    std::vector<float> expected = trained.params;
+    if (dtype == "bf16") {
+      for (float& x : expected) x = kernels::cpu::bf16_to_f32(kernels::cpu::f32_to_bf16(x));
+    }
+    expect_job_starts_from(exported, expected, {"--steps", "4"});
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, FamilyRoundTrip, ::testing::Values("llama", "qwen2", "mistral"));
 
 }  // namespace
 }  // namespace hdp::test
