@@ -27,7 +27,7 @@ std::vector<Line> read_lines(const fs::path& path) {
   for (std::string text; std::getline(in, text);) {
     try {
       const auto j = nlohmann::json::parse(text);
-      Line line{j.at("step"), j.at("world_size"), j.at("time_ms"), j.at("step_ms"), j.at("tokens_per_s")};
+      Line line{j.at("step"), j.at("world_size"), j.at("time_ms"), j.at("step_ms"), j.at("tokens_per_s"), j.value("loss", 0.0)};
       if (j.contains("plan_speeds")) line.plan_speeds = j.at("plan_speeds").get<std::vector<double>>();
       if (j.contains("speeds")) line.speeds = j.at("speeds").get<std::vector<double>>();
       lines.push_back(std::move(line));
@@ -48,12 +48,20 @@ Job::Job(std::string hdp, std::chrono::milliseconds lease, const std::string& na
   fs::create_directories(dir_);
 }
 
-std::vector<std::map<std::string, std::string>> Job::events() {
+std::vector<elastic::StreamEntry> Job::event_entries() {
   auto redis = std::make_shared<elastic::RedisStore>(elastic::parse_redis_url(redis_.url()));
   elastic::JobState state(std::make_shared<elastic::PrefixStore>(redis, elastic::keys::job_namespace(job_)));
+  return state.snapshot(elastic::kEventsKept).events;
+}
+
+std::vector<std::map<std::string, std::string>> Job::events() {
   std::vector<std::map<std::string, std::string>> out;
-  for (const auto& e : state.snapshot(elastic::kEventsKept).events) out.emplace_back(e.fields.begin(), e.fields.end());
+  for (const auto& e : event_entries()) out.emplace_back(e.fields.begin(), e.fields.end());
   return out;
+}
+
+std::vector<elastic::RecoveryRecord> Job::recoveries(std::size_t count) {
+  return elastic::recent_recoveries(event_entries(), count);
 }
 
 Job::~Job() {
@@ -94,12 +102,34 @@ void Job::kill_agent(const std::string& node) {
   agents_[node] = -1;
 }
 
-std::vector<pid_t> Job::workers(const std::string& node) const {
-  const pid_t a = agents_.at(node);
+std::vector<pid_t> child_pids(pid_t a) {
   std::ifstream children("/proc/" + std::to_string(a) + "/task/" + std::to_string(a) + "/children");
   std::vector<pid_t> pids;
   for (pid_t pid = 0; children >> pid;) pids.push_back(pid);
   return pids;
+}
+
+std::vector<pid_t> Job::workers(const std::string& node) const { return child_pids(agents_.at(node)); }
+
+bool Job::signal_node(const std::string& node, int signo) {
+  const auto it = agents_.find(node);
+  if (it == agents_.end() || it->second <= 0) return false;
+  for (const pid_t w : child_pids(it->second)) kill(w, signo);
+  kill(it->second, signo);
+  if (signo == SIGKILL) {
+    waitpid(it->second, nullptr, 0);
+    it->second = -1;
+  }
+  return true;
+}
+
+std::optional<int> Job::agent_exit(const std::string& node) {
+  const auto it = agents_.find(node);
+  if (it == agents_.end() || it->second <= 0) return std::nullopt;
+  int status = 0;
+  if (waitpid(it->second, &status, WNOHANG) != it->second) return std::nullopt;
+  it->second = -1;
+  return status;
 }
 
 int Job::workers_started() const {

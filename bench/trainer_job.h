@@ -11,10 +11,12 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "agents/embedded_redis.h"
+#include "elastic/goodput.h"
 
 namespace hdp::bench {
 
@@ -25,12 +27,15 @@ struct Line {
   std::int64_t time_ms = 0;  // wall clock when the step completed
   double step_ms = 0;
   double tokens_per_s = 0;
+  double loss = 0;
   std::vector<double> plan_speeds;  // the speeds the step was planned with, per rank
   std::vector<double> speeds;       // each rank's measured speed relative to the median
 };
 
 // The lines written so far (a line still being written is left for the next read).
 std::vector<Line> read_lines(const std::filesystem::path& path);
+// The children of process `pid` (an agent's workers).
+std::vector<pid_t> child_pids(pid_t pid);
 // The median step time of the lines of step `from` on (ms); 0 when there are none.
 double median_step_ms(const std::vector<Line>& lines, std::int64_t from);
 
@@ -51,16 +56,25 @@ class Job {
                    const std::vector<std::string>& agent_flags = {});
   pid_t agent(const std::string& node) const { return agents_.at(node); }
   void kill_agent(const std::string& node);
+  // `signo` to the agent and its workers (SIGKILL: reaps the agent); false when it is not running.
+  bool signal_node(const std::string& node, int signo);
+  // The agent's wait status once it has exited (reaped then), nullopt while it runs.
+  std::optional<int> agent_exit(const std::string& node);
   // The agent's worker processes (its children).
   std::vector<pid_t> workers(const std::string& node) const;
   // Workers the agents started, counted in their logs.
   int workers_started() const;
   // The job's events (elastic/job_state.h), oldest first, each as its fields.
   std::vector<std::map<std::string, std::string>> events();
+  // The job's last `count` recoveries (its `recovered` events: elastic/goodput.h).
+  std::vector<elastic::RecoveryRecord> recoveries(std::size_t count);
+  const std::string& name() const { return job_; }
   // Polls the metrics file every 20 ms until `predicate` holds; false after `timeout`.
   bool wait(const std::function<bool(const std::vector<Line>&)>& predicate, std::chrono::seconds timeout);
 
  private:
+  std::vector<elastic::StreamEntry> event_entries();
+
   std::string hdp_;
   std::chrono::milliseconds lease_;
   std::filesystem::path dir_;

@@ -1,0 +1,128 @@
+#!/usr/bin/python3
+"""bench_goodput's torchrun side: a small DDP language model on CPU over gloo, run by
+`torch.distributed.run` (c10d rendezvous), checkpointing every --checkpoint-every steps.
+
+Two roles:
+  --store-port P   host the c10d rendezvous store (a TCPStore) until killed: the agents run with
+                   --rdzv-conf is_host=false, so that no agent hosts it and a killed node takes
+                   no rendezvous state with it (as hdp's Redis lives apart from its agents);
+  (default)        one rank of the job, started by torchrun.
+
+The job: a token embedding, --layers residual MLP blocks of width --width with layer norms, and a
+vocabulary projection, trained with AdamW on seeded random token sequences. Every step's global
+batch is the same whatever the world size (drawn from the step number, split evenly over the
+ranks), so a run that restarts from a checkpoint computes the same steps again. On start every
+rank loads the newest checkpoint (model, optimizer, step) when there is one. Rank 0 appends one
+JSON line per step to --metrics-file with the fields bench_goodput reads from hdp's (step, loss,
+world_size, time_ms, step_ms, tokens_per_s), and writes the checkpoint (to a temporary file,
+then renamed).
+"""
+import argparse
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def parse():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--store-port", type=int, help="host the rendezvous store on this port and wait")
+    p.add_argument("--steps", type=int, default=600)
+    p.add_argument("--checkpoint-every", type=int, default=10)
+    p.add_argument("--checkpoint-dir")
+    p.add_argument("--metrics-file")
+    p.add_argument("--width", type=int, default=256)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--vocab", type=int, default=1024)
+    p.add_argument("--context", type=int, default=128)
+    p.add_argument("--batch-tokens", type=int, default=1024)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--seed", type=int, default=77)
+    return p.parse_args()
+
+
+class Model(nn.Module):
+    def __init__(self, vocab, width, layers):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.LayerNorm(width), nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+            for _ in range(layers))
+        self.norm = nn.LayerNorm(width)
+        self.out = nn.Linear(width, vocab)
+
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = x + block(x)
+        return self.out(self.norm(x))
+
+
+def batch(args, step, rank, world):
+    g = torch.Generator().manual_seed(args.seed * 1000003 + step)
+    rows = args.batch_tokens // args.context
+    tokens = torch.randint(0, args.vocab, (rows, args.context + 1), generator=g)
+    mine = tokens.chunk(world)[rank] if rows >= world else tokens
+    return mine[:, :-1], mine[:, 1:]
+
+
+def host_store(port):
+    store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    print(f"rendezvous store on 127.0.0.1:{port}", flush=True)
+    while True:
+        time.sleep(3600)
+    del store
+
+
+def main():
+    args = parse()
+    if args.store_port:
+        host_store(args.store_port)
+        return
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(args.seed)
+    model = Model(args.vocab, args.width, args.layers)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    path = os.path.join(args.checkpoint_dir, "last.pt")
+    start = 1
+    if os.path.exists(path):
+        state = torch.load(path)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        start = state["step"] + 1
+        if rank == 0:
+            print(f"restored step {state['step']} on {world} ranks", flush=True)
+    metrics = open(args.metrics_file, "a") if rank == 0 else None
+    for step in range(start, args.steps + 1):
+        t0 = time.time()
+        x, y = batch(args, step, rank, world)
+        loss = F.cross_entropy(ddp(x).reshape(-1, args.vocab), y.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        mean = loss.detach().clone()
+        dist.all_reduce(mean)
+        mean /= world
+        t1 = time.time()
+        if rank == 0:
+            ms = (t1 - t0) * 1000
+            metrics.write(json.dumps({"step": step, "loss": mean.item(), "world_size": world,
+                                      "time_ms": int(t1 * 1000), "step_ms": ms,
+                                      "tokens_per_s": args.batch_tokens / (t1 - t0)}) + "\n")
+            metrics.flush()
+            if step % args.checkpoint_every == 0:
+                tmp = path + ".tmp"
+                torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step}, tmp)
+                os.replace(tmp, path)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
