@@ -40,7 +40,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -76,15 +78,25 @@ struct Settings {
   std::vector<std::string> kinds;
   bool json = false, torchrun = true;
   std::string hdp, python = "/usr/bin/python3", torch_script = HDP_BENCH_SOURCE_DIR "/torchrun_goodput.py";
-  int torch_width = 256, torch_layers = 4;
+  std::string model = "tiny";
+  int batch_tokens = 4096;
   int timeout_s = 1800;
 };
+
+// torchrun_goodput.py's model flags for hdp's preset `s.model` (trainer/trainer_config.cc): the
+// same vocabulary, width, layers, heads, feed-forward width, context and tokens per step.
+std::string torch_shape(const Settings& s) {
+  const std::string shape = s.model == "tiny" ? "--width 64 --layers 2 --heads 4 --ffn 192 --context 128"
+                                              : "--width 256 --layers 4 --heads 4 --ffn 768 --context 256";
+  return shape + " --vocab 256 --batch-tokens " + std::to_string(s.batch_tokens);
+}
 
 // What the fault loop drives: an hdp job or a torchrun job.
 class Target {
  public:
   virtual ~Target() = default;
   virtual fs::path metrics() const = 0;
+  virtual fs::path log(const std::string& node) const = 0;
   virtual void start(const std::string& node) = 0;
   virtual bool signal_node(const std::string& node, int signo) = 0;
   virtual std::optional<int> exited(const std::string& node) = 0;
@@ -99,6 +111,7 @@ class HdpTarget : public Target {
   HdpTarget(const Settings& s, const std::string& name, std::vector<std::string> train)
       : s_(s), job_(s.hdp, std::chrono::milliseconds(s.lease_ms), name, std::move(train)) {}
   fs::path metrics() const override { return job_.metrics(); }
+  fs::path log(const std::string& node) const override { return job_.log(node); }
   void start(const std::string& node) override { job_.start_agent(node, s_.nproc, "2:" + std::to_string(s_.nodes)); }
   bool signal_node(const std::string& node, int signo) override { return job_.signal_node(node, signo); }
   std::optional<int> exited(const std::string& node) override { return job_.agent_exit(node); }
@@ -141,15 +154,18 @@ class TorchTarget : public Target {
     fs::remove_all(dir_, ignored);
   }
   fs::path metrics() const override { return dir_ / "metrics.jsonl"; }
+  fs::path log(const std::string& node) const override { return dir_ / (node + ".log"); }
   void start(const std::string& node) override {
+    // --redirects/--tee: the default "0" reads as no value on Python 3.11 (Std.from_str finds no
+    // member 0 among an IntFlag's members) and the agent fails to start its workers.
     const std::string command =
         "exec '" + s_.python + "' -m torch.distributed.run --nnodes " + std::to_string(s_.nodes) +
-        " --nproc-per-node " + std::to_string(s_.nproc) + " --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:" +
-        std::to_string(port_) + " --rdzv-id goodput --rdzv-conf is_host=false --max-restarts 1000" +
-        " --monitor-interval 1 '" + s_.torch_script + "' --steps " + std::to_string(s_.steps) +
-        " --checkpoint-every 10 --checkpoint-dir '" + (dir_ / "ckpt").string() + "' --metrics-file '" +
-        metrics().string() + "' --width " + std::to_string(s_.torch_width) + " --layers " +
-        std::to_string(s_.torch_layers) + " >>'" + (dir_ / (node + ".log")).string() + "' 2>&1";
+        " --nproc_per_node " + std::to_string(s_.nproc) + " --rdzv_backend c10d --rdzv_endpoint 127.0.0.1:" +
+        std::to_string(port_) + " --rdzv_id goodput --rdzv_conf is_host=false --max_restarts 1000" +
+        " --monitor_interval 1 --redirects 1 --tee 2 --log_dir '" + (dir_ / ("logs-" + node)).string() + "' '" +
+        s_.torch_script + "' --steps " + std::to_string(s_.steps) + " --checkpoint-every 10 --checkpoint-dir '" +
+        (dir_ / "ckpt").string() + "' --metrics-file '" + metrics().string() + "' " + torch_shape(s_) + " >>'" +
+        (dir_ / (node + ".log")).string() + "' 2>&1";
     agents_[node] = hdp::agents::spawn({{"/bin/sh", "-c", command}, {}});
   }
   bool signal_node(const std::string& node, int signo) override {
@@ -208,8 +224,24 @@ RunResult drive(Target& target, const Settings& s, const std::vector<Fault>& sch
   RunResult r;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(s.timeout_s);
   auto expired = [&] { return std::chrono::steady_clock::now() > deadline; };
-  while (read_lines(target.metrics()).empty()) {
-    if (expired()) return r;
+  for (int exited = 0; read_lines(target.metrics()).empty();) {
+    for (auto& [node, state] : nodes) {
+      if (state == State::kUp && target.exited(node)) {
+        state = State::kDown;
+        ++exited;
+      }
+    }
+    if (expired() || exited == s.nodes) {
+      std::cerr << "the job did not start; the end of " << target.log("n1") << ":\n";
+      std::ifstream in(target.log("n1"));
+      std::deque<std::string> tail;
+      for (std::string line; std::getline(in, line);) {
+        tail.push_back(line);
+        if (tail.size() > 20) tail.pop_front();
+      }
+      for (const auto& line : tail) std::cerr << "  " << line << "\n";
+      return r;
+    }
     std::this_thread::sleep_for(20ms);
   }
   const std::int64_t t0 = now_ms();
@@ -244,6 +276,21 @@ RunResult drive(Target& target, const Settings& s, const std::vector<Fault>& sch
     r.lines = read_lines(target.metrics());
     if (!r.lines.empty() && std::any_of(r.lines.begin(), r.lines.end(), [&](const Line& l) { return l.step >= s.steps; })) {
       r.completed = true;
+      break;
+    }
+    // An agent that exited on its own (not drained) is reported and left out.
+    bool any_up = false;
+    for (auto& [node, state] : nodes) {
+      if (state == State::kUp) {
+        if (const auto status = target.exited(node)) {
+          std::cerr << node << " exited on its own (" << hdp::agents::describe_status(*status) << ")\n";
+          state = State::kDown;
+        }
+      }
+      any_up = any_up || state != State::kDown;
+    }
+    if (!any_up && later.empty()) {
+      std::cerr << "every node is down and none is coming back: the run ends unfinished\n";
       break;
     }
     const std::int64_t now = now_ms();
@@ -399,8 +446,9 @@ nlohmann::json report(const RunResult& clean, const RunResult& faulted, int step
 }
 
 std::vector<std::string> hdp_train_args(const Settings& s) {
-  return {"--model", "tiny", "--steps", std::to_string(s.steps), "--context", "128", "--capacity", "128",
-          "--batch-tokens", "1024", "--lr", "3e-3", "--warmup-steps", "10", "--seed", "77", "--checkpoint-every", "10",
+  const std::string context = s.model == "tiny" ? "128" : "256";
+  return {"--model", s.model, "--steps", std::to_string(s.steps), "--context", context, "--capacity", context,
+          "--batch-tokens", std::to_string(s.batch_tokens), "--lr", "3e-3", "--warmup-steps", "10", "--seed", "77", "--checkpoint-every", "10",
           "--timeout-ms", "10000", "--threads", "1", "--log-every", "100", "--no-speed-aware"};
 }
 
@@ -454,8 +502,10 @@ int main(int argc, char** argv) {
   app.add_option("--hdp", s.hdp, "The hdp binary")->capture_default_str();
   app.add_option("--python", s.python, "The python with Debian's python3-torch")->capture_default_str();
   app.add_option("--torch-script", s.torch_script, "bench/torchrun_goodput.py")->capture_default_str();
-  app.add_option("--torch-width", s.torch_width, "The torchrun model's width")->capture_default_str();
-  app.add_option("--torch-layers", s.torch_layers, "The torchrun model's blocks")->capture_default_str();
+  app.add_option("--model", s.model, "hdp's preset, and torchrun's model of its shape")
+      ->check(CLI::IsMember({"tiny", "demo"}))
+      ->capture_default_str();
+  app.add_option("--batch-tokens", s.batch_tokens, "Tokens per step (both systems)")->capture_default_str();
   app.add_option("--timeout-s", s.timeout_s, "Longest a run may take")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -466,7 +516,7 @@ int main(int argc, char** argv) {
   }
   const auto schedule = hdp::bench::make_schedule(o);
   nlohmann::json out = {{"mtbf_s", s.mtbf_s}, {"seed", s.seed},  {"nodes", s.nodes},       {"nproc", s.nproc},
-                        {"steps", s.steps},   {"lease_ms", s.lease_ms}, {"return_s", s.return_s},
+                        {"steps", s.steps},   {"model", s.model}, {"batch_tokens", s.batch_tokens}, {"lease_ms", s.lease_ms}, {"return_s", s.return_s},
                         {"loss_tolerance", kLossTolerance}};
   bool ok = true;
   {

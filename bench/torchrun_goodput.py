@@ -8,8 +8,8 @@ Two roles:
                    no rendezvous state with it (as hdp's Redis lives apart from its agents);
   (default)        one rank of the job, started by torchrun.
 
-The job: a token embedding, --layers residual MLP blocks of width --width with layer norms, and a
-vocabulary projection, trained with AdamW on seeded random token sequences. Every step's global
+The job: a causal transformer of hdp's `demo` shape by default (vocabulary 256, width 256, 4
+layers of 4 heads, feed-forward 768, context 256, 2,048 tokens a step), trained with AdamW on seeded random token sequences. Every step's global
 batch is the same whatever the world size (drawn from the step number, split evenly over the
 ranks), so a run that restarts from a checkpoint computes the same steps again. On start every
 rank loads the newest checkpoint (model, optimizer, step) when there is one. Rank 0 appends one
@@ -37,29 +37,35 @@ def parse():
     p.add_argument("--metrics-file")
     p.add_argument("--width", type=int, default=256)
     p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--vocab", type=int, default=1024)
-    p.add_argument("--context", type=int, default=128)
-    p.add_argument("--batch-tokens", type=int, default=1024)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--ffn", type=int, default=768)
+    p.add_argument("--vocab", type=int, default=256)
+    p.add_argument("--context", type=int, default=256)
+    p.add_argument("--batch-tokens", type=int, default=2048)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=77)
     return p.parse_args()
 
 
 class Model(nn.Module):
-    def __init__(self, vocab, width, layers):
+    """A causal pre-norm transformer of hdp's demo shape (torch's own layers: LayerNorm and
+    learned positions where hdp's LLaMA has RMSNorm and RoPE, GELU where it has SwiGLU)."""
+
+    def __init__(self, vocab, width, layers, heads, ffn, context):
         super().__init__()
         self.embed = nn.Embedding(vocab, width)
-        self.blocks = nn.ModuleList(
-            nn.Sequential(nn.LayerNorm(width), nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
-            for _ in range(layers))
+        self.position = nn.Parameter(torch.zeros(context, width))
+        layer = nn.TransformerEncoderLayer(width, heads, ffn, dropout=0.0, activation="gelu", batch_first=True,
+                                           norm_first=True)
+        self.blocks = nn.TransformerEncoder(layer, layers)
         self.norm = nn.LayerNorm(width)
-        self.out = nn.Linear(width, vocab)
+        self.out = nn.Linear(width, vocab, bias=False)
+        self.register_buffer("mask", torch.triu(torch.full((context, context), float("-inf")), 1))
 
     def forward(self, tokens):
-        x = self.embed(tokens)
-        for block in self.blocks:
-            x = x + block(x)
-        return self.out(self.norm(x))
+        n = tokens.shape[1]
+        x = self.embed(tokens) + self.position[:n]
+        return self.out(self.norm(self.blocks(x, mask=self.mask[:n, :n])))
 
 
 def batch(args, step, rank, world):
@@ -87,7 +93,7 @@ def main():
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(args.seed)
-    model = Model(args.vocab, args.width, args.layers)
+    model = Model(args.vocab, args.width, args.layers, args.heads, args.ffn, args.context)
     ddp = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
     path = os.path.join(args.checkpoint_dir, "last.pt")

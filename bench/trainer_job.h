@@ -50,6 +50,7 @@ class Job {
 
   agents::EmbeddedRedis& redis() { return redis_; }
   std::filesystem::path metrics() const { return dir_ / "metrics.jsonl"; }
+  std::filesystem::path log(const std::string& node) const { return dir_ / (node + ".log"); }
 
   // `agent_flags` go to `hdp agent` before the worker command (e.g. --metrics-port P).
   void start_agent(const std::string& node, int nproc, const std::string& nnodes,
