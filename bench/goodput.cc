@@ -61,12 +61,8 @@
 namespace {
 
 using namespace std::chrono_literals;
+using namespace hdp::bench;
 namespace fs = std::filesystem;
-using hdp::bench::Fault;
-using hdp::bench::FaultKind;
-using hdp::bench::Job;
-using hdp::bench::Line;
-using hdp::bench::read_lines;
 using hdp::elastic::now_ms;
 
 constexpr double kLossTolerance = 1e-4;  // relative: trainer_cluster_test's compare()
@@ -113,8 +109,8 @@ class HdpTarget : public Target {
   fs::path metrics() const override { return job_.metrics(); }
   fs::path log(const std::string& node) const override { return job_.log(node); }
   void start(const std::string& node) override { job_.start_agent(node, s_.nproc, "2:" + std::to_string(s_.nodes)); }
-  bool signal_node(const std::string& node, int signo) override { return job_.signal_node(node, signo); }
-  std::optional<int> exited(const std::string& node) override { return job_.agent_exit(node); }
+  bool signal_node(const std::string& node, int signo) override { return job_.agents().signal(node, signo); }
+  std::optional<int> exited(const std::string& node) override { return job_.agents().exit_status(node); }
   std::vector<pid_t> workers(const std::string& node) override { return job_.workers(node); }
   void pause_store() override { job_.redis().pause(); }
   void resume_store() override { job_.redis().resume(); }
@@ -147,7 +143,7 @@ class TorchTarget : public Target {
                                  {}});
   }
   ~TorchTarget() override {
-    for (auto& [node, pid] : agents_) signal_node(node, SIGKILL);
+    for (const auto& node : agents_.names()) agents_.signal(node, SIGKILL);
     kill(store_, SIGKILL);
     waitpid(store_, nullptr, 0);
     std::error_code ignored;
@@ -166,35 +162,18 @@ class TorchTarget : public Target {
         s_.torch_script + "' --steps " + std::to_string(s_.steps) + " --checkpoint-every 10 --checkpoint-dir '" +
         (dir_ / "ckpt").string() + "' --metrics-file '" + metrics().string() + "' " + torch_shape(s_) + " >>'" +
         (dir_ / (node + ".log")).string() + "' 2>&1";
-    agents_[node] = hdp::agents::spawn({{"/bin/sh", "-c", command}, {}});
+    agents_.start(node, command);
   }
-  bool signal_node(const std::string& node, int signo) override {
-    const auto it = agents_.find(node);
-    if (it == agents_.end() || it->second <= 0) return false;
-    for (const pid_t w : hdp::bench::child_pids(it->second)) kill(w, signo);
-    kill(it->second, signo);
-    if (signo == SIGKILL) {
-      waitpid(it->second, nullptr, 0);
-      it->second = -1;
-    }
-    return true;
-  }
-  std::optional<int> exited(const std::string& node) override {
-    const auto it = agents_.find(node);
-    if (it == agents_.end() || it->second <= 0) return std::nullopt;
-    int status = 0;
-    if (waitpid(it->second, &status, WNOHANG) != it->second) return std::nullopt;
-    it->second = -1;
-    return status;
-  }
-  std::vector<pid_t> workers(const std::string& node) override { return hdp::bench::child_pids(agents_.at(node)); }
+  bool signal_node(const std::string& node, int signo) override { return agents_.signal(node, signo); }
+  std::optional<int> exited(const std::string& node) override { return agents_.exit_status(node); }
+  std::vector<pid_t> workers(const std::string& node) override { return agents_.children(node); }
 
  private:
   const Settings& s_;
   fs::path dir_;
   int port_ = 0;
   pid_t store_ = -1;
-  std::map<std::string, pid_t> agents_;
+  NodeProcesses agents_;  // destroyed before the store
 };
 
 struct Applied {
@@ -304,23 +283,31 @@ RunResult drive(Target& target, const Settings& s, const std::vector<Fault>& sch
       Applied a{f, "", "applied", now_ms()};
       const auto live = up();
       const auto pick = [&]() -> std::string {
-        return live.empty() ? std::string() : live[hdp::bench::pick_index(f.pick, static_cast<int>(live.size()))];
+        return live.empty() ? std::string() : live[pick_index(f.pick, static_cast<int>(live.size()))];
       };
       const auto in = [&](double seconds) { return now_ms() + static_cast<std::int64_t>(seconds * 1000); };
       switch (f.kind) {
         case FaultKind::kNodeKill:
+        case FaultKind::kNodeStop: {
+          // Down for a while: killed and started again, or stopped and continued.
+          const bool kill_it = f.kind == FaultKind::kNodeKill;
           a.node = pick();
           if (a.node.empty()) {
             a.outcome = "skipped: no node up";
             break;
           }
-          target.signal_node(a.node, SIGKILL);
-          nodes[a.node] = State::kDown;
-          later.emplace(in(s.return_s), [&, node = a.node] {
-            target.start(node);
+          target.signal_node(a.node, kill_it ? SIGKILL : SIGSTOP);
+          nodes[a.node] = kill_it ? State::kDown : State::kStopped;
+          later.emplace(in(kill_it ? s.return_s : f.duration_s), [&, kill_it, node = a.node] {
+            if (kill_it) {
+              target.start(node);
+            } else {
+              target.signal_node(node, SIGCONT);
+            }
             nodes[node] = State::kUp;
           });
           break;
+        }
         case FaultKind::kWorkerKill: {
           a.node = pick();
           const auto pids = a.node.empty() ? std::vector<pid_t>{} : target.workers(a.node);
@@ -328,22 +315,9 @@ RunResult drive(Target& target, const Settings& s, const std::vector<Fault>& sch
             a.outcome = "skipped: no worker running";
             break;
           }
-          kill(pids[hdp::bench::pick_index(f.pick, static_cast<int>(pids.size()))], SIGKILL);
+          kill(pids[pick_index(f.pick, static_cast<int>(pids.size()))], SIGKILL);
           break;
         }
-        case FaultKind::kNodeStop:
-          a.node = pick();
-          if (a.node.empty()) {
-            a.outcome = "skipped: no node up";
-            break;
-          }
-          target.signal_node(a.node, SIGSTOP);
-          nodes[a.node] = State::kStopped;
-          later.emplace(in(f.duration_s), [&, node = a.node] {
-            target.signal_node(node, SIGCONT);
-            nodes[node] = State::kUp;
-          });
-          break;
         case FaultKind::kRedisStall:
           a.node = "redis";
           target.pause_store();
@@ -385,8 +359,8 @@ RunResult drive(Target& target, const Settings& s, const std::vector<Fault>& sch
   return r;
 }
 
-std::vector<hdp::bench::StepTime> step_times(const std::vector<Line>& lines) {
-  std::vector<hdp::bench::StepTime> out;
+std::vector<StepTime> step_times(const std::vector<Line>& lines) {
+  std::vector<StepTime> out;
   for (const Line& l : lines) out.push_back({l.step, l.time_ms, l.step_ms});
   return out;
 }
@@ -410,8 +384,8 @@ nlohmann::json report(const RunResult& clean, const RunResult& faulted, int step
   nlohmann::json out = {{"completed", clean.completed && faulted.completed}};
   if (clean.lines.empty() || faulted.lines.empty()) return out;
   const auto ff = fault_free_times(clean.lines);
-  const auto base = hdp::bench::run_goodput(step_times(clean.lines), ff);
-  const auto g = hdp::bench::run_goodput(step_times(faulted.lines), ff);
+  const auto base = run_goodput(step_times(clean.lines), ff);
+  const auto g = run_goodput(step_times(faulted.lines), ff);
   const double a = loss_at(clean.lines, steps), b = loss_at(faulted.lines, steps);
   std::vector<double> ms;
   for (const auto& [step, t] : ff) ms.push_back(t);
@@ -430,12 +404,12 @@ nlohmann::json report(const RunResult& clean, const RunResult& faulted, int step
   std::map<std::string, std::vector<double>> by_kind;
   for (const Applied& f : faulted.faults) {
     out["faults"].push_back({{"at_s", f.fault.at_s},
-                             {"kind", hdp::bench::kind_name(f.fault.kind)},
+                             {"kind", kind_name(f.fault.kind)},
                              {"node", f.node},
                              {"duration_s", f.fault.duration_s},
                              {"outcome", f.outcome},
                              {"to_next_step_s", f.recovery_s}});
-    if (f.recovery_s >= 0) by_kind[hdp::bench::kind_name(f.fault.kind)].push_back(f.recovery_s);
+    if (f.recovery_s >= 0) by_kind[kind_name(f.fault.kind)].push_back(f.recovery_s);
   }
   for (const auto& [kind, times] : by_kind) {
     out["to_next_step_by_kind"][kind] = {{"count", times.size()},
@@ -509,12 +483,12 @@ int main(int argc, char** argv) {
   app.add_option("--timeout-s", s.timeout_s, "Longest a run may take")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
-  hdp::bench::ScheduleOptions o{.mtbf_s = s.mtbf_s, .horizon_s = s.horizon_s, .seed = s.seed};
+  ScheduleOptions o{.mtbf_s = s.mtbf_s, .horizon_s = s.horizon_s, .seed = s.seed};
   if (!s.kinds.empty()) {
     o.kinds.clear();
-    for (const auto& k : s.kinds) o.kinds.push_back(*hdp::bench::kind_from_name(k));
+    for (const auto& k : s.kinds) o.kinds.push_back(*kind_from_name(k));
   }
-  const auto schedule = hdp::bench::make_schedule(o);
+  const auto schedule = make_schedule(o);
   nlohmann::json out = {{"mtbf_s", s.mtbf_s}, {"seed", s.seed},  {"nodes", s.nodes},       {"nproc", s.nproc},
                         {"steps", s.steps},   {"model", s.model}, {"batch_tokens", s.batch_tokens}, {"lease_ms", s.lease_ms}, {"return_s", s.return_s},
                         {"loss_tolerance", kLossTolerance}};
@@ -561,7 +535,7 @@ int main(int argc, char** argv) {
     }
     {
       TorchTarget t(s, "goodput-torch-faults");
-      faulted = drive(t, s, hdp::bench::only_kinds(schedule, {FaultKind::kNodeKill}));
+      faulted = drive(t, s, only_kinds(schedule, {FaultKind::kNodeKill}));
     }
     out["torchrun"] = report(clean, faulted, s.steps);
     ok = ok && out["torchrun"]["completed"].get<bool>();

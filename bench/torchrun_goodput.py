@@ -31,19 +31,14 @@ import torch.nn.functional as F
 def parse():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--store-port", type=int, help="host the rendezvous store on this port and wait")
-    p.add_argument("--steps", type=int, default=600)
-    p.add_argument("--checkpoint-every", type=int, default=10)
     p.add_argument("--checkpoint-dir")
     p.add_argument("--metrics-file")
-    p.add_argument("--width", type=int, default=256)
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--ffn", type=int, default=768)
-    p.add_argument("--vocab", type=int, default=256)
-    p.add_argument("--context", type=int, default=256)
-    p.add_argument("--batch-tokens", type=int, default=2048)
     p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--seed", type=int, default=77)
+    # The run's length and the model's shape (hdp's demo preset by default).
+    integers = {"steps": 600, "checkpoint-every": 10, "width": 256, "layers": 4, "heads": 4, "ffn": 768,
+                "vocab": 256, "context": 256, "batch-tokens": 2048, "seed": 77}
+    for name, default in integers.items():
+        p.add_argument("--" + name, type=int, default=default)
     return p.parse_args()
 
 

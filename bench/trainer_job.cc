@@ -65,12 +65,7 @@ std::vector<elastic::RecoveryRecord> Job::recoveries(std::size_t count) {
 }
 
 Job::~Job() {
-  for (auto& [node, pid] : agents_) {
-    if (pid > 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-  }
+  for (const auto& node : agents_.names()) agents_.signal(node, SIGKILL);
   std::error_code ignored;
   fs::remove_all(dir_, ignored);
 }
@@ -93,14 +88,10 @@ void Job::start_agent(const std::string& node, int nproc, const std::string& nno
   for (const auto& arg : train_) command += " '" + arg + "'";
   command += " --checkpoint-dir '" + (dir_ / "ckpt").string() + "' --metrics-file '" + metrics().string() +
              "' >>'" + (dir_ / (node + ".log")).string() + "' 2>&1";
-  agents_[node] = agents::spawn({{"/bin/sh", "-c", command}, {}});
+  agents_.start(node, command);
 }
 
-void Job::kill_agent(const std::string& node) {
-  kill(agents_.at(node), SIGKILL);
-  waitpid(agents_.at(node), nullptr, 0);
-  agents_[node] = -1;
-}
+void Job::kill_agent(const std::string& node) { agents_.signal(node, SIGKILL, false); }
 
 std::vector<pid_t> child_pids(pid_t a) {
   std::ifstream children("/proc/" + std::to_string(a) + "/task/" + std::to_string(a) + "/children");
@@ -109,12 +100,28 @@ std::vector<pid_t> child_pids(pid_t a) {
   return pids;
 }
 
-std::vector<pid_t> Job::workers(const std::string& node) const { return child_pids(agents_.at(node)); }
+std::vector<pid_t> Job::workers(const std::string& node) const { return agents_.children(node); }
 
-bool Job::signal_node(const std::string& node, int signo) {
-  const auto it = agents_.find(node);
-  if (it == agents_.end() || it->second <= 0) return false;
-  for (const pid_t w : child_pids(it->second)) kill(w, signo);
+NodeProcesses::~NodeProcesses() {
+  for (const auto& node : names()) signal(node, SIGKILL);
+}
+
+void NodeProcesses::start(const std::string& node, const std::string& command) {
+  pids_[node] = agents::spawn({{"/bin/sh", "-c", command}, {}});
+}
+
+std::vector<std::string> NodeProcesses::names() const {
+  std::vector<std::string> out;
+  for (const auto& [node, pid] : pids_) out.push_back(node);
+  return out;
+}
+
+bool NodeProcesses::signal(const std::string& node, int signo, bool children) {
+  const auto it = pids_.find(node);
+  if (it == pids_.end() || it->second <= 0) return false;
+  if (children) {
+    for (const pid_t w : child_pids(it->second)) kill(w, signo);
+  }
   kill(it->second, signo);
   if (signo == SIGKILL) {
     waitpid(it->second, nullptr, 0);
@@ -123,9 +130,9 @@ bool Job::signal_node(const std::string& node, int signo) {
   return true;
 }
 
-std::optional<int> Job::agent_exit(const std::string& node) {
-  const auto it = agents_.find(node);
-  if (it == agents_.end() || it->second <= 0) return std::nullopt;
+std::optional<int> NodeProcesses::exit_status(const std::string& node) {
+  const auto it = pids_.find(node);
+  if (it == pids_.end() || it->second <= 0) return std::nullopt;
   int status = 0;
   if (waitpid(it->second, &status, WNOHANG) != it->second) return std::nullopt;
   it->second = -1;
@@ -134,8 +141,8 @@ std::optional<int> Job::agent_exit(const std::string& node) {
 
 int Job::workers_started() const {
   int n = 0;
-  for (const auto& [node, pid] : agents_) {
-    std::ifstream in(dir_ / (node + ".log"));
+  for (const auto& node : agents_.names()) {
+    std::ifstream in(log(node));
     for (std::string line; std::getline(in, line);) n += line.find(" started (pid ") != std::string::npos;
   }
   return n;

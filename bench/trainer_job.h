@@ -39,12 +39,35 @@ std::vector<pid_t> child_pids(pid_t pid);
 // The median step time of the lines of step `from` on (ms); 0 when there are none.
 double median_step_ms(const std::vector<Line>& lines, std::int64_t from);
 
+// Processes by node name, each a `/bin/sh -c` command that execs the node's agent (hdp's, or
+// torchrun's); a signal reaches the agent and its children (its workers).
+class NodeProcesses {
+ public:
+  NodeProcesses() = default;
+  ~NodeProcesses();  // SIGKILLs those left, with their children
+  NodeProcesses(const NodeProcesses&) = delete;
+  NodeProcesses& operator=(const NodeProcesses&) = delete;
+
+  void start(const std::string& node, const std::string& command);
+  pid_t pid(const std::string& node) const { return pids_.at(node); }  // -1 once it exited or was killed
+  std::vector<pid_t> children(const std::string& node) const { return child_pids(pid(node)); }
+  // `signo` to the agent (and its children when `children`); SIGKILL reaps the agent. False when
+  // it is not running.
+  bool signal(const std::string& node, int signo, bool children = true);
+  // Its wait status once it has exited (reaped then), nullopt while it runs.
+  std::optional<int> exit_status(const std::string& node);
+  std::vector<std::string> names() const;
+
+ private:
+  std::map<std::string, pid_t> pids_;
+};
+
 class Job {
  public:
   // `train` is the worker's flags after `hdp train` (the metrics file and checkpoint directory
   // are added). Files live in a fresh directory under the system's temp dir, removed at the end.
   Job(std::string hdp, std::chrono::milliseconds lease, const std::string& name, std::vector<std::string> train);
-  ~Job();  // SIGKILLs the agents that are left (their workers die with them)
+  ~Job();  // SIGKILLs the agents that are left and their workers
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
 
@@ -55,12 +78,9 @@ class Job {
   // `agent_flags` go to `hdp agent` before the worker command (e.g. --metrics-port P).
   void start_agent(const std::string& node, int nproc, const std::string& nnodes,
                    const std::vector<std::string>& agent_flags = {});
-  pid_t agent(const std::string& node) const { return agents_.at(node); }
+  pid_t agent(const std::string& node) const { return agents_.pid(node); }
   void kill_agent(const std::string& node);
-  // `signo` to the agent and its workers (SIGKILL: reaps the agent); false when it is not running.
-  bool signal_node(const std::string& node, int signo);
-  // The agent's wait status once it has exited (reaped then), nullopt while it runs.
-  std::optional<int> agent_exit(const std::string& node);
+  NodeProcesses& agents() { return agents_; }
   // The agent's worker processes (its children).
   std::vector<pid_t> workers(const std::string& node) const;
   // Workers the agents started, counted in their logs.
@@ -82,7 +102,7 @@ class Job {
   std::string job_;
   std::vector<std::string> train_;
   agents::EmbeddedRedis redis_;
-  std::map<std::string, pid_t> agents_;
+  NodeProcesses agents_;
 };
 
 }  // namespace hdp::bench
