@@ -107,4 +107,17 @@ RunGoodput run_goodput(const std::vector<StepTime>& run, const std::map<std::int
   return g;
 }
 
+std::map<std::int64_t, double> own_step_times(const std::vector<StepTime>& run, int window) {
+  std::map<std::int64_t, double> out;
+  const auto n = static_cast<std::ptrdiff_t>(run.size());
+  for (std::ptrdiff_t i = 0; i < n; ++i) {
+    std::vector<double> near;
+    for (std::ptrdiff_t j = std::max<std::ptrdiff_t>(0, i - window); j <= std::min(n - 1, i + window); ++j) {
+      near.push_back(run[j].step_ms);
+    }
+    out[run[i].step] = median(near);
+  }
+  return out;
+}
+
 }  // namespace hdp::bench

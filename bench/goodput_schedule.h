@@ -8,10 +8,11 @@
 //     that the bench maps onto the nodes eligible when the fault comes (node = floor(pick * n)).
 //     A hot spare joins at most `max_spares` times (the later draws of that kind are drawn again),
 //     so that the fleet stays bounded.
-//   - the goodput of a run from its per-step lines: ETTR = the sum of the fault-free run's step
-//     time of the steps kept (1..the last step) / the wall time (from the start of the first step
-//     to the end of the last), and the steps computed twice (a line for a step not above the
-//     furthest step before it).
+//   - the goodput of a run from its per-step lines: ETTR = the sum of the fault-free step time of
+//     the steps kept (1..the last step) / the wall time (from the start of the first step to the
+//     end of the last), and the steps computed twice (a line for a step not above the furthest
+//     step before it). The fault-free step time is another run's (run_goodput), or the run's own
+//     undisturbed steps' (own_step_times).
 #pragma once
 
 #include <cstdint>
@@ -76,8 +77,14 @@ struct RunGoodput {
   double ettr = 0;
 };
 
-// `fault_free_ms`: the fault-free run's time of each step; a step it lacks counts at the median of
-// its times. Throws std::invalid_argument when `run` or `fault_free_ms` is empty.
+// `fault_free_ms`: the fault-free time of each step; a step it lacks counts at the median of its
+// times. Throws std::invalid_argument when `run` or `fault_free_ms` is empty.
 RunGoodput run_goodput(const std::vector<StepTime>& run, const std::map<std::int64_t, double>& fault_free_ms);
+
+// The fault-free time of each step as the run itself shows it, for a machine whose load drifts
+// between runs: for each line, the median `step_ms` of the lines at most `window` before or after
+// it (a fault's few slow steps do not move a median of 2 * window + 1); a step computed twice
+// gets its last line's. Empty for an empty run.
+std::map<std::int64_t, double> own_step_times(const std::vector<StepTime>& run, int window);
 
 }  // namespace hdp::bench

@@ -142,5 +142,32 @@ TEST(GoodputEttr, ProductiveTimeIsTheFaultFreeRunsAndEmptyRunsAreRefused) {
   EXPECT_THROW(run_goodput(slow, {}), std::invalid_argument);
 }
 
+// A run's own undisturbed steps give its fault-free time: 100 ms steps, the machine twice as slow
+// from step 41, and 3 steps of 5 s after a fault at step 20. The slow steps do not move the
+// windowed median; the drift does, from where the window sees mostly the slower steps.
+TEST(GoodputEttr, TheRunsOwnStepTimesIgnoreAFaultsSlowStepsAndFollowTheLoad) {
+  std::vector<StepTime> run;
+  std::int64_t t = 0;
+  for (std::int64_t s = 1; s <= 80; ++s) {
+    const double ms = s >= 20 && s < 23 ? 5000 : s > 40 ? 200 : 100;
+    t += static_cast<std::int64_t>(ms);
+    run.push_back({s, t, ms});
+  }
+  const auto own = own_step_times(run, 5);
+  ASSERT_EQ(own.size(), 80u);
+  EXPECT_DOUBLE_EQ(own.at(21), 100);
+  EXPECT_DOUBLE_EQ(own.at(10), 100);
+  EXPECT_DOUBLE_EQ(own.at(70), 200);
+  const RunGoodput g = run_goodput(run, own);
+  EXPECT_DOUBLE_EQ(g.wall_ms, 3 * 5000 + 37 * 100 + 40 * 200);
+  // Productive: steps 1..40 at 100 ms but those within 5 of step 41 see mostly 200 ms steps.
+  EXPECT_GT(g.productive_ms, 40 * 100 + 40 * 200 - 1);
+  EXPECT_LT(g.productive_ms, 40 * 100 + 40 * 200 + 5 * 100 + 1);
+  // About 12 s of 26.7 s; the same figure against the first 40 steps' 100 ms would be 8 s.
+  EXPECT_GE(g.ettr, 12000.0 / 26700);
+  EXPECT_LE(g.ettr, 12500.0 / 26700);
+  EXPECT_TRUE(own_step_times({}, 5).empty());
+}
+
 }  // namespace
 }  // namespace hdp::bench
