@@ -29,7 +29,7 @@ std::vector<Line> read_lines(const fs::path& path) {
   for (std::string text; std::getline(in, text);) {
     try {
       const auto j = nlohmann::json::parse(text);
-      Line line{j.at("step"), j.at("world_size"), j.at("time_ms"), j.at("step_ms"), j.at("tokens_per_s")};
+      Line line{j.at("step"), j.at("world_size"), j.at("time_ms"), j.at("step_ms"), j.at("tokens_per_s"), j.value("loss", 0.0)};
       if (j.contains("plan_speeds")) line.plan_speeds = j.at("plan_speeds").get<std::vector<double>>();
       if (j.contains("speeds")) line.speeds = j.at("speeds").get<std::vector<double>>();
       lines.push_back(std::move(line));
@@ -50,11 +50,15 @@ Job::Job(std::string hdp, std::chrono::milliseconds lease, const std::string& na
   fs::create_directories(dir_);
 }
 
-std::vector<std::map<std::string, std::string>> Job::events() {
+std::vector<elastic::StreamEntry> Job::event_entries() {
   auto redis = std::make_shared<elastic::RedisStore>(elastic::parse_redis_url(redis_.url()));
   elastic::JobState state(std::make_shared<elastic::PrefixStore>(redis, elastic::keys::job_namespace(job_)));
+  return state.snapshot(elastic::kEventsKept).events;
+}
+
+std::vector<std::map<std::string, std::string>> Job::events() {
   std::vector<std::map<std::string, std::string>> out;
-  for (const auto& e : state.snapshot(elastic::kEventsKept).events) out.emplace_back(e.fields.begin(), e.fields.end());
+  for (const auto& e : event_entries()) out.emplace_back(e.fields.begin(), e.fields.end());
   return out;
 }
 
@@ -65,18 +69,12 @@ std::string Job::leader_node() {
   return leader ? leader->substr(0, leader->find('/')) : std::string();
 }
 
-void Job::kill_node_processes(const std::string& node) {
-  for (const pid_t pid : workers(node)) kill(pid, SIGKILL);
-  kill_agent(node);
+std::vector<elastic::RecoveryRecord> Job::recoveries(std::size_t count) {
+  return elastic::recent_recoveries(event_entries(), count);
 }
 
 Job::~Job() {
-  for (auto& [node, pid] : agents_) {
-    if (pid > 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-  }
+  for (const auto& node : agents_.names()) agents_.signal(node, SIGKILL);
   if (std::getenv("HDP_BENCH_KEEP")) {  // the agents' logs and metrics, to read a timeline
     std::cerr << "kept " << dir_.string() << "\n";
     return;
@@ -103,27 +101,61 @@ void Job::start_agent(const std::string& node, int nproc, const std::string& nno
   for (const auto& arg : train_) command += " '" + arg + "'";
   command += " --checkpoint-dir '" + (dir_ / "ckpt").string() + "' --metrics-file '" + metrics().string() +
              "' >>'" + (dir_ / (node + ".log")).string() + "' 2>&1";
-  agents_[node] = agents::spawn({{"/bin/sh", "-c", command}, {}});
+  agents_.start(node, command);
 }
 
-void Job::kill_agent(const std::string& node) {
-  kill(agents_.at(node), SIGKILL);
-  waitpid(agents_.at(node), nullptr, 0);
-  agents_[node] = -1;
-}
+void Job::kill_agent(const std::string& node) { agents_.signal(node, SIGKILL, false); }
 
-std::vector<pid_t> Job::workers(const std::string& node) const {
-  const pid_t a = agents_.at(node);
+std::vector<pid_t> child_pids(pid_t a) {
   std::ifstream children("/proc/" + std::to_string(a) + "/task/" + std::to_string(a) + "/children");
   std::vector<pid_t> pids;
   for (pid_t pid = 0; children >> pid;) pids.push_back(pid);
   return pids;
 }
 
+std::vector<pid_t> Job::workers(const std::string& node) const { return agents_.children(node); }
+
+NodeProcesses::~NodeProcesses() {
+  for (const auto& node : names()) signal(node, SIGKILL);
+}
+
+void NodeProcesses::start(const std::string& node, const std::string& command) {
+  pids_[node] = agents::spawn({{"/bin/sh", "-c", command}, {}});
+}
+
+std::vector<std::string> NodeProcesses::names() const {
+  std::vector<std::string> out;
+  for (const auto& [node, pid] : pids_) out.push_back(node);
+  return out;
+}
+
+bool NodeProcesses::signal(const std::string& node, int signo, bool children) {
+  const auto it = pids_.find(node);
+  if (it == pids_.end() || it->second <= 0) return false;
+  if (children) {
+    for (const pid_t w : child_pids(it->second)) kill(w, signo);
+  }
+  kill(it->second, signo);
+  if (signo == SIGKILL) {
+    waitpid(it->second, nullptr, 0);
+    it->second = -1;
+  }
+  return true;
+}
+
+std::optional<int> NodeProcesses::exit_status(const std::string& node) {
+  const auto it = pids_.find(node);
+  if (it == pids_.end() || it->second <= 0) return std::nullopt;
+  int status = 0;
+  if (waitpid(it->second, &status, WNOHANG) != it->second) return std::nullopt;
+  it->second = -1;
+  return status;
+}
+
 int Job::workers_started() const {
   int n = 0;
-  for (const auto& [node, pid] : agents_) {
-    std::ifstream in(dir_ / (node + ".log"));
+  for (const auto& node : agents_.names()) {
+    std::ifstream in(log(node));
     for (std::string line; std::getline(in, line);) n += line.find(" started (pid ") != std::string::npos;
   }
   return n;

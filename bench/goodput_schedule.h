@@ -1,0 +1,90 @@
+// File: bench/goodput_schedule.h
+//
+// bench_goodput's pieces that are tested alone (tests/bench/goodput_schedule_test.cc):
+//   - the failure schedule: faults at exponential inter-arrival times of mean `mtbf_s` (a Poisson
+//     process, as failures of independent machines are), each of a kind drawn uniformly from the
+//     kinds asked for, from one seed, so that two runs (and hdp and torchrun in one run) meet the
+//     same faults at the same times. A fault names no node: it carries a uniform `pick` in [0, 1)
+//     that the bench maps onto the nodes eligible when the fault comes (node = floor(pick * n)).
+//     A hot spare joins at most `max_spares` times (the later draws of that kind are drawn again),
+//     so that the fleet stays bounded.
+//   - the goodput of a run from its per-step lines: ETTR = the sum of the fault-free step time of
+//     the steps kept (1..the last step) / the wall time (from the start of the first step to the
+//     end of the last), and the steps computed twice (a line for a step not above the furthest
+//     step before it). The fault-free step time is another run's (run_goodput), or the run's own
+//     undisturbed steps' (own_step_times).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hdp::bench {
+
+enum class FaultKind {
+  kNodeKill,    // SIGKILL of a node's agent and workers; the node starts again `return_s` later
+  kWorkerKill,  // SIGKILL of one worker; its agent restarts it
+  kNodeStop,    // SIGSTOP of a node's agent and workers for `duration_s`, then SIGCONT
+  kRedisStall,  // the store answers nothing for `duration_s`
+  kDrain,       // `hdp drain` of a node; its agent starts again `return_s` after it exits
+  kSpareJoin,   // one more node starts (a hot spare: standing by while the job is at its maximum)
+};
+
+const char* kind_name(FaultKind kind);
+std::optional<FaultKind> kind_from_name(const std::string& name);
+std::vector<FaultKind> all_kinds();
+
+struct Fault {
+  double at_s = 0;       // from the start of training
+  FaultKind kind = FaultKind::kNodeKill;
+  double pick = 0;       // [0, 1): which of the eligible nodes
+  double duration_s = 0; // kNodeStop, kRedisStall: how long; else 0
+};
+
+struct ScheduleOptions {
+  double mtbf_s = 30;
+  double horizon_s = 600;  // no fault at or after this time
+  std::uint64_t seed = 1;
+  std::vector<FaultKind> kinds = all_kinds();
+  int max_spares = 1;
+  double min_stop_s = 1, max_stop_s = 8;  // uniform: a stall shorter and longer than a lease
+};
+
+// Throws std::invalid_argument on mtbf_s <= 0, no kinds, or min_stop_s > max_stop_s.
+std::vector<Fault> make_schedule(const ScheduleOptions& options);
+
+// The faults of `kinds` only, at their times (torchrun gets the node kills of the same schedule).
+std::vector<Fault> only_kinds(const std::vector<Fault>& schedule, const std::vector<FaultKind>& kinds);
+
+// floor(pick * n), within [0, n); n > 0.
+int pick_index(double pick, int n);
+
+// One executed step of a run, as its per-step line says (bench/trainer_job.h's Line has more).
+struct StepTime {
+  std::int64_t step = 0;
+  std::int64_t time_ms = 0;  // wall clock when it completed
+  double step_ms = 0;
+};
+
+struct RunGoodput {
+  std::int64_t last_step = 0;
+  std::int64_t lines = 0;
+  std::int64_t recomputed_steps = 0;
+  double wall_ms = 0;
+  double productive_ms = 0;  // sum of the fault-free step times of steps 1..last_step
+  double ettr = 0;
+};
+
+// `fault_free_ms`: the fault-free time of each step; a step it lacks counts at the median of its
+// times. Throws std::invalid_argument when `run` or `fault_free_ms` is empty.
+RunGoodput run_goodput(const std::vector<StepTime>& run, const std::map<std::int64_t, double>& fault_free_ms);
+
+// The fault-free time of each step as the run itself shows it, for a machine whose load drifts
+// between runs: for each line, the median `step_ms` of the lines at most `window` before or after
+// it (a fault's few slow steps do not move a median of 2 * window + 1); a step computed twice
+// gets its last line's. Empty for an empty run.
+std::map<std::int64_t, double> own_step_times(const std::vector<StepTime>& run, int window);
+
+}  // namespace hdp::bench
