@@ -29,10 +29,10 @@ void abandon(elastic::ElasticContext& ctx, const LoopOptions& options, const ela
   ctx.report_broken(m, who.node + "/" + std::to_string(who.local_rank) + ": " + error.what(), report);
 }
 
-// Aborts `comm` as soon as the store names a generation other than m's, and reports m's
-// generation broken (`on_peer_lost`, once) as soon as a peer's connection failed, also while this
-// rank computes and waits on nobody: the leader learns of a dead peer process at once, not at this
-// rank's next call. Stops when destroyed.
+// Aborts `comm` as soon as the store names a generation other than m's, and calls `on_peer_lost`
+// (once) as soon as a peer's connection failed, also while this rank computes and waits on nobody:
+// the generation is reported broken and its communicator aborted at once, not at this rank's next
+// call, so the leader learns of a dead peer process within the poll. Stops when destroyed.
 class SupersededWatch {
  public:
   SupersededWatch(const elastic::ElasticContext& ctx, const elastic::Membership& m, mesh::Communicator& comm,
@@ -126,7 +126,12 @@ LoopResult run_elastic_loop(elastic::ElasticContext& ctx, const LoopOptions& opt
       // With an agent's channel a look costs no store read, so it looks every 20 ms.
       SupersededWatch watch(ctx, membership, *comm,
                             ctx.has_agent_channel() ? std::chrono::milliseconds(20) : options.watch_every,
-                            [&](const std::string& why) { abandon(ctx, options, membership, PeerLost("peer lost: " + why)); });
+                            [&](const std::string& why) {
+                              abandon(ctx, options, membership, PeerLost("peer lost: " + why));
+                              // No collective of this generation can complete without that peer:
+                              // the rank leaves its compute at the next layer (DistributedStep).
+                              comm->abort("peer lost: " + why);
+                            });
       if (body(membership, *comm) == BodyResult::kFinished) return LoopResult::kFinished;
     } catch (const RecoverableError& e) {
       abandon(ctx, options, membership, e);
