@@ -200,7 +200,6 @@ void MembershipAgent::restore_after_data_loss() {
   log()->warn("node {}: the store lost this node's lease and claim (restarted empty or flushed); re-established "
               "incarnation {} and kept its workers",
               options_.node.node, lease().incarnation);
-  hold_judgement_now("the store lost its data");
   controller_.reset();
   forget_membership();
   check_membership(std::nullopt);  // announces now

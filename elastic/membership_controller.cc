@@ -186,7 +186,11 @@ std::optional<std::int64_t> MembershipController::tick(std::int64_t seen_by_lead
   std::int64_t newest_known = std::min(seen_by_leader, kMaxGeneration);
   for (const auto& [key, lease] : view.leases) newest_known = std::max(newest_known, lease.last_generation);
   view.rolled_back = head.number > 0 && head.number < newest_known;
-  if (!trouble_.may_judge(began, head.number, newest_known, current_, candidates_, view.leases)) return std::nullopt;
+  // With no generation in the store (its first, or the store restarted empty) there is no member
+  // whose lease could be misjudged, and the first generation waits for every live agent anyway.
+  if (head.number > 0 && !trouble_.may_judge(began, head.number, newest_known, current_, candidates_, view.leases)) {
+    return std::nullopt;
+  }
   view.now_ms = now_ms();
   view.pending_since = pending_since_;
   view.now = Clock::now();

@@ -49,7 +49,15 @@ bool eventually(const std::function<bool()>& condition, std::chrono::millisecond
 class AgentEnd {
  public:
   explicit AgentEnd(std::chrono::milliseconds keepalive) {
-    on_io([&] { channel_ = std::make_unique<WorkerChannel>(io_, keepalive); });
+    on_io([&] {
+      channel_ = std::make_unique<WorkerChannel>(io_, keepalive, [this](std::int64_t g) { broken_.push_back(g); });
+    });
+  }
+  // The generations the workers said broke, in order.
+  std::vector<std::int64_t> broken() {
+    std::vector<std::int64_t> out;
+    on_io([&] { out = broken_; });
+    return out;
   }
   ~AgentEnd() {
     // Closed on its thread; destroyed only once the thread has stopped, so that no handler of it
@@ -85,6 +93,7 @@ class AgentEnd {
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_{io_.get_executor()};
   std::thread thread_{[this] { io_.run(); }};
   std::unique_ptr<WorkerChannel> channel_;
+  std::vector<std::int64_t> broken_;  // the Asio thread's
 };
 
 // A fake agent: listens on an abstract socket and writes what a test tells it.
@@ -126,12 +135,37 @@ TEST(AgentChannelLines, RoundTripAndGarbageIsRefused) {
   EXPECT_EQ(record.kind, ac::Line::Kind::kRecord);
   EXPECT_EQ(record.generation, 7);
   EXPECT_EQ(record.bytes, 1234u);
-  for (const char* bad : {"", "gen", "gen -1", "gen 1x", "gen 99999999999999999999", "hdp-agent 3 100", "hdp-agent 1 100",
-                          "hdp-agent 2 0", "hdp-agent 2", "GEN 1", "gen  1", "record 1", "record 0 5", "record 1 -1",
+  for (const char* bad : {"", "gen", "gen -1", "gen 1x", "gen 99999999999999999999", "hdp-agent 4 100", "hdp-agent 2 100",
+                          "hdp-agent 3 0", "hdp-agent 3", "GEN 1", "gen  1", "record 1", "record 0 5", "record 1 -1",
                           "record 1 5x", "record 1 999999999999"}) {
     EXPECT_THROW(ac::parse_line(bad), InvalidArgument) << bad;
   }
   EXPECT_THROW(ac::parse_line("gen " + std::string(200, '1')), InvalidArgument);
+  // The one line a worker writes.
+  const auto broken = ac::broken_line(9);
+  EXPECT_EQ(ac::parse_broken_line(broken.substr(0, broken.size() - 1)), 9);
+  for (const char* bad : {"", "broken", "broken 0", "broken -1", "broken 1x", "gen 1", "broken  1"}) {
+    EXPECT_THROW(ac::parse_broken_line(bad), InvalidArgument) << bad;
+  }
+}
+
+// A worker's `broken <g>` reaches the agent (once per line; garbage between lines is dropped),
+// and a worker whose channel is lost drops the report without blocking.
+TEST(WorkerChannel, AWorkersBrokenGenerationReachesTheAgent) {
+  AgentEnd agent(1000ms);
+  agent.publish(4);
+  AgentChannel worker(agent.name());
+  ASSERT_TRUE(eventually([&] { return worker.generation() == 4; }, 5s));
+  worker.report_broken(4);
+  ASSERT_TRUE(eventually([&] { return agent.broken().size() == 1; }, 5s));
+  EXPECT_EQ(agent.broken(), (std::vector<std::int64_t>{4}));
+  worker.report_broken(5);
+  ASSERT_TRUE(eventually([&] { return agent.broken().size() == 2; }, 5s));
+  EXPECT_EQ(agent.broken().back(), 5);
+  AgentChannel lost("@hdp-test-nobody-listens-" + std::to_string(getpid()));
+  const auto before = Clock::now();
+  lost.report_broken(1);
+  EXPECT_LT(Clock::now() - before, 1s);
 }
 
 TEST(WorkerChannel, WorkersGetTheGenerationAtOnceAndEveryChange) {
