@@ -66,7 +66,7 @@ std::string Job::leader_node() {
   auto redis = std::make_shared<elastic::RedisStore>(elastic::parse_redis_url(redis_.url()));
   elastic::PrefixStore store(redis, elastic::keys::job_namespace(job_));
   const auto leader = store.get(elastic::keys::kLeader);
-  return leader ? leader->substr(0, leader->find('/')) : std::string();
+  return leader ? leader->substr(0, leader->rfind('/')) : std::string();
 }
 
 std::vector<elastic::RecoveryRecord> Job::recoveries(std::size_t count) {

@@ -309,7 +309,7 @@ bool MembershipAgent::generation_broke(std::int64_t g) {
   guarded("leader check", [&] {
     const auto holder = store_->get(keys::kLeader);
     if (!holder || !is_leader_id(*holder) || *holder == member_id()) return;
-    const std::size_t slash = holder->find('/');
+    const std::size_t slash = holder->rfind('/');
     const std::string node = holder->substr(0, slash), incarnation = holder->substr(slash + 1);
     const std::string key = keys::lease(node, incarnation);
     const auto value = store_->get(key);

@@ -58,7 +58,7 @@ std::vector<std::map<std::string, std::string>> events(AgentCluster& cluster, co
 
 std::string leader_node(AgentCluster& cluster) {
   const auto leader = cluster.leader();
-  return leader ? leader->substr(0, leader->find('/')) : std::string();
+  return leader ? leader->substr(0, leader->rfind('/')) : std::string();
 }
 
 void signal_node(AgentCluster& cluster, const std::string& node, int signo) {
