@@ -109,7 +109,11 @@ void RedisConnection::login(const RedisEndpoint& endpoint) {
                             reply.str);
     }
   }
-  RedisReply pong = command({"PING"});
+  // The connection's server id comes with the PING, in the same round trip (client_id()); a user
+  // not allowed CLIENT ID gets an error for it here and asks no more.
+  std::vector<RedisReply> replies = pipeline({{"PING"}, {"CLIENT", "ID"}});
+  const RedisReply& pong = replies[0];
+  if (replies[1].type == RedisReply::Type::kInteger) client_id_ = replies[1].integer;
   if (pong.type == RedisReply::Type::kError) {
     if (pong.str.starts_with("NOAUTH")) {
       throw AuthError("redis at " + where_ + " requires a password (give it in the URL or with --redis-password-file)");
@@ -119,6 +123,8 @@ void RedisConnection::login(const RedisEndpoint& endpoint) {
 }
 
 int RedisConnection::socket() const { return context_->raw->fd; }
+
+long long RedisConnection::client_id() const { return client_id_; }
 
 bool RedisConnection::alive() const {
   const redisContext* context = context_ ? context_->raw : nullptr;

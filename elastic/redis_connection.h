@@ -65,6 +65,9 @@ class RedisConnection {
   // The socket, for shutdown(2) from another thread while a command waits on it (the one call
   // that is safe to make concurrently: it wakes the waiting read, which then fails).
   int socket() const;
+  // The server's id of this connection (CLIENT ID, asked at login), which another connection
+  // names to wake a command blocked on this one (CLIENT UNBLOCK); -1 when the server would not say.
+  long long client_id() const;
 
  private:
   void login(const RedisEndpoint& endpoint);
@@ -73,6 +76,7 @@ class RedisConnection {
   std::string where_;  // endpoint.display(), for messages
   std::unique_ptr<Context> context_;
   Duration command_timeout_{};
+  long long client_id_ = -1;  // -1: unknown
 };
 
 }  // namespace hdp::elastic

@@ -309,10 +309,15 @@ std::optional<RedisReply> RedisSession::blocking_command(const Command& args, Du
   RedisReply reply;
   try {
     if (!connection_ || !connection_->alive()) reconnect(Clock::now() + options_.retry_timeout);
+    const long long id = connection_->client_id();
     {
       std::lock_guard blocking(blocking_mutex_);
       if (blocking_stopped_) return std::nullopt;
+      if (std::exchange(blocking_interrupted_, false)) return std::nullopt;  // interrupted while connecting
       blocking_socket_ = connection_->socket();
+      blocking_client_id_ = id;
+      blocking_endpoint_ = primary_;
+      ++blocking_sequence_;
     }
     connection_->set_command_timeout(options_.command_timeout + block);
     reply = connection_->command(args);
@@ -322,7 +327,7 @@ std::optional<RedisReply> RedisSession::blocking_command(const Command& args, Du
       std::lock_guard blocking(blocking_mutex_);
       blocking_socket_ = -1;
       if (std::exchange(blocking_interrupted_, false)) {
-        idle_closed_ = true;  // closed on purpose: opening it again is no reconnect
+        idle_closed_ = true;  // shut down on purpose (a connection without an id): no reconnect
         return std::nullopt;
       }
       if (blocking_stopped_) return std::nullopt;
@@ -331,18 +336,52 @@ std::optional<RedisReply> RedisSession::blocking_command(const Command& args, Du
   }
   std::lock_guard blocking(blocking_mutex_);
   blocking_socket_ = -1;
-  if (std::exchange(blocking_interrupted_, false)) {  // the reply came first; the socket is shut down
-    connection_.reset();
-    idle_closed_ = true;
-  }
   last_used_ = Clock::now();
+  // Woken by CLIENT UNBLOCK (a nil reply), or the reply came first: either way the interrupt is
+  // this command's, and the connection is as good as before.
+  if (std::exchange(blocking_interrupted_, false)) return std::nullopt;
   return reply;
 }
 
 void RedisSession::interrupt_blocking() {
-  std::lock_guard blocking(blocking_mutex_);
-  blocking_interrupted_ = true;  // taken by the blocking command under way, else by the next one
-  if (blocking_socket_ >= 0) ::shutdown(blocking_socket_, SHUT_RDWR);
+  long long id = -1;
+  RedisEndpoint where;
+  std::uint64_t sequence = 0;
+  {
+    std::lock_guard blocking(blocking_mutex_);
+    blocking_interrupted_ = true;  // taken by the blocking command under way, else by the next one
+    if (blocking_socket_ < 0 || !blocking_endpoint_) return;
+    if (blocking_client_id_ < 0) {  // no id to wake it by: shut its socket down (the connection closes)
+      ::shutdown(blocking_socket_, SHUT_RDWR);
+      return;
+    }
+    id = blocking_client_id_;
+    where = *blocking_endpoint_;
+    sequence = blocking_sequence_;
+  }
+  const auto in_progress = [&] {
+    std::lock_guard blocking(blocking_mutex_);
+    return blocking_socket_ >= 0 && blocking_sequence_ == sequence;
+  };
+  const std::string id_text = std::to_string(id);
+  const auto deadline = Clock::now() + kUnblockPatience;
+  try {
+    RedisConnection side(where, std::min(options_.connect_timeout, kUnblockPatience), options_.command_timeout);
+    // UNBLOCK answers 0 for a command not blocked yet (sent, not yet read by the server): ask
+    // again until it is woken or has ended.
+    while (in_progress()) {
+      const RedisReply woken = side.command({"CLIENT", "UNBLOCK", id_text});
+      if (woken.type == RedisReply::Type::kInteger && woken.integer == 1) return;
+      if (Clock::now() >= deadline) break;
+      std::this_thread::sleep_for(Duration(1));
+    }
+  } catch (const std::exception& e) {  // unreachable or refused: the read ends at its timeout
+    log()->warn("redis at {}: cannot wake the blocking read (CLIENT UNBLOCK): {}", where.display(), e.what());
+  }
+  if (in_progress()) {
+    log()->info("redis at {}: the blocking read was not woken within {} ms; it ends at its own timeout",
+                where.display(), kUnblockPatience.count());
+  }
 }
 
 void RedisSession::stop_blocking() {

@@ -41,7 +41,7 @@
 //
 // A blocking command (XREAD BLOCK) holds the connection while it waits (every other call waits
 // behind it); stop_blocking() wakes it by shutting its socket down, and every later blocking
-// command returns at once. With RedisStoreOptions::idle_close a thread closes the connection after
+// command returns at once; interrupt_blocking() wakes it once and keeps the connection. With RedisStoreOptions::idle_close a thread closes the connection after
 // that long without a call; the next call opens it again (not counted as a reconnect).
 #pragma once
 
@@ -94,8 +94,13 @@ class RedisSession {
   // Wakes a blocking command in progress and makes every later one return nothing at once.
   void stop_blocking();
   // Wakes the blocking command in progress once, or the next one when none is (it returns
-  // nullopt); a connection it shut down is opened again by the next call, counting no reconnect.
+  // nullopt). The connection stays open: the command is woken from a second, short-lived
+  // connection (CLIENT UNBLOCK of the first's id), so that the session never leaves the server's
+  // client list on its own account (an agent's presence is read from that list:
+  // elastic/agent_presence.h). Returns once the command is woken or has ended, or after
+  // kUnblockPatience, when it ends by itself within its block and still returns nullopt.
   void interrupt_blocking();
+  static constexpr Duration kUnblockPatience{200};
 
   // Throws for an error reply, naming the command and its key when it has one: AuthError for a
   // refusal, StoreUnavailable for a server not ready yet (LOADING, BUSY, ...), WrongType for a key
@@ -159,8 +164,13 @@ class RedisSession {
   // never shut down after the command ended (its descriptor may have been reused by then).
   std::mutex blocking_mutex_;
   bool blocking_stopped_ = false;
-  bool blocking_interrupted_ = false;  // interrupt_blocking() shut the blocking command's socket down
+  bool blocking_interrupted_ = false;  // interrupt_blocking() was called; taken by a blocking command
   int blocking_socket_ = -1;
+  // The blocking command in progress, for interrupt_blocking(): its connection's server id, the
+  // endpoint it went to, and a count of blocking commands (to tell one from the next).
+  long long blocking_client_id_ = -1;
+  std::optional<RedisEndpoint> blocking_endpoint_;
+  std::uint64_t blocking_sequence_ = 0;
 };
 
 }  // namespace hdp::elastic

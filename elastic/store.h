@@ -109,7 +109,9 @@ class Store {
   // Makes the stream_read() in progress return at once with nothing, or, when none is, the next
   // one to start; the reads after it block as usual. How a store's one connection, held by a
   // blocked read, is freed for a call that cannot wait (an agent whose worker saw its generation
-  // break): a read about to start is stopped as surely as one under way. Safe from any thread.
+  // break): a read about to start is stopped as surely as one under way. Safe from any thread;
+  // may take a round trip. The store's connections stay as they are (a Redis store's stays open,
+  // and in the server's client list, throughout).
   virtual void interrupt_stream_reads() = 0;
   // Atomically: if every condition holds, apply every write; else change nothing. Then read the
   // transaction's read keys (one round trip for a lease refresh and the reads that go with it).

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <thread>
@@ -339,6 +340,52 @@ TEST(RedisStoreIdle, ABlockedStreamReadOnAPausedServerFailsWithinItsBlockAndTheC
   EXPECT_LT(seconds_since(start), 3.0);
   server.resume();
   EXPECT_TRUE(store.stream_read("s", "0", 10, 0ms).empty());
+}
+
+// interrupt_stream_reads() wakes a blocked read without closing its connection: a named store
+// (an agent's, whose presence the leader reads from CLIENT LIST) stays in the server's client list
+// throughout, on the same connection (no reconnect, no re-open), and the next read blocks as usual.
+// Before, the read's socket was shut down and the name left the list until the next call, which
+// let a leader take a live agent for a gone one. Bounds: woken within 2 s of its 10 s block (a
+// loaded machine); the list is read every 1 ms or so while the read is woken.
+TEST(RedisStoreInterrupt, AnInterruptedReadKeepsItsNamedConnection) {
+  RedisServer server;
+  RedisStore observer(parse_redis_url(server.url()));
+  RedisStoreOptions options = fast_options();
+  options.client_name = "hdp-test-agent";
+  RedisStore store(parse_redis_url(server.url()), options);
+  const auto named = [&] {
+    const auto names = observer.client_names();
+    return std::count(names.begin(), names.end(), "hdp-test-agent");
+  };
+  ASSERT_EQ(named(), 1);
+  for (int round = 0; round < 3; ++round) {
+    std::atomic<bool> returned{false};
+    std::thread reader([&] {
+      EXPECT_TRUE(store.stream_read("s", "$", 10, 10s).empty());
+      returned = true;
+    });
+    std::this_thread::sleep_for(200ms);  // blocked on the server by now (and if not: woken when it starts)
+    const auto start = Clock::now();
+    std::atomic<bool> gone_seen{false};
+    std::thread watcher([&] {
+      while (!returned) {
+        if (named() != 1) gone_seen = true;
+      }
+    });
+    store.interrupt_stream_reads();
+    reader.join();
+    watcher.join();
+    EXPECT_LT(seconds_since(start), 2.0) << "round " << round;
+    EXPECT_FALSE(gone_seen) << "round " << round << ": the named connection left the client list";
+    EXPECT_EQ(named(), 1) << "round " << round;
+  }
+  EXPECT_EQ(store.reconnects(), 0);
+  EXPECT_EQ(store.idle_closes(), 0);
+  // The next read blocks as usual.
+  const auto later = Clock::now();
+  EXPECT_TRUE(store.stream_read("s", "$", 10, 300ms).empty());
+  EXPECT_GE(seconds_since(later), 0.25);
 }
 
 }  // namespace

@@ -12,6 +12,8 @@
 //   - a reset between live ranks (`--fault reset:1@S`: rank 1 closes its connections hard, its
 //     process and agent alive): the generation breaks and is republished with the same members;
 //     nobody is evicted, no worker is restarted, the job goes on;
+//   - a worker SIGKILLed (three times): its agent restarts it, and no live node is taken for a
+//     gone one (its agent's store connection stays while its watch is woken);
 //   - a node SIGSTOPped (agent and workers): its connections stay open, nothing is seen through
 //     the data plane, and its lease drops it (not before 8 s less a heartbeat after the stop;
 //     measured 6.0 s).
@@ -124,6 +126,37 @@ TEST_F(DataPlaneDetection, AResetBetweenLiveRanksEvictsNobody) {
   EXPECT_NE(logs.find("this rank's connections were reset"), std::string::npos) << "the fault did not fire";
   EXPECT_EQ(logs.find("restarting workers"), std::string::npos) << logs;
   EXPECT_NE(logs.find("continuing from memory"), std::string::npos) << logs;
+}
+
+// A worker SIGKILLed on the leader's node, three times: every other rank sees its connection end
+// and the follower's agent wakes its generation watch (Store::interrupt_stream_reads) while the
+// leader reads the agents' store connections. The follower's must be there throughout: its node
+// is never dropped (no agent_gone, no re-registration), the killed worker is restarted and the
+// job goes on with both nodes. (Before, waking the watch closed the follower's connection for a
+// moment, and a leader reading then took the live node for a gone one: seen in bench_recovery's
+// worker_crash with the demo model, not reproduced by this job in 4 runs of the old code; the
+// mechanism is asserted deterministically by redis_store_fault_test's
+// AnInterruptedReadKeepsItsNamedConnection.)
+TEST_F(DataPlaneDetection, AWorkerKilledDropsNoLiveNode) {
+  TempDir dir("hdp-detect");
+  AgentCluster cluster(options_for(dir.path()));
+  start_training(cluster, {"n1", "n2"});
+  expect_progress(cluster, 6, 120s);
+  const std::string leader = leader_node(cluster);
+  ASSERT_FALSE(leader.empty());
+  for (int round = 0; round < 3; ++round) {
+    const auto workers = cluster.worker_pids(leader);
+    ASSERT_FALSE(workers.empty());
+    ::kill(workers.back(), SIGKILL);
+    expect_progress(cluster, 4, 120s);
+  }
+  const auto current = cluster.current();
+  ASSERT_TRUE(current.has_value());
+  auto nodes = node_names(*current);
+  std::sort(nodes.begin(), nodes.end());
+  EXPECT_EQ(nodes, (std::vector<std::string>{"n1", "n2"})) << cluster.all_logs();
+  EXPECT_TRUE(events(cluster, "agent_gone").empty()) << cluster.all_logs();
+  EXPECT_EQ(cluster.all_logs().find("restarting workers as a new member"), std::string::npos) << cluster.all_logs();
 }
 
 TEST_F(DataPlaneDetection, AStoppedNodeIsStillDroppedByItsLease) {
