@@ -57,7 +57,10 @@ bool WorkerSupervisor::on_exit(pid_t pid, int status) {
     } else {
       ++s.restarts;
       ++restarts_total_;
-      const auto delay = s.backoff->next();
+      // The first restart is at once: a worker that crashed once holds up its peers, which wait
+      // for it in the next generation (its slot stays in the lease). A worker that keeps failing
+      // is restarted with backoff from its second restart on.
+      const auto delay = s.restarts == 1 ? std::chrono::milliseconds(0) : s.backoff->next();
       log()->warn("worker {} (pid {}) failed: {}; restart {}/{} in {} ms", slot, pid, describe_status(status),
                   s.restarts, options_.max_restarts, delay.count());
       s.restart_timer = std::make_unique<boost::asio::steady_timer>(io_, delay);

@@ -176,7 +176,7 @@ bool ElasticContext::changed(const Membership& m) {
   return last_seen_generation_ > m.generation || read_for_ == m.generation;
 }
 
-bool ElasticContext::same_workers(const Membership& m, std::int64_t g) const {
+bool ElasticContext::keeps_every_worker(const Membership& m, std::int64_t g) const {
   try {
     const std::string key = keys::generation(g);
     const auto [record, broken] = read_record(g);
@@ -190,7 +190,8 @@ bool ElasticContext::same_workers(const Membership& m, std::int64_t g) const {
       }
       return set;
     };
-    return workers(next) == workers(m.record);
+    const auto kept = workers(next), had = workers(m.record);
+    return std::includes(kept.begin(), kept.end(), had.begin(), had.end());
   } catch (const Error&) {
     return false;  // unreachable or undecodable: not known to be the same
   }

@@ -100,13 +100,14 @@ class ElasticContext {
   // lost, the store is unreachable or the value does not decode (logged).
   std::optional<std::int64_t> read_generation() const;
 
-  // True when generation `g`'s record (running, not broken) holds exactly the workers of m's
-  // generation (the same node, incarnation and slot for each, ranks possibly in another order):
-  // m's communicator then connects exactly the processes of g, all alive, so work in flight over
-  // it may finish (a generation published because the store restarted and the members came back
-  // as they were). False when the record is missing, broken or cannot be read. Thread-safe, like
-  // read_generation().
-  bool same_workers(const Membership& m, std::int64_t g) const;
+  // True when generation `g`'s record (running, not broken) holds every worker of m's generation
+  // (the same node, incarnation and slot for each, ranks possibly in another order), and perhaps
+  // more: m's communicator then connects processes that are all alive and all go on into g, so
+  // work in flight over it may finish and the switch wait for the step boundary (the members came
+  // back as they were after a store restart; nodes joined: docs/architecture.md, "A join at the
+  // step boundary"). False when the record is missing, broken or cannot be read. Thread-safe,
+  // like read_generation().
+  bool keeps_every_worker(const Membership& m, std::int64_t g) const;
 
   // Marks m's generation broken (a peer was lost): the leader publishes a new one, and no worker
   // joins a broken generation. Refused (a no-op) once a newer generation exists. `report` (this

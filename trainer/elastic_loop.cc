@@ -49,7 +49,7 @@ class SupersededWatch {
               }
             }
             const std::optional<std::int64_t> current = ctx.read_generation();
-            if (current && *current != 0 && *current != generation && !ctx.same_workers(m, *current)) {
+            if (current && *current != 0 && *current != generation && !ctx.keeps_every_worker(m, *current)) {
               comm.abort("generation " + std::to_string(generation) + " was superseded by generation " +
                          std::to_string(*current));
               return;

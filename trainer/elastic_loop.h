@@ -40,9 +40,9 @@ struct LoopOptions {
   // costs no store read): once a newer generation is
   // published, the generation's communicator is aborted, so a body blocked in a collective with a
   // lost or frozen peer leaves it at once (PeerLost) instead of after the collective's timeout.
-  // A newer generation of exactly the same workers (ElasticContext::same_workers, ranks possibly
-  // renumbered) does not abort it: the step in flight finishes and the body sees the change at
-  // its boundary.
+  // A newer generation that keeps every worker of this one (ElasticContext::keeps_every_worker:
+  // the same workers, ranks possibly renumbered, perhaps with nodes that joined) does not abort
+  // it: the step in flight finishes and the body sees the change at its boundary.
   std::chrono::milliseconds watch_every{200};
   // A stop or a drain asked for while this worker waits between two generations, holding the
   // job's state (its last generation ended with it staying: a node left, one joined, a peer was

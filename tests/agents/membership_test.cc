@@ -80,8 +80,9 @@ TEST(Membership, KilledWorkerIsRestartedAndRejoins) {
   ASSERT_NE(pos, std::string::npos) << log_before;
   const pid_t worker = std::stoi(log_before.substr(pos + 22));
   ASSERT_EQ(kill(worker, SIGKILL), 0);
-  // The agent restarts it (backoff ~200 ms); its peers mark the generation broken, and a newer
-  // generation with all four slots follows (the restarted worker in it).
+  // The agent restarts it (at once: a slot's first restart has no backoff); its peers mark the
+  // generation broken, and a newer generation with all four slots follows (the restarted worker
+  // in it).
   ASSERT_GE(cluster.wait_until([&] { return cluster.agent_log("n2").find("restart 1/3") != std::string::npos; }, 5s), 0)
       << cluster.agent_log("n2");
   ASSERT_GE(cluster.wait_until(

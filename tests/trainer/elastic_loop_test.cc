@@ -185,6 +185,61 @@ TEST_F(ElasticLoopTest, ASupersededNcclCommunicatorIsAbortedAndTheNextGeneration
   EXPECT_EQ(sizes, (std::vector<int>{2, 3}));
 }
 
+// A generation that keeps every worker and adds one (a node joined) does not abort the running
+// generation's communicator: the step in flight (here an allreduce, 1.2 s of "compute" while the
+// joiner's generation is published, and another allreduce) completes over the old communicator,
+// and the ranks switch at the boundary, where they see the change, to the generation of three.
+// A generation without one of them still aborts at once (ANewerGenerationAbortsACollective...).
+TEST_F(ElasticLoopTest, AGenerationThatOnlyAddsAWorkerLetsTheStepInFlightFinish) {
+  publish(1, {"a", "b"});
+  std::atomic<bool> stop{false};
+  std::mutex mutex;
+  std::map<std::string, std::string> gen1_end;  // what ended each runner's generation-1 body
+  std::vector<int> gen2_sizes;
+  std::atomic<int> in_step{0};
+  auto run_worker = [&](const std::string& node) {
+    elastic::ElasticContext ctx = worker(node);
+    LoopOptions options;
+    options.wait_slice = 100ms;
+    options.watch_every = 20ms;
+    run_elastic_loop(ctx, options, stop, [&](const elastic::Membership& m, mesh::Communicator& comm) {
+      if (m.generation == 1) {
+        try {
+          EXPECT_EQ(comm.allreduce_sum(std::int64_t{1}), 2);
+          ++in_step;
+          std::this_thread::sleep_for(1200ms);  // the generation of three is published meanwhile
+          EXPECT_EQ(comm.allreduce_sum(std::int64_t{1}), 2);
+          std::lock_guard lock(mutex);
+          gen1_end[node] = ctx.changed(m) ? "step finished, change seen at the boundary" : "no change seen";
+        } catch (const RecoverableError& e) {
+          std::lock_guard lock(mutex);
+          gen1_end[node] = std::string("aborted: ") + e.what();
+          throw;
+        }
+        return BodyResult::kGenerationChanged;
+      }
+      const auto size = comm.allreduce_sum(std::int64_t{1});
+      std::lock_guard lock(mutex);
+      gen2_sizes.push_back(static_cast<int>(size));
+      return BodyResult::kFinished;
+    });
+  };
+  std::thread a([&] { run_worker("a"); });
+  std::thread b([&] { run_worker("b"); });
+  const auto deadline = Clock::now() + 20s;
+  while (in_step < 2 && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(in_step.load(), 2);
+  publish(2, {"a", "b", "c"});
+  std::thread c([&] { run_worker("c"); });
+  a.join();
+  b.join();
+  c.join();
+  for (const char* node : {"a", "b"}) {
+    EXPECT_EQ(gen1_end[node], "step finished, change seen at the boundary") << node;
+  }
+  EXPECT_EQ(gen2_sizes, (std::vector<int>{3, 3, 3}));
+}
+
 // A worker that starts after the job completed (its agent restarted it as the others finished)
 // finds no generation that includes it, and none will come: it must see the outcome and leave.
 TEST_F(ElasticLoopTest, AWorkerWaitingAfterTheJobCompletedLeaves) {
