@@ -1,8 +1,8 @@
 // File: agents/worker_supervisor.h
 //
 // One worker process per slot: started with its slot's environment, restarted when it crashes (at
-// once the first time, then with backoff; up to max_restarts per slot; never after exit 3 or 2, common/exit_codes.h: see
-// classify_exit()), never left behind (process groups + PDEATHSIG, see agents/process.h). The
+// once the first time, then with backoff; up to max_restarts per slot; never after exit 3 or 2,
+// common/exit_codes.h: see classify_exit()), never left behind (process groups + PDEATHSIG, see agents/process.h). The
 // agent calls reap() on SIGCHLD, which hands each exit to on_exit().
 // Single-threaded: every call runs on the agent's io_context thread.
 #pragma once

@@ -326,6 +326,7 @@ std::optional<RedisReply> RedisSession::blocking_command(const Command& args, Du
     {
       std::lock_guard blocking(blocking_mutex_);
       blocking_socket_ = -1;
+      blocking_shut_down_ = false;
       if (std::exchange(blocking_interrupted_, false)) {
         idle_closed_ = true;  // shut down on purpose (a connection without an id): no reconnect
         return std::nullopt;
@@ -337,8 +338,12 @@ std::optional<RedisReply> RedisSession::blocking_command(const Command& args, Du
   std::lock_guard blocking(blocking_mutex_);
   blocking_socket_ = -1;
   last_used_ = Clock::now();
+  if (std::exchange(blocking_shut_down_, false)) {  // the reply came first, then the fallback shut it down
+    connection_.reset();
+    idle_closed_ = true;
+  }
   // Woken by CLIENT UNBLOCK (a nil reply), or the reply came first: either way the interrupt is
-  // this command's, and the connection is as good as before.
+  // this command's.
   if (std::exchange(blocking_interrupted_, false)) return std::nullopt;
   return reply;
 }
@@ -353,6 +358,7 @@ void RedisSession::interrupt_blocking() {
     if (blocking_socket_ < 0 || !blocking_endpoint_) return;
     if (blocking_client_id_ < 0) {  // no id to wake it by: shut its socket down (the connection closes)
       ::shutdown(blocking_socket_, SHUT_RDWR);
+      blocking_shut_down_ = true;
       return;
     }
     id = blocking_client_id_;

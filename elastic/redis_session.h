@@ -165,6 +165,7 @@ class RedisSession {
   std::mutex blocking_mutex_;
   bool blocking_stopped_ = false;
   bool blocking_interrupted_ = false;  // interrupt_blocking() was called; taken by a blocking command
+  bool blocking_shut_down_ = false;    // ... and shut its socket down (a connection without an id)
   int blocking_socket_ = -1;
   // The blocking command in progress, for interrupt_blocking(): its connection's server id, the
   // endpoint it went to, and a count of blocking commands (to tell one from the next).
