@@ -23,11 +23,12 @@
 //
 // Reported (--json: one object): per system, ETTR (the fault-free step times of the steps kept /
 // the wall time from the start of the first step to the end of the last: goodput_schedule.h),
-// with the fault-free step time taken from the run's own undisturbed steps (the median step_ms of
-// the 50 lines either side: this machine's load drifts between runs by more than the faults cost,
-// so another run's step times are no baseline), and beside it the same against the fault-free
-// run's step times (ettr_against_fault_free_run), the fault-free run's own ETTR (the checkpoint
-// writes and step-boundary work a run without faults also pays), steps computed twice, each fault applied with the time
+// with the fault-free step time taken from the run's own undisturbed steps (the mean step_ms of
+// the undisturbed lines among the 50 either side, goodput_schedule.h: this machine's load drifts
+// between runs by more than the faults cost, so another run's step times are no baseline), and
+// beside it the same against the fault-free run's step times (ettr_against_fault_free_run), the
+// fault-free run's ETTR by the same measure as the faulted run's (the checkpoint writes and
+// step-boundary work a run without faults also pays), steps computed twice, each fault applied with the time
 // from it to the next step completed, and for hdp the job's own `recovered` events by kind; the
 // final loss against the same system's fault-free run (hdp: relative 1e-4, the bound of the
 // equivalence tests for runs that changed world size).
@@ -379,7 +380,7 @@ RunResult drive_run(Target& target, const Settings& s, const std::vector<Fault>&
 
 std::vector<StepTime> step_times(const std::vector<Line>& lines) {
   std::vector<StepTime> out;
-  for (const Line& l : lines) out.push_back({l.step, l.time_ms, l.step_ms});
+  for (const Line& l : lines) out.push_back({l.step, l.time_ms, l.step_ms, l.generation, l.world});
   return out;
 }
 
@@ -402,7 +403,8 @@ nlohmann::json report(const RunResult& clean, const RunResult& faulted, int step
   nlohmann::json out = {{"completed", clean.completed && faulted.completed}};
   if (clean.lines.empty() || faulted.lines.empty()) return out;
   const auto ff = fault_free_times(clean.lines);
-  const auto base = run_goodput(step_times(clean.lines), ff);
+  // Both runs by the same measure: each against its own undisturbed steps.
+  const auto base = run_goodput(step_times(clean.lines), own_step_times(step_times(clean.lines), kWindow));
   const auto against_clean = run_goodput(step_times(faulted.lines), ff);
   const auto g = run_goodput(step_times(faulted.lines), own_step_times(step_times(faulted.lines), kWindow));
   const double a = loss_at(clean.lines, steps), b = loss_at(faulted.lines, steps);

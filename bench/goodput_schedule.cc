@@ -109,13 +109,43 @@ RunGoodput run_goodput(const std::vector<StepTime>& run, const std::map<std::int
 
 std::map<std::int64_t, double> own_step_times(const std::vector<StepTime>& run, int window) {
   std::map<std::int64_t, double> out;
+  if (run.empty()) return out;
   const auto n = static_cast<std::ptrdiff_t>(run.size());
+  // Lines that settle after a break: left out of every estimate.
+  std::vector<bool> settling(run.size(), false);
+  int since_break = kSettlingLines;
+  for (std::ptrdiff_t i = 0; i < n; ++i) {
+    const StepTime& line = run[i];
+    bool breaks = i == 0;
+    if (!breaks) {
+      const StepTime& before = run[i - 1];
+      breaks = line.generation != before.generation || line.world != before.world || line.step != before.step + 1 ||
+               static_cast<double>(line.time_ms) - line.step_ms - static_cast<double>(before.time_ms) > kBreakGapMs;
+    }
+    since_break = breaks ? 0 : since_break + 1;
+    settling[i] = since_break < kSettlingLines;
+  }
+  std::vector<double> all;
+  for (const StepTime& line : run) all.push_back(line.step_ms);
+  const double whole_run = median(all);
   for (std::ptrdiff_t i = 0; i < n; ++i) {
     std::vector<double> near;
     for (std::ptrdiff_t j = std::max<std::ptrdiff_t>(0, i - window); j <= std::min(n - 1, i + window); ++j) {
-      near.push_back(run[j].step_ms);
+      if (!settling[j]) near.push_back(run[j].step_ms);
     }
-    out[run[i].step] = median(near);
+    double estimate = whole_run;
+    if (!near.empty()) {
+      const double limit = kOutlierFactor * median(near);
+      double sum = 0;
+      int count = 0;
+      for (double ms : near) {
+        if (ms > limit) continue;
+        sum += ms;
+        ++count;
+      }
+      estimate = sum / count;  // count >= 1: the median itself is within the limit
+    }
+    out[run[i].step] = estimate;
   }
   return out;
 }

@@ -11,8 +11,8 @@
 //   - the goodput of a run from its per-step lines: ETTR = the sum of the fault-free step time of
 //     the steps kept (1..the last step) / the wall time (from the start of the first step to the
 //     end of the last), and the steps computed twice (a line for a step not above the furthest
-//     step before it). The fault-free step time is another run's (run_goodput), or the run's own
-//     undisturbed steps' (own_step_times).
+//     step before it). The fault-free step time is another run's (run_goodput), or the mean of the
+//     run's own undisturbed steps nearby (own_step_times).
 #pragma once
 
 #include <cstdint>
@@ -66,6 +66,8 @@ struct StepTime {
   std::int64_t step = 0;
   std::int64_t time_ms = 0;  // wall clock when it completed
   double step_ms = 0;
+  std::int64_t generation = 0;  // hdp's membership generation; 0 when the line has none
+  int world = 0;                // the world size it ran on; 0 when unknown
 };
 
 struct RunGoodput {
@@ -82,9 +84,20 @@ struct RunGoodput {
 RunGoodput run_goodput(const std::vector<StepTime>& run, const std::map<std::int64_t, double>& fault_free_ms);
 
 // The fault-free time of each step as the run itself shows it, for a machine whose load drifts
-// between runs: for each line, the median `step_ms` of the lines at most `window` before or after
-// it (a fault's few slow steps do not move a median of 2 * window + 1); a step computed twice
-// gets its last line's. Empty for an empty run.
+// between runs: for each line, the mean `step_ms` of the undisturbed lines at most `window` before
+// or after it; a step computed twice gets its last line's. Undisturbed: not one of the first
+// kSettlingLines lines after a break (the first line, a new generation or world size, a step that
+// is not the one after the previous line's, or a start more than kBreakGapMs after the previous
+// line's end: a restart that resumed at the next step), and not above kOutlierFactor times the
+// median of those in the window (a step that held a fault: a stall, a stop shorter than a
+// lease). Those lines are what a fault costs beyond its gap, so they are left out of the estimate
+// but still get it as their own fault-free time. The mean, not the median: a step's expected cost
+// is its mean, and step times are skewed to the right (two cores shared by four processes); a
+// median would count that skew as lost time even in a run without faults. A window without an
+// undisturbed line takes the median of the whole run. Empty for an empty run.
+inline constexpr int kSettlingLines = 2;
+inline constexpr double kBreakGapMs = 1000;
+inline constexpr double kOutlierFactor = 3;
 std::map<std::int64_t, double> own_step_times(const std::vector<StepTime>& run, int window);
 
 }  // namespace hdp::bench

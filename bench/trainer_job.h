@@ -32,6 +32,7 @@ struct Line {
   double loss = 0;
   std::vector<double> plan_speeds;  // the speeds the step was planned with, per rank
   std::vector<double> speeds;       // each rank's measured speed relative to the median
+  std::int64_t generation = 0;      // 0 when the line has none (torchrun's)
 };
 
 // The lines written so far (a line still being written is left for the next read).
