@@ -1,5 +1,6 @@
 #include "trainer/data/corpus.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <string_view>
 #include <system_error>
 #include <utility>
@@ -28,56 +30,105 @@ constexpr std::uint64_t kNamedSkips = 5;
 std::string errno_text(int error) { return std::error_code(error, std::generic_category()).message(); }
 
 // The walk of Corpus's constructor: each directory's entries sorted by key (a directory's key is
-// "name/"), so the documents come out in bytewise order of their relative paths.
+// "name/"), so the documents come out in bytewise order of their relative paths. Every call is
+// relative to the directory's descriptor (openat, fstatat, faccessat), and an entry's type comes
+// from the listing (d_type) where the filesystem gives it: a regular file costs one fstatat for
+// its size and one faccessat, without resolving its path from the root each time (a restarted
+// worker indexes the corpus before it can train).
 class Walk {
  public:
   Walk(const fs::path& root, const CorpusOptions& options, CorpusStats& stats, std::vector<std::string>& paths,
        std::vector<std::int64_t>& sizes)
       : root_(root), options_(options), stats_(stats), paths_(paths), sizes_(sizes) {}
 
-  // `prefix`: the directory's path relative to the root with a trailing '/', "" for the root.
-  void directory(const fs::path& dir, const std::string& prefix) {
-    std::vector<Child> children;
-    std::error_code ec;
-    fs::directory_iterator it(dir, ec);
-    if (ec) {
+  // The root, followed if it is a link (it is the user's choice of directory).
+  void root() {
+    const int fd = ::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) throw InvalidArgument("cannot list data root " + quote_value(root_.string()) + ": " + errno_text(errno));
+    directory(fd, "");
+  }
+
+ private:
+  struct Child {
+    std::string key;  // sort key: the name, "name/" for a directory
+    std::string name;
+    fs::file_type type;
+  };
+
+  static fs::file_type type_of(mode_t mode) {
+    if (S_ISDIR(mode)) return fs::file_type::directory;
+    if (S_ISREG(mode)) return fs::file_type::regular;
+    if (S_ISLNK(mode)) return fs::file_type::symlink;
+    return fs::file_type::unknown;  // FIFO, socket, device: skipped as special
+  }
+
+  static fs::file_type type_of(unsigned char d_type) {
+    switch (d_type) {
+      case DT_DIR: return fs::file_type::directory;
+      case DT_REG: return fs::file_type::regular;
+      case DT_LNK: return fs::file_type::symlink;
+      case DT_UNKNOWN: return fs::file_type::none;  // ask fstatat
+      default: return fs::file_type::unknown;
+    }
+  }
+
+  // Takes `fd` (an open directory) and closes it. `prefix`: the directory's path relative to the
+  // root with a trailing '/', "" for the root.
+  void directory(int fd, const std::string& prefix) {
+    DIR* listing = ::fdopendir(fd);
+    if (!listing) {
+      const int error = errno;
+      ::close(fd);
       if (prefix.empty()) {
-        throw InvalidArgument("cannot list data root " + quote_value(root_.string()) + ": " + ec.message());
+        throw InvalidArgument("cannot list data root " + quote_value(root_.string()) + ": " + errno_text(error));
       }
-      unreadable(prefix, "cannot list directory: " + ec.message());
+      unreadable(prefix, "cannot list directory: " + errno_text(error));
       return;
     }
-    while (it != fs::directory_iterator()) {
-      const fs::directory_entry& entry = *it;
-      std::string name = entry.path().filename().string();
-      const fs::file_status status = entry.symlink_status(ec);
-      if (ec) {
-        unreadable(prefix + name, ec.message());
-      } else {
-        const bool is_dir = status.type() == fs::file_type::directory;
-        children.push_back({is_dir ? name + "/" : name, std::move(name), status.type()});
-      }
-      it.increment(ec);
-      if (ec) {
-        unreadable(prefix, "listing stopped: " + ec.message());
+    std::unique_ptr<DIR, int (*)(DIR*)> closing(listing, ::closedir);
+    const int dir = ::dirfd(listing);
+    std::vector<Child> children;
+    for (;;) {
+      errno = 0;
+      const dirent* entry = ::readdir(listing);
+      if (!entry) {
+        if (errno != 0) unreadable(prefix, "listing stopped: " + errno_text(errno));
         break;
       }
+      std::string name = entry->d_name;
+      if (name == "." || name == "..") continue;
+      fs::file_type type = type_of(entry->d_type);
+      if (type == fs::file_type::none) {
+        struct stat st {};
+        if (::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+          unreadable(prefix + name, errno_text(errno));
+          continue;
+        }
+        type = type_of(st.st_mode);
+      }
+      const bool is_dir = type == fs::file_type::directory;
+      children.push_back({is_dir ? name + "/" : name, std::move(name), type});
     }
     std::sort(children.begin(), children.end(), [](const Child& a, const Child& b) { return a.key < b.key; });
     for (const Child& child : children) {
       if (stop_) return;
-      const fs::path path = dir / child.name;
       const std::string relative = prefix + child.name;
       switch (child.type) {
-        case fs::file_type::directory:
-          directory(path, prefix + child.key);
+        case fs::file_type::directory: {
+          const int sub = ::openat(dir, child.name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+          if (sub < 0) {
+            unreadable(prefix + child.key, "cannot list directory: " + errno_text(errno));
+          } else {
+            directory(sub, prefix + child.key);
+          }
           break;
+        }
         case fs::file_type::symlink:
           ++stats_.symlinks;
           log()->debug("data: not following symbolic link {}", quote_value(relative));
           break;
         case fs::file_type::regular:
-          file(path, relative);
+          file(dir, child.name, relative);
           break;
         default:
           ++stats_.special_files;
@@ -87,32 +138,26 @@ class Walk {
     }
   }
 
+ public:
   std::uint64_t unnamed_skips() const { return named_ < stats_.unreadable ? stats_.unreadable - named_ : 0; }
 
  private:
-  struct Child {
-    std::string key;  // sort key: the name, "name/" for a directory
-    std::string name;
-    fs::file_type type;
-  };
-
-  void file(const fs::path& path, const std::string& relative) {
-    std::error_code ec;
-    const std::uintmax_t size = fs::file_size(path, ec);
-    if (ec) {
-      unreadable(relative, ec.message());
+  void file(int dir, const std::string& name, const std::string& relative) {
+    struct stat st {};
+    if (::fstatat(dir, name.c_str(), &st, 0) != 0) {
+      unreadable(relative, errno_text(errno));
       return;
     }
-    if (size == 0) {
+    if (st.st_size == 0) {
       ++stats_.empty_files;
       return;
     }
     // Permission only; read() handles whatever else stops the bytes later.
-    if (::faccessat(AT_FDCWD, path.c_str(), R_OK, AT_EACCESS) != 0) {
+    if (::faccessat(dir, name.c_str(), R_OK, AT_EACCESS) != 0) {
       unreadable(relative, errno_text(errno));
       return;
     }
-    const auto bytes = static_cast<std::int64_t>(size);
+    const auto bytes = static_cast<std::int64_t>(st.st_size);
     if (stats_.documents >= options_.max_documents || bytes > options_.max_bytes - stats_.bytes) {
       stats_.truncated = true;
       stop_ = true;
@@ -197,7 +242,7 @@ Corpus::Corpus(std::filesystem::path root, const CorpusOptions& options) : root_
 
   const auto start = std::chrono::steady_clock::now();
   Walk walk(root_, options, stats_, paths_, sizes_);
-  walk.directory(root_, "");
+  walk.root();
   first_piece_.reserve(sizes_.size());
   for (std::int64_t size : sizes_) {
     first_piece_.push_back(stats_.pieces);
