@@ -26,6 +26,7 @@ GenerationWatcher::GenerationWatcher(std::shared_ptr<elastic::Store> store,
 GenerationWatcher::~GenerationWatcher() { stop(); }
 
 void GenerationWatcher::allow_until(Clock::time_point deadline) {
+  if (deadline - Clock::now() < kShortestRead) return;
   {
     std::lock_guard lock(mutex_);
     grant_ = deadline;
@@ -63,7 +64,7 @@ void GenerationWatcher::run() {
 // flag undefined when wait() throws.
 std::optional<std::int64_t> GenerationWatcher::read(Clock::time_point deadline) {
   const auto block = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-  if (block < milliseconds(10)) return std::nullopt;
+  if (block < kShortestRead) return std::nullopt;  // the grant waited too long to be taken up
   try {
     return watch_.wait(block);
   } catch (const Error& e) {

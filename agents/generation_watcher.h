@@ -40,7 +40,13 @@ class GenerationWatcher {
   GenerationWatcher(const GenerationWatcher&) = delete;
   GenerationWatcher& operator=(const GenerationWatcher&) = delete;
 
-  // Lets the watch read once, blocking until `deadline` at most.
+  // The shortest read worth starting: a grant that leaves less is ignored.
+  static constexpr std::chrono::milliseconds kShortestRead{10};
+
+  // Lets the watch read once, blocking until `deadline` at most; ignored when `deadline` is less
+  // than kShortestRead away (the Asio thread grants after each read's outcome, up to its next
+  // heartbeat: answering a grant that has run out would be a busy loop between the two threads
+  // until that heartbeat, whose own grant comes next).
   void allow_until(Clock::time_point deadline);
   // Ends the read in progress now (Store::interrupt_stream_reads), freeing the connection for a
   // call the Asio thread cannot put off; the next read waits for the next grant.
