@@ -359,7 +359,7 @@ class Agent {
     }
     if (exhausted_slots_ == options_.slots) {
       error_ = std::make_exception_ptr(Error("node " + options_.node_id + ": every worker failed " +
-                                             std::to_string(options_.max_restarts) + " restarts; giving up"));
+                                             std::to_string(options_.max_restarts) + " restarts in a row; giving up"));
       finish_with_error();
     }
   }

@@ -34,6 +34,7 @@ void WorkerSupervisor::start_all(Environment environment) {
 
 void WorkerSupervisor::start(int slot) {
   slots_[slot].pid = spawn({options_.command, environment_(slot)});
+  slots_[slot].started = std::chrono::steady_clock::now();
   log()->info("worker {} started (pid {}): {}", slot, slots_[slot].pid, options_.command.front());
 }
 
@@ -44,6 +45,10 @@ bool WorkerSupervisor::on_exit(pid_t pid, int status) {
     s.pid = -1;
     signal_group(pid, SIGKILL);  // whatever the worker left running in its group goes with it
     const WorkerExit kind = classify_exit(status);
+    if (s.restarts > 0 && std::chrono::steady_clock::now() - s.started >= options_.healthy_run) {
+      s.restarts = 0;  // it ran long enough: not part of a crash loop
+      s.backoff->reset();
+    }
     if (s.stopping || kind == WorkerExit::kClean) {
       log()->info("worker {} (pid {}) ended: {}", slot, pid, describe_status(status));
       on_final_exit_(slot, status, false);

@@ -1,7 +1,8 @@
 // File: agents/worker_supervisor.h
 //
 // One worker process per slot: started with its slot's environment, restarted when it crashes (at
-// once the first time, then with backoff; up to max_restarts per slot; never after exit 3 or 2,
+// once the first time, then with backoff; up to max_restarts per slot in a row, a worker that ran
+// for healthy_run before it failed counting as the first of a new row; never after exit 3 or 2,
 // common/exit_codes.h: see classify_exit()), never left behind (process groups + PDEATHSIG, see agents/process.h). The
 // agent calls reap() on SIGCHLD, which hands each exit to on_exit().
 // Single-threaded: every call runs on the agent's io_context thread.
@@ -11,6 +12,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -36,6 +38,10 @@ class WorkerSupervisor {
     int slots = 1;
     int max_restarts = 3;
     elastic::BackoffOptions backoff{.initial = std::chrono::milliseconds(200), .max = std::chrono::seconds(5)};
+    // A worker that ran this long before it failed is not crash-looping: its slot's restart count
+    // and backoff start afresh (as Kubernetes resets a container's backoff after 10 minutes of
+    // running), so that a long job outlives rare crashes of one slot.
+    std::chrono::milliseconds healthy_run = std::chrono::minutes(10);
   };
   // A slot's whole environment ("NAME=value" entries; see ProcessSpec in agents/process.h).
   using Environment = std::function<std::vector<std::string>(int slot)>;
@@ -65,7 +71,8 @@ class WorkerSupervisor {
  private:
   struct Slot {
     pid_t pid = -1;
-    int restarts = 0;
+    int restarts = 0;  // in a row: since the last worker of this slot that ran healthy_run
+    std::chrono::steady_clock::time_point started{};
     bool stopping = false;  // signalled by us: its exit is final
     std::unique_ptr<boost::asio::steady_timer> restart_timer;
     std::unique_ptr<elastic::Backoff> backoff;

@@ -6,11 +6,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <memory>
 
 #include "agents/agent.h"
+#include "agents/worker_supervisor.h"
 #include "agents/worker_count.h"
 #include "cli/build_info.h"
 #include "cli/commands.h"
@@ -106,7 +108,10 @@ void add_agent_command(CLI::App& app) {
   command->add_option("--settle-ms", flags->settle_ms, "Joins within this window become one generation")
       ->check(CLI::Range(0, 600000))
       ->capture_default_str();
-  command->add_option("--max-restarts", flags->max_restarts, "Restarts of a crashed worker before its slot is given up")
+  const auto healthy_run = std::chrono::duration_cast<std::chrono::minutes>(agents::WorkerSupervisor::Options{}.healthy_run);
+  command->add_option("--max-restarts", flags->max_restarts,
+                      "Restarts of a crashed worker in a row before its slot is given up (one that ran " +
+                          std::to_string(healthy_run.count()) + " min starts a new row)")
       ->check(CLI::Range(0, 1000000))
       ->capture_default_str();
   command->add_option("--drain-timeout", flags->drain_timeout_s, "Seconds workers get to checkpoint and exit on a drain")
