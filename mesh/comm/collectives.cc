@@ -1,6 +1,7 @@
 #include "mesh/comm/collectives.h"
 
 #include <algorithm>
+#include <functional>
 #include <array>
 #include <cstring>
 
@@ -80,10 +81,49 @@ void reduce_scatter(Transport& t, std::uint64_t seq, int phase0, const std::shar
 }
 
 // Ring allgather: at step s, send block (r-s) to r+1 and receive block (r-s-1) from r-1.
+bool gathers_by_doubling(const std::vector<std::int64_t>& counts, std::size_t elem) {
+  if (counts.size() <= 2 || counts[0] <= 0) return false;
+  if (std::adjacent_find(counts.begin(), counts.end(), std::not_equal_to<>()) != counts.end()) return false;
+  return static_cast<std::size_t>(counts[0]) * elem * counts.size() <= kDoublingAllgatherBytes;
+}
+
+namespace {
+
+// Bruck's allgather of equal blocks: in round k (d = 2^k), send the first min(d, size - d) blocks
+// gathered so far to rank - d and append as many from rank + d; after ceil(log2 size) rounds block
+// i of the gathered buffer is rank (rank + i)'s, and it is rotated into place.
+void allgather_by_doubling(Transport& t, std::uint64_t seq, int phase0, const std::byte* in, std::byte* out,
+                           std::size_t block, Transport::Clock::time_point deadline, const std::string& what) {
+  const int rank = t.rank, size = t.size;
+  // Owned by the messages too: a wait that throws may leave the transport holding them.
+  auto gathered = std::make_shared<std::vector<std::byte>>(block * static_cast<std::size_t>(size));
+  std::byte* g = gathered->data();
+  std::memcpy(g, in, block);
+  int round = 0;
+  for (int d = 1; d < size; d *= 2, ++round) {
+    const auto blocks = static_cast<std::size_t>(std::min(d, size - d));
+    const std::uint64_t slot = collective_slot(seq, phase0 + round);
+    Message recv = t.post_recv(gathered, g + block * static_cast<std::size_t>(d), block * blocks, mod(rank + d, size),
+                               slot, what);
+    Message send = t.post_send(gathered, g, block * blocks, mod(rank - d, size), slot, what);
+    t.wait(recv, deadline, what);
+    t.wait(send, deadline, what);
+  }
+  for (int i = 0; i < size; ++i) {
+    std::memcpy(out + block * static_cast<std::size_t>(mod(rank + i, size)), g + block * static_cast<std::size_t>(i),
+                block);
+  }
+}
+
+}  // namespace
+
 void allgather(Transport& t, std::uint64_t seq, int phase0, const std::shared_ptr<const void>& keep_out,
                const std::byte* in, std::byte* out, const std::vector<std::int64_t>& counts, std::size_t elem,
                Transport::Clock::time_point deadline, const std::string& what) {
   const int rank = t.rank, size = t.size;
+  if (gathers_by_doubling(counts, elem)) {
+    return allgather_by_doubling(t, seq, phase0, in, out, static_cast<std::size_t>(counts[0]) * elem, deadline, what);
+  }
   const auto off = offsets_of(counts);
   std::byte* own = out + static_cast<std::size_t>(off[rank]) * elem;
   if (own != in) std::memmove(own, in, static_cast<std::size_t>(counts[rank]) * elem);

@@ -230,6 +230,7 @@ std::vector<std::vector<std::int64_t>> count_patterns(int n) {
   patterns.push_back(mix);
   patterns.push_back(zeros);
   patterns.push_back(last);
+  patterns.push_back(std::vector<std::int64_t>(static_cast<std::size_t>(n), 4));  // equal: Bruck's allgather
   return patterns;
 }
 
@@ -366,6 +367,45 @@ TEST(Collectives, AllgatherUnevenCountsEveryDtype) {
   }
 }
 
+// Equal small blocks (the step boundary's rows) are gathered in ceil(log2 n) rounds, one send and
+// one receive each, at any size, powers of two or not; large or unequal ones by the ring's n - 1.
+TEST(Collectives, AnAllgatherOfSmallEqualBlocksTakesLog2Rounds) {
+  for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17}) {
+    for (std::int64_t width : {std::int64_t{1}, std::int64_t{12}, std::int64_t{20000}}) {
+      SCOPED_TRACE(std::to_string(n) + " ranks of " + std::to_string(width) + " i64");
+      const std::vector<std::int64_t> counts(static_cast<std::size_t>(n), width);
+      const auto off = offsets_of(counts);
+      const bool doubling = n > 2 && width * 8 * n <= static_cast<std::int64_t>(kDoublingAllgatherBytes);
+      EXPECT_EQ(gathers_by_doubling(counts, 8), doubling);
+      int rounds = 0;
+      for (int d = 1; d < n; d *= 2) ++rounds;
+      std::vector<Tensor> outputs(static_cast<std::size_t>(n));
+      std::vector<int> posts(static_cast<std::size_t>(n));
+      on_ranks_ok(n, [&](MemoryTransport& t) {
+        const auto r = static_cast<std::size_t>(t.rank);
+        Tensor output = Tensor::zeros({off.back()}, DType::kI64);
+        Tensor input = Tensor::empty({width}, DType::kI64);
+        for (std::int64_t i = 0; i < width; ++i) set(input, i, value(t.rank, off[r] + i));
+        allgather(t, 0, 0, std::make_shared<Tensor>(output), bytes_of(input), bytes_of(output), counts, 8, deadline(),
+                  "allgather #0");
+        outputs[r] = output;
+        posts[r] = t.posts();
+      });
+      for (int r = 0; r < n; ++r) {
+        EXPECT_EQ(posts[static_cast<std::size_t>(r)], 2 * (doubling ? rounds : n - 1)) << "rank " << r;
+        for (int b = 0; b < n; ++b) {
+          const auto bu = static_cast<std::size_t>(b);
+          for (std::int64_t i = off[bu]; i < off[bu + 1]; ++i) {
+            ASSERT_EQ(at(outputs[static_cast<std::size_t>(r)], i), value(b, i)) << "rank " << r << " index " << i;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_FALSE(gathers_by_doubling({4, 4, 5}, 8));
+  EXPECT_FALSE(gathers_by_doubling({0, 0, 0}, 8));
+}
+
 TEST(Collectives, BroadcastFromEveryRoot) {
   for (int n : kSizes) {
     for (DType dtype : kDtypes) {
@@ -452,10 +492,17 @@ void expect_every_rank_throws(int n, Fn&& fn, int fail_rank, int fail_at, std::c
 }
 
 TEST(CollectivesFailure, ATransportThatFailsMidCollectiveFailsEveryRank) {
-  // Each rank's allreduce of 64 elements over n ranks posts 4(n-1) messages: fail rank 1's at
-  // the first, in the middle, and at the last of them.
+  // Each rank's allreduce of 64 elements over n ranks posts 2(n-1) messages in its reduce-scatter
+  // and 2(n-1) in its allgather, or 2 ceil(log2 n) where its equal blocks are gathered by doubling
+  // (8 ranks): fail rank 1's at the first, in the middle, and at the last of them.
   for (int n : {2, 3, 5, 8}) {
-    for (int fail_at : {0, 2 * (n - 1), 4 * (n - 1) - 1}) {
+    int gather_posts = 2 * (n - 1);
+    if (gathers_by_doubling(std::vector<std::int64_t>(static_cast<std::size_t>(n), 64 / n), 4) && 64 % n == 0) {
+      gather_posts = 0;
+      for (int d = 1; d < n; d *= 2) gather_posts += 2;
+    }
+    const int posts = 2 * (n - 1) + gather_posts;
+    for (int fail_at : {0, 2 * (n - 1), posts - 1}) {
       SCOPED_TRACE(std::to_string(n) + " ranks, post " + std::to_string(fail_at) + " fails");
       expect_every_rank_throws(
           n,
