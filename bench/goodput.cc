@@ -403,10 +403,11 @@ nlohmann::json report(const RunResult& clean, const RunResult& faulted, int step
   nlohmann::json out = {{"completed", clean.completed && faulted.completed}};
   if (clean.lines.empty() || faulted.lines.empty()) return out;
   const auto ff = fault_free_times(clean.lines);
+  const std::vector<StepTime> clean_steps = step_times(clean.lines), faulted_steps = step_times(faulted.lines);
   // Both runs by the same measure: each against its own undisturbed steps.
-  const auto base = run_goodput(step_times(clean.lines), own_step_times(step_times(clean.lines), kWindow));
-  const auto against_clean = run_goodput(step_times(faulted.lines), ff);
-  const auto g = run_goodput(step_times(faulted.lines), own_step_times(step_times(faulted.lines), kWindow));
+  const auto base = run_goodput(clean_steps, own_step_times(clean_steps, kWindow));
+  const auto against_clean = run_goodput(faulted_steps, ff);
+  const auto g = run_goodput(faulted_steps, own_step_times(faulted_steps, kWindow));
   const double a = loss_at(clean.lines, steps), b = loss_at(faulted.lines, steps);
   std::vector<double> ms;
   for (const auto& [step, t] : ff) ms.push_back(t);

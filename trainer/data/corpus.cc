@@ -48,6 +48,8 @@ class Walk {
     directory(fd, "");
   }
 
+  std::uint64_t unnamed_skips() const { return named_ < stats_.unreadable ? stats_.unreadable - named_ : 0; }
+
  private:
   struct Child {
     std::string key;  // sort key: the name, "name/" for a directory
@@ -138,10 +140,6 @@ class Walk {
     }
   }
 
- public:
-  std::uint64_t unnamed_skips() const { return named_ < stats_.unreadable ? stats_.unreadable - named_ : 0; }
-
- private:
   void file(int dir, const std::string& name, const std::string& relative) {
     struct stat st {};
     if (::fstatat(dir, name.c_str(), &st, 0) != 0) {
