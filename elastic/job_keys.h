@@ -14,6 +14,11 @@ inline constexpr const char* kGeneration = "gen";     // current generation numb
 inline constexpr const char* kConfig = "config";      // JSON JobConfig, written once
 inline constexpr const char* kLeader = "leader";      // "<node>/<incarnation>" + TTL
 inline constexpr const char* kJoinCount = "joins";    // counter of join announcements
+// "<node>/<incarnation>" of the last agent that deregistered (left the job: drained, stopped),
+// written in the commit that erases its lease. The leader reads it every tick and reads every lease
+// when it changed: a lease erased by its agent is otherwise seen only at the next full read
+// (lease_cache.h), which cost a drain up to a heartbeat before the generation without it.
+inline constexpr const char* kLastLeave = "last_leave";
 inline constexpr const char* kState = "state";        // hash: status, generation, world_size, step, ...
 inline constexpr const char* kEvents = "events";      // capped stream
 inline constexpr const char* kSamples = "samples";    // capped stream: one entry per training step (rank 0)

@@ -132,8 +132,12 @@ Cordons MembershipController::read_cordons(const std::optional<std::string>& val
 
 MembershipController::Head MembershipController::read_head() {
   auto values = store_->multi_get({keys::kGeneration, keys::kJoinCount, keys::broken(current_.number),
-                                   keys::kEvictions, keys::stragglers(current_.number), keys::kCordons});
+                                   keys::kEvictions, keys::stragglers(current_.number), keys::kCordons,
+                                   keys::kLastLeave});
   Head head;
+  // An agent deregistered since the last tick (its lease erased, not expired): read every lease.
+  head.someone_left = values[6] != last_leave_;
+  last_leave_ = std::move(values[6]);
   head.number = values[0] ? decode_generation_number(*values[0], keys::kGeneration) : 0;
   // The broken flag and the requests read belong to the generation we had cached; they count only
   // if it is still current.
@@ -169,7 +173,7 @@ std::optional<std::int64_t> MembershipController::tick(std::int64_t seen_by_lead
   const bool broken = head.broken.has_value();
   auto fresh = evictions_.new_evictions(*store_, current_, broken, head.requests, head.evictions);
   if (!fresh) return std::nullopt;
-  const bool read_all_leases = broken || !fresh->evictions.empty() || !head.cached_is_current;
+  const bool read_all_leases = broken || !fresh->evictions.empty() || !head.cached_is_current || head.someone_left;
   MembershipView view{.config = config_,
                       .generation = current_.number,
                       .status = current_.status,

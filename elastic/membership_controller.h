@@ -3,9 +3,10 @@
 // The leader's view of membership. Each tick() reads, in a constant number of round trips (no
 // KEYS or SCAN): the current generation, the join counter, new join announcements, the
 // `evictions` and `cordons` records, the current generation's straggler requests
-// (gen:<g>:stragglers) and broken flag, and the leases of members, candidates and benched nodes
-// (lease_cache.h: in one MGET, and their TTLs, at most once per full_read_every; between those
-// only leases whose TTL ran out). Then:
+// (gen:<g>:stragglers) and broken flag, `last_leave`, and the leases of members, candidates and
+// benched nodes (lease_cache.h: in one MGET, and their TTLs, at most once per full_read_every or
+// when `last_leave` changed, since an agent that deregisters erases its lease before its TTL runs
+// out; between those only leases whose TTL ran out). Then:
 //  - the new evictions (eviction_policy.h: straggler requests, and the hung ranks of a generation
 //    broken on a timeout, from its abandon reports);
 //  - the store's trouble (store_trouble.h): while judgement is held, nothing more is done;
@@ -82,6 +83,7 @@ class MembershipController {
     bool cached_is_current = false;   // it is the generation held, and one was published
     std::optional<std::string> broken;    // the current generation's broken reason
     std::optional<std::string> requests;  // the current generation's straggler requests
+    bool someone_left = false;            // `last_leave` changed: an agent deregistered
     Evictions evictions;
     Cordons cordons;
   };
@@ -118,6 +120,7 @@ class MembershipController {
   Store::Duration full_read_every_;
   Generation current_;                        // number 0 = none published yet
   std::int64_t joins_read_ = -1;              // announcements read up to here; -1 until the first tick
+  std::optional<std::string> last_leave_;     // `last_leave` as the last tick read it
   // An agent takes its join number (add) before it writes the announcement: a number whose
   // announcement is missing is looked for again each tick, up to kJoinHoleWait after it was first
   // found missing, before it is skipped as dead; later numbers are read meanwhile.

@@ -317,6 +317,25 @@ TEST_F(LeaseReadsTest, QuietTicksReadNoLeaseAndAnExpiredOneIsSeenAtTheNextTick) 
   EXPECT_EQ(nodes(), (std::vector<std::string>{"a", "b"}));
 }
 
+// An agent that deregisters (a drain, a stop) erases its lease long before its TTL would have run
+// out and before the next full read: the leader sees it at its next tick from `last_leave`, and
+// publishes the generation without that node. Without `last_leave` this waits for the full read
+// (60 s here).
+TEST_F(LeaseReadsTest, ADeregisteredAgentIsSeenAtTheNextTick) {
+  auto leader = start(60s);
+  ASSERT_EQ(leader.tick(), std::nullopt);
+  agents_.at("b").deregister();
+  refresh({"a", "c"}, 1);
+  EXPECT_EQ(leader.tick(), 2);
+  EXPECT_EQ(nodes(), (std::vector<std::string>{"a", "c"}));
+  EXPECT_EQ(store_->get(keys::kLastLeave), "b/" + agents_.at("b").lease().incarnation);
+  // Read once: after the tick that reads the new member list's leases, the ticks are quiet again.
+  EXPECT_EQ(leader.tick(), std::nullopt);
+  const int before = counting_->leases_read;
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(leader.tick(), std::nullopt);
+  EXPECT_EQ(counting_->leases_read, before);
+}
+
 TEST_F(LeaseReadsTest, ARewrittenValueIsSeenWithinTheFullReadPeriod) {
   auto leader = start(300ms);
   ASSERT_EQ(leader.tick(), std::nullopt);
