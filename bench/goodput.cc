@@ -23,13 +23,16 @@
 //
 // Reported (--json: one object): per system, ETTR (the fault-free step times of the steps kept /
 // the wall time from the start of the first step to the end of the last: goodput_schedule.h),
-// with the fault-free step time taken from the run's own undisturbed steps (the mean step_ms of
-// the undisturbed lines among the 50 either side, goodput_schedule.h: this machine's load drifts
-// between runs by more than the faults cost, so another run's step times are no baseline), and
-// beside it the same against the fault-free run's step times (ettr_against_fault_free_run), the
-// fault-free run's ETTR by the same measure as the faulted run's (the checkpoint writes and
-// step-boundary work a run without faults also pays), steps computed twice, each fault applied with the time
-// from it to the next step completed, and for hdp the job's own `recovered` events by kind; the
+// with the fault-free step time taken from the run's own undisturbed steps (the mean interval
+// between a line and the one before, over the undisturbed lines among the 50 either side, a
+// checkpoint's stall left out of it, goodput_schedule.h: this machine's load drifts between runs
+// by more than the faults cost, so another run's step times are no baseline), and beside it the
+// same against the fault-free run's estimates (ettr_against_fault_free_run), the fault-free run's
+// ETTR by the same measure as the faulted run's (what a run without faults loses: its start and
+// its checkpoints' stalls), both again with the step's own timer as its cost (ettr_step_timer,
+// fault_free_ettr_step_timer: the measure of earlier figures, which also counts the loop around
+// a step as lost), steps computed twice, each fault applied with the time from it to the next
+// step completed, and for hdp the job's own `recovered` events by kind; the
 // final loss against the same system's fault-free run (hdp: relative 1e-4, the bound of the
 // equivalence tests for runs that changed world size).
 //
@@ -71,6 +74,7 @@ using hdp::elastic::now_ms;
 
 constexpr double kLossTolerance = 1e-4;  // relative: trainer_cluster_test's compare()
 constexpr int kWindow = 50;              // lines either side: own_step_times()
+constexpr int kCheckpointEvery = 10;     // steps, both systems
 
 struct Settings {
   int nodes = 4, nproc = 1, steps = 600, lease_ms = 2000;
@@ -165,7 +169,7 @@ class TorchTarget : public Target {
         " --nproc_per_node " + std::to_string(s_.nproc) + " --rdzv_backend c10d --rdzv_endpoint 127.0.0.1:" +
         std::to_string(port_) + " --rdzv_id goodput --rdzv_conf is_host=false --max_restarts 1000" +
         " --monitor_interval 1 --redirects 1 --tee 2 --log_dir '" + (dir_ / ("logs-" + node)).string() + "' '" +
-        s_.torch_script + "' --steps " + std::to_string(s_.steps) + " --checkpoint-every 10 --checkpoint-dir '" +
+        s_.torch_script + "' --steps " + std::to_string(s_.steps) + " --checkpoint-every " + std::to_string(kCheckpointEvery) + " --checkpoint-dir '" +
         (dir_ / "ckpt").string() + "' --metrics-file '" + metrics().string() + "' " + torch_shape(s_) + " >>'" +
         (dir_ / (node + ".log")).string() + "' 2>&1";
     agents_.start(node, command);
@@ -384,12 +388,6 @@ std::vector<StepTime> step_times(const std::vector<Line>& lines) {
   return out;
 }
 
-std::map<std::int64_t, double> fault_free_times(const std::vector<Line>& lines) {
-  std::map<std::int64_t, double> out;
-  for (const Line& l : lines) out.emplace(l.step, l.step_ms);
-  return out;
-}
-
 double loss_at(const std::vector<Line>& lines, std::int64_t step) {
   double loss = NAN;
   for (const Line& l : lines) {
@@ -402,18 +400,25 @@ double loss_at(const std::vector<Line>& lines, std::int64_t step) {
 nlohmann::json report(const RunResult& clean, const RunResult& faulted, int steps) {
   nlohmann::json out = {{"completed", clean.completed && faulted.completed}};
   if (clean.lines.empty() || faulted.lines.empty()) return out;
-  const auto ff = fault_free_times(clean.lines);
   const std::vector<StepTime> clean_steps = step_times(clean.lines), faulted_steps = step_times(faulted.lines);
-  // Both runs by the same measure: each against its own undisturbed steps.
-  const auto base = run_goodput(clean_steps, own_step_times(clean_steps, kWindow));
-  const auto against_clean = run_goodput(faulted_steps, ff);
-  const auto g = run_goodput(faulted_steps, own_step_times(faulted_steps, kWindow));
+  // Both runs by the same measure: each against its own undisturbed steps (goodput_schedule.h).
+  const auto own = [](const std::vector<StepTime>& run, StepCost cost) {
+    return own_step_times(run, kWindow, cost, kCheckpointEvery);
+  };
+  const auto clean_own = own(clean_steps, StepCost::kInterval);
+  const auto base = run_goodput(clean_steps, clean_own);
+  const auto against_clean = run_goodput(faulted_steps, clean_own);
+  const auto g = run_goodput(faulted_steps, own(faulted_steps, StepCost::kInterval));
+  const auto base_timer = run_goodput(clean_steps, own(clean_steps, StepCost::kTimer));
+  const auto g_timer = run_goodput(faulted_steps, own(faulted_steps, StepCost::kTimer));
   const double a = loss_at(clean.lines, steps), b = loss_at(faulted.lines, steps);
   std::vector<double> ms;
-  for (const auto& [step, t] : ff) ms.push_back(t);
+  for (const Line& l : clean.lines) ms.push_back(l.step_ms);
   out.update({{"ettr", g.ettr},
               {"ettr_against_fault_free_run", against_clean.ettr},
               {"fault_free_ettr", base.ettr},
+              {"ettr_step_timer", g_timer.ettr},
+              {"fault_free_ettr_step_timer", base_timer.ettr},
               {"wall_s", g.wall_ms / 1000},
               {"fault_free_wall_s", base.wall_ms / 1000},
               {"productive_s", g.productive_ms / 1000},
@@ -445,7 +450,7 @@ nlohmann::json report(const RunResult& clean, const RunResult& faulted, int step
 std::vector<std::string> hdp_train_args(const Settings& s) {
   const std::string context = s.model == "tiny" ? "128" : "256";
   return {"--model", s.model, "--steps", std::to_string(s.steps), "--context", context, "--capacity", context,
-          "--batch-tokens", std::to_string(s.batch_tokens), "--lr", "3e-3", "--warmup-steps", "10", "--seed", "77", "--checkpoint-every", "10",
+          "--batch-tokens", std::to_string(s.batch_tokens), "--lr", "3e-3", "--warmup-steps", "10", "--seed", "77", "--checkpoint-every", std::to_string(kCheckpointEvery),
           "--timeout-ms", "10000", "--threads", "1", "--log-every", "100", "--no-speed-aware"};
 }
 
@@ -456,10 +461,12 @@ void print_text(const nlohmann::json& out) {
   for (const char* system : {"hdp", "torchrun"}) {
     if (!out.contains(system) || !out[system].contains("ettr")) continue;
     const auto& r = out[system];
-    std::printf("%-9s ETTR %.3f (against the fault-free run's steps %.3f; that run's own %.3f), wall %.1f s (fault-free %.1f s), %lld steps computed twice, "
+    std::printf("%-9s ETTR %.3f (against the fault-free run's steps %.3f; that run's own %.3f; by the step timer %.3f, "
+                "fault-free %.3f), wall %.1f s (fault-free %.1f s), %lld steps computed twice, "
                 "final loss %.6f vs %.6f fault-free (relative %.1e)\n",
                 system, r["ettr"].get<double>(), r["ettr_against_fault_free_run"].get<double>(),
-                r["fault_free_ettr"].get<double>(), r["wall_s"].get<double>(),
+                r["fault_free_ettr"].get<double>(), r["ettr_step_timer"].get<double>(),
+                r["fault_free_ettr_step_timer"].get<double>(), r["wall_s"].get<double>(),
                 r["fault_free_wall_s"].get<double>(), r["steps_computed_twice"].get<long long>(),
                 r["final_loss"].get<double>(), r["fault_free_final_loss"].get<double>(),
                 r["final_loss_relative_difference"].get<double>());

@@ -107,12 +107,15 @@ RunGoodput run_goodput(const std::vector<StepTime>& run, const std::map<std::int
   return g;
 }
 
-std::map<std::int64_t, double> own_step_times(const std::vector<StepTime>& run, int window) {
+std::map<std::int64_t, double> own_step_times(const std::vector<StepTime>& run, int window, StepCost cost,
+                                              int checkpoint_every) {
   std::map<std::int64_t, double> out;
   if (run.empty()) return out;
   const auto n = static_cast<std::ptrdiff_t>(run.size());
-  // Lines that settle after a break: left out of every estimate.
-  std::vector<bool> settling(run.size(), false);
+  // Each line's cost, and whether it may inform an estimate: not while it settles after a break,
+  // nor (by interval) right after a checkpoint step.
+  std::vector<double> costs(run.size());
+  std::vector<bool> usable(run.size(), false);
   int since_break = kSettlingLines;
   for (std::ptrdiff_t i = 0; i < n; ++i) {
     const StepTime& line = run[i];
@@ -123,15 +126,22 @@ std::map<std::int64_t, double> own_step_times(const std::vector<StepTime>& run, 
                static_cast<double>(line.time_ms) - line.step_ms - static_cast<double>(before.time_ms) > kBreakGapMs;
     }
     since_break = breaks ? 0 : since_break + 1;
-    settling[i] = since_break < kSettlingLines;
+    usable[i] = since_break >= kSettlingLines;  // i >= 1 then: the line before it is its step's previous
+    costs[i] = line.step_ms;
+    if (cost == StepCost::kInterval && usable[i]) {
+      costs[i] = static_cast<double>(line.time_ms - run[i - 1].time_ms);
+      usable[i] = checkpoint_every <= 0 || run[i - 1].step % checkpoint_every != 0;
+    }
   }
   std::vector<double> all;
-  for (const StepTime& line : run) all.push_back(line.step_ms);
-  const double whole_run = median(all);
+  for (std::ptrdiff_t i = 0; i < n; ++i) {
+    if (usable[i]) all.push_back(costs[i]);
+  }
+  const double whole_run = all.empty() ? median(costs) : median(all);
   for (std::ptrdiff_t i = 0; i < n; ++i) {
     std::vector<double> near;
     for (std::ptrdiff_t j = std::max<std::ptrdiff_t>(0, i - window); j <= std::min(n - 1, i + window); ++j) {
-      if (!settling[j]) near.push_back(run[j].step_ms);
+      if (usable[j]) near.push_back(costs[j]);
     }
     double estimate = whole_run;
     if (!near.empty()) {

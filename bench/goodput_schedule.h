@@ -83,21 +83,35 @@ struct RunGoodput {
 // times. Throws std::invalid_argument when `run` or `fault_free_ms` is empty.
 RunGoodput run_goodput(const std::vector<StepTime>& run, const std::map<std::int64_t, double>& fault_free_ms);
 
+// What a line costs, as own_step_times() reads it:
+//  - kInterval: the time from the previous line's end to its own (the line's step and the loop
+//    around it: hdp's step boundary, where the ranks agree whether the next step runs, and the
+//    report). What one more step adds to a run without faults, and so the fault-free step time.
+//  - kTimer: the step's own timer (step_ms), which leaves out the loop around the step. With
+//    four processes on two cores, how much of a step's wall time falls outside rank 0's timer
+//    depends on when the scheduler runs rank 0 after the boundary (measured: the boundary's
+//    exchange took 0.8-1.1 ms, or 4-10 ms while the other ranks already computed), so this cost
+//    counts that split as lost. Reported beside the other for comparison with earlier figures.
+enum class StepCost { kInterval, kTimer };
+
 // The fault-free time of each step as the run itself shows it, for a machine whose load drifts
-// between runs: for each line, the mean `step_ms` of the undisturbed lines at most `window` before
-// or after it; a step computed twice gets its last line's. Undisturbed: not one of the first
+// between runs: for each line, the mean cost (`cost`) of the undisturbed lines at most `window`
+// before or after it; a step computed twice gets its last line's. Undisturbed: not one of the first
 // kSettlingLines lines after a break (the first line, a new generation or world size, a step that
 // is not the one after the previous line's, or a start more than kBreakGapMs after the previous
-// line's end: a restart that resumed at the next step), and not above kOutlierFactor times the
-// median of those in the window (a step that held a fault: a stall, a stop shorter than a
-// lease). Those lines are what a fault costs beyond its gap, so they are left out of the estimate
-// but still get it as their own fault-free time. The mean, not the median: a step's expected cost
-// is its mean, and step times are skewed to the right (two cores shared by four processes); a
-// median would count that skew as lost time even in a run without faults. A window without an
-// undisturbed line takes the median of the whole run. Empty for an empty run.
+// line's end: a restart that resumed at the next step), not the line after a checkpoint step
+// (step % checkpoint_every == 0; 0: none) when the cost is the interval, which holds the
+// checkpoint's stall, and not above kOutlierFactor times the median of those in the window (a step
+// that held a fault: a stall, a stop shorter than a lease). Those lines are what a fault (or a
+// checkpoint) costs beyond its gap, so they are left out of the estimate but still get it as their
+// own fault-free time. The mean, not the median: a step's expected cost is its mean, and step
+// times are skewed to the right (two cores shared by four processes); a median would count that
+// skew as lost time even in a run without faults. A window without an undisturbed line takes the
+// median of the whole run's costs. Empty for an empty run.
 inline constexpr int kSettlingLines = 2;
 inline constexpr double kBreakGapMs = 1000;
 inline constexpr double kOutlierFactor = 3;
-std::map<std::int64_t, double> own_step_times(const std::vector<StepTime>& run, int window);
+std::map<std::int64_t, double> own_step_times(const std::vector<StepTime>& run, int window,
+                                              StepCost cost = StepCost::kInterval, int checkpoint_every = 0);
 
 }  // namespace hdp::bench

@@ -217,5 +217,33 @@ TEST(GoodputEttr, TheFirstStepsAfterABreakCountAtTheUsualTime) {
   EXPECT_DOUBLE_EQ(g.wall_ms, 90 * 100 + 500 + 300 + 150 + 1500 + 400);
 }
 
+// A run without faults whose steps time 100 ms inside a loop that adds 4 ms before each (the step
+// boundary), and 30 ms more after every 10th step (a checkpoint's stall). By interval, a step
+// costs 104 ms: the loop is part of every step, and the 29 stalls (after steps 10..290) are lost
+// time. By the step's own timer, the loop is lost as well.
+TEST(GoodputEttr, TheLoopAroundAStepIsItsCostACheckpointsStallIsNot) {
+  std::vector<StepTime> run;
+  std::int64_t t = 0;
+  for (std::int64_t s = 1; s <= 300; ++s) {
+    t += (s > 1 ? 4 : 0) + ((s - 1) % 10 == 0 && s > 1 ? 30 : 0) + 100;
+    run.push_back({s, t, 100, 1, 4});
+  }
+  const auto by_interval = own_step_times(run, 50, StepCost::kInterval, 10);
+  EXPECT_DOUBLE_EQ(by_interval.at(150), 104);
+  EXPECT_DOUBLE_EQ(by_interval.at(11), 104);  // the line after a checkpoint counts at the usual cost
+  const RunGoodput g = run_goodput(run, by_interval);
+  EXPECT_DOUBLE_EQ(g.wall_ms, 300 * 100 + 299 * 4 + 29 * 30);
+  EXPECT_DOUBLE_EQ(g.productive_ms, 300 * 104);
+  EXPECT_NEAR(g.ettr, 300.0 * 104 / (300 * 100 + 299 * 4 + 29 * 30), 1e-12);
+
+  // Without checkpoint_every, a stall counts as part of the steps' cost (it is under 3x them).
+  const auto with_stalls = own_step_times(run, 50, StepCost::kInterval, 0);
+  EXPECT_GT(with_stalls.at(150), 106);
+
+  const RunGoodput timer = run_goodput(run, own_step_times(run, 50, StepCost::kTimer, 10));
+  EXPECT_DOUBLE_EQ(timer.productive_ms, 300 * 100);
+  EXPECT_LT(timer.ettr, g.ettr - 0.035);
+}
+
 }  // namespace
 }  // namespace hdp::bench
