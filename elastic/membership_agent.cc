@@ -355,10 +355,21 @@ void MembershipAgent::lead() {
 
 void MembershipAgent::leave() {
   try {
-    leader_.release();
     registration_.deregister();
+    // A leader that leaves publishes the generation without its node before it gives up the
+    // lease: a successor would take the lease only at its next heartbeat, up to a third of a
+    // lease later, and publish then.
+    if (leader_.held() && controller_) {
+      controller_->leader_leaves();
+      if (auto published = controller_->tick(last_generation_)) last_generation_ = std::max(last_generation_, *published);
+    }
   } catch (const Error& e) {
     log()->warn("node {}: could not deregister: {}", options_.node.node, e.what());
+  }
+  try {
+    leader_.release();
+  } catch (const Error& e) {
+    log()->warn("node {}: could not give up the leader lease: {}", options_.node.node, e.what());
   }
 }
 

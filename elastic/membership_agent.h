@@ -118,7 +118,8 @@ class MembershipAgent {
   // A draining agent leads as any other until its workers are out: they may be the last members,
   // and the generation in which they stop the job must be published by someone.
   bool leading() const { return leader_.held(); }
-  // Gives up the leader lease and deregisters; errors are logged, not thrown.
+  // Deregisters and gives up the leader lease; a leader first publishes the generation without
+  // its node (one more tick). Errors are logged, not thrown.
   void leave();
 
   const NodeLease& lease() const { return registration_.lease(); }

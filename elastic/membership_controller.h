@@ -73,6 +73,8 @@ class MembershipController {
   // No lease is judged before `until` (the leading agent's store calls failed or were slow).
   void hold_judgement(std::chrono::steady_clock::time_point until) { trouble_.hold_judgement(until); }
   bool judging(std::chrono::steady_clock::time_point now) const { return trouble_.judging(now); }
+  // The leading agent deregistered: the next tick drops its node like any whose lease is gone.
+  void leader_leaves() { trouble_.leader_leaves(); }
 
  private:
   using Clock = std::chrono::steady_clock;

@@ -46,7 +46,7 @@ bool StoreTroubleHold::may_judge(Clock::time_point began, std::int64_t number, s
   }
   // The leader is alive by definition: its own lease gone means the store lost or expired it.
   for (const auto& member : current.members) {
-    if (member.node + "/" + member.incarnation == leader_id_ &&
+    if (!leader_left_ && member.node + "/" + member.incarnation == leader_id_ &&
         !leases.contains(keys::lease(member.node, member.incarnation))) {
       hold(now, "this leader's own lease (" + leader_id_ + ") is gone");
     }

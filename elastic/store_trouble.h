@@ -6,7 +6,8 @@
 // is held. With a StoreTroubleRule, judgement is held:
 //  - until hold_judgement()'s time (the leading agent's own store calls failed or were slow);
 //  - for rule.hold after a tick whose reads took longer than rule.slow_read;
-//  - while the leader's own lease is missing (it is alive: the store lost or expired the lease);
+//  - while the leader's own lease is missing (it is alive: the store lost or expired the lease),
+//    unless the leader erased it itself (leader_leaves(): its agent deregistered);
 //  - after more than half of the members (at least two) were found without a lease at once, once
 //    per generation: those still gone after the hold are dropped. A member whose node registered
 //    again (a live candidate of the same node: its agent was restarted) is replaced, not lost to
@@ -47,6 +48,8 @@ class StoreTroubleHold {
   // No lease is judged before `until`.
   void hold_judgement(Clock::time_point until) { judge_after_ = std::max(judge_after_, until); }
   bool judging(Clock::time_point now) const { return now >= judge_after_; }
+  // The leading agent deregistered (it leaves the job): its own lease is gone on purpose.
+  void leader_leaves() { leader_left_ = true; }
 
   // The rule applied to one tick whose reads began at `began`: false while judgement is held.
   // `number`: the store's generation; `newest_known`: the newest generation the leader or a lease
@@ -63,6 +66,7 @@ class StoreTroubleHold {
 
   StoreTroubleRule rule_;
   std::string leader_id_;
+  bool leader_left_ = false;
   Clock::time_point judge_after_{};  // no lease is judged before this
   std::int64_t mass_expiry_held_ = -1;  // the generation whose mass expiry held judgement
   std::int64_t rollback_held_ = -1;     // the rolled-back generation number that held judgement

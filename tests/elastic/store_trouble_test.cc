@@ -209,6 +209,29 @@ class StoreTroubleAgent : public ::testing::Test {
   std::map<std::string, Node> nodes_;
 };
 
+// A leader that leaves the job (a drain, a stop of its node) erases its own lease, which the hold
+// rule otherwise reads as the store's trouble: it publishes the generation without its node
+// before it gives up the leader lease, rather than leaving that to a successor's next heartbeat.
+TEST_F(StoreTroubleAgent, ALeaderThatLeavesPublishesTheGenerationWithoutItsNodeFirst) {
+  start("a");
+  start("b");
+  start("c");
+  converge();
+  std::string leader;
+  for (auto& [name, node] : nodes_) {
+    if (node.agent->leading()) leader = name;
+  }
+  ASSERT_FALSE(leader.empty());
+  const std::int64_t before = generation();
+  nodes_.at(leader).agent->leave();
+  ASSERT_EQ(generation(), before + 1) << "the leaving leader published nothing";
+  const Generation g = decode_generation(store_->get(keys::generation(before + 1)).value(), "gen");
+  ASSERT_EQ(g.members.size(), 2u);
+  for (const auto& m : g.members) EXPECT_NE(m.node, leader);
+  EXPECT_FALSE(store_->get(keys::kLeader).has_value()) << "the leader lease was not given up";
+  EXPECT_FALSE(nodes_.at(leader).agent->leading());
+}
+
 TEST_F(StoreTroubleAgent, ALeaseGoneWhileTheGenerationStillListsTheNodeIsTakenBackWithItsWorkers) {
   start("a");
   start("b");
