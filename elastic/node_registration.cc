@@ -159,6 +159,7 @@ void NodeRegistration::deregister() {
                      .require(claim_key, lease_.incarnation)
                      .add(Write::erase(claim_key))
                      .add(Write::erase(keys::lease(lease_.node, lease_.incarnation)))
+                     .add(Write::erase(keys::kLastLeave))  // garbage of another type is replaced too
                      .add(Write::set(keys::kLastLeave, lease_.node + "/" + lease_.incarnation))
                      .add(event_write("leave", {{"node", lease_.node}, {"incarnation", lease_.incarnation}})));
 }

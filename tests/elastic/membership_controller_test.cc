@@ -324,6 +324,9 @@ TEST_F(LeaseReadsTest, QuietTicksReadNoLeaseAndAnExpiredOneIsSeenAtTheNextTick) 
 TEST_F(LeaseReadsTest, ADeregisteredAgentIsSeenAtTheNextTick) {
   auto leader = start(60s);
   ASSERT_EQ(leader.tick(), std::nullopt);
+  // Garbage of another type under the key: read as absent, replaced by the deregistration.
+  ASSERT_TRUE(store_->commit(Transaction{}.add(Write::hash_set(keys::kLastLeave, {{"x", "1"}}))));
+  ASSERT_EQ(leader.tick(), std::nullopt);
   agents_.at("b").deregister();
   refresh({"a", "c"}, 1);
   EXPECT_EQ(leader.tick(), 2);
