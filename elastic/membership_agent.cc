@@ -356,10 +356,11 @@ void MembershipAgent::lead() {
 void MembershipAgent::leave() {
   try {
     registration_.deregister();
-    // A leader that leaves publishes the generation without its node before it gives up the
-    // lease: a successor would take the lease only at its next heartbeat, up to a third of a
-    // lease later, and publish then.
-    if (leader_.held() && controller_) {
+    // A leader that leaves while the job goes on publishes the generation without its node before
+    // it gives up the lease: a successor would take the lease only at its next heartbeat, up to a
+    // third of a lease later, and publish then. A job with an outcome (completed, stopped)
+    // publishes nothing more, and its agents all leave at once.
+    if (leader_.held() && controller_ && !store_->get(keys::kOutcome)) {
       controller_->leader_leaves();
       if (auto published = controller_->tick(last_generation_)) last_generation_ = std::max(last_generation_, *published);
     }
