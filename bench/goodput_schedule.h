@@ -90,7 +90,7 @@ RunGoodput run_goodput(const std::vector<StepTime>& run, const std::map<std::int
 //  - kTimer: the step's own timer (step_ms), which leaves out the loop around the step. With
 //    four processes on two cores, how much of a step's wall time falls outside rank 0's timer
 //    depends on when the scheduler runs rank 0 after the boundary (measured: the boundary's
-//    exchange took 0.8-1.1 ms, or 4-10 ms while the other ranks already computed), so this cost
+//    exchange took 0.4-1.8 ms, or 3.5-10.5 ms while the other ranks already computed), so this cost
 //    counts that split as lost. Reported beside the other for comparison with earlier figures.
 enum class StepCost { kInterval, kTimer };
 

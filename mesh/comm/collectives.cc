@@ -1,9 +1,9 @@
 #include "mesh/comm/collectives.h"
 
 #include <algorithm>
-#include <functional>
 #include <array>
 #include <cstring>
+#include <functional>
 
 #include "common/error.h"
 
@@ -80,7 +80,6 @@ void reduce_scatter(Transport& t, std::uint64_t seq, int phase0, const std::shar
   }
 }
 
-// Ring allgather: at step s, send block (r-s) to r+1 and receive block (r-s-1) from r-1.
 bool gathers_by_doubling(const std::vector<std::int64_t>& counts, std::size_t elem) {
   if (counts.size() <= 2 || counts[0] <= 0) return false;
   if (std::adjacent_find(counts.begin(), counts.end(), std::not_equal_to<>()) != counts.end()) return false;
@@ -117,6 +116,8 @@ void allgather_by_doubling(Transport& t, std::uint64_t seq, int phase0, const st
 
 }  // namespace
 
+// Bruck's for small equal blocks; otherwise the ring: at step s, send block (r-s) to r+1 and
+// receive block (r-s-1) from r-1.
 void allgather(Transport& t, std::uint64_t seq, int phase0, const std::shared_ptr<const void>& keep_out,
                const std::byte* in, std::byte* out, const std::vector<std::int64_t>& counts, std::size_t elem,
                Transport::Clock::time_point deadline, const std::string& what) {
