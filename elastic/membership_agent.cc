@@ -348,9 +348,13 @@ void MembershipAgent::lead() {
     // hold then runs a whole lease from the first call that succeeds (store_call_ended).
     controller_->hold_judgement(store_trouble_ ? std::chrono::steady_clock::now() + options_.timing.judgement_hold
                                                : judge_after_);
-    if (auto published = controller_->tick(last_generation_)) last_generation_ = std::max(last_generation_, *published);
+    tick_controller();
   });
   if (!leader_.held()) controller_.reset();
+}
+
+void MembershipAgent::tick_controller() {
+  if (auto published = controller_->tick(last_generation_)) last_generation_ = std::max(last_generation_, *published);
 }
 
 void MembershipAgent::leave() {
@@ -362,7 +366,7 @@ void MembershipAgent::leave() {
     // publishes nothing more, and its agents all leave at once.
     if (leader_.held() && controller_ && !store_->get(keys::kOutcome)) {
       controller_->leader_leaves();
-      if (auto published = controller_->tick(last_generation_)) last_generation_ = std::max(last_generation_, *published);
+      tick_controller();
     }
   } catch (const Error& e) {
     log()->warn("node {}: could not deregister: {}", options_.node.node, e.what());

@@ -162,6 +162,8 @@ class MembershipAgent {
   // True once per reopening of the store's connection (options_.store_connection).
   bool connection_reopened();
   void observe_generation(const std::optional<std::string>& number);
+  // One tick of the controller, as leader; what it published becomes the last generation seen.
+  void tick_controller();
   void check_membership(const std::optional<std::string>& value);
   void contend_for_leadership(const std::optional<std::string>& holder);
   void forget_membership();

@@ -8,8 +8,6 @@
 #include <sstream>
 #include <thread>
 
-#include <spdlog/sinks/ostream_sink.h>
-
 #include "common/error.h"
 #include "common/log.h"
 #include "elastic/elastic_context.h"
@@ -22,6 +20,7 @@
 #include "elastic/node_registration.h"
 #include "elastic/prefix_store.h"
 #include "tests/elastic/controller_fixture.h"
+#include "tests/support/log_capture.h"
 
 namespace hdp::elastic {
 namespace {
@@ -31,17 +30,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
 
-// Everything hdp::log() writes while it lives.
-class LogCapture {
- public:
-  LogCapture() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(text_)) { log()->sinks().push_back(sink_); }
-  ~LogCapture() { std::erase(log()->sinks(), sink_); }
-  std::string text() const { return text_.str(); }
-
- private:
-  std::ostringstream text_;
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
-};
+using hdp::test::LogCapture;
 
 std::string message_of(const std::function<void()>& call) {
   try {

@@ -25,6 +25,7 @@
 #include "elastic/memory_store.h"
 #include "tests/elastic/controller_fixture.h"
 #include "tests/elastic/forwarding_store.h"
+#include "tests/support/log_capture.h"
 
 namespace hdp::elastic {
 namespace {
@@ -228,6 +229,31 @@ TEST_F(StoreTroubleAgent, ALeaderThatLeavesPublishesTheGenerationWithoutItsNodeF
   const Generation g = decode_generation(store_->get(keys::generation(before + 1)).value(), "gen");
   ASSERT_EQ(g.members.size(), 2u);
   for (const auto& m : g.members) EXPECT_NE(m.node, leader);
+  EXPECT_FALSE(store_->get(keys::kLeader).has_value()) << "the leader lease was not given up";
+  EXPECT_FALSE(nodes_.at(leader).agent->leading());
+}
+
+// A job with an outcome (completed here) publishes nothing more: its agents all leave at once, and
+// a last tick of the leaving leader would read the others' erased leases as the store's trouble.
+TEST_F(StoreTroubleAgent, ALeaderLeavingAJobWithAnOutcomePublishesNothingAndGivesUpTheLease) {
+  start("a");
+  start("b");
+  start("c");
+  converge();
+  std::string leader;
+  for (auto& [name, node] : nodes_) {
+    if (node.agent->leading()) leader = name;
+  }
+  ASSERT_FALSE(leader.empty());
+  store_->set(keys::kOutcome, "completed");
+  const std::int64_t before = generation();
+  hdp::test::LogCapture logged;
+  for (auto& [name, node] : nodes_) {
+    if (name != leader) node.agent->leave();
+  }
+  nodes_.at(leader).agent->leave();
+  EXPECT_EQ(generation(), before) << "a generation was published after the job's outcome";
+  EXPECT_EQ(logged.text().find("ran out at once"), std::string::npos) << logged.text();
   EXPECT_FALSE(store_->get(keys::kLeader).has_value()) << "the leader lease was not given up";
   EXPECT_FALSE(nodes_.at(leader).agent->leading());
 }
