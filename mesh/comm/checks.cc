@@ -48,10 +48,9 @@ void check_tag(const std::string& what, Tag tag) {
   if (tag >= kMaxTag) throw InvalidArgument(what + ": tag " + std::to_string(tag) + " is reserved (at or above 2^56)");
 }
 
-void check_p2p(const std::string& what, const ops::Tensor& buffer, const char* peer_name, int peer, Tag tag, int size,
-               ops::Device device) {
+void check_p2p(const std::string& what, const ops::Tensor& buffer, int peer, Tag tag, int size, ops::Device device) {
   check_tensor(buffer, what, "buffer", device);
-  check_rank(what, peer_name, peer, size);
+  check_rank(what, "rank", peer, size);
   check_tag(what, tag);
 }
 

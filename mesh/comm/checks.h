@@ -44,9 +44,9 @@ void check_rank(const std::string& what, const char* name, int r, int size);
 // A point-to-point tag of the caller's: below kMaxTag (the values above are the implementation's).
 void check_tag(const std::string& what, Tag tag);
 
-// A send's or a recv's: the buffer (check_tensor), the peer (check_rank, as `peer_name`), the tag.
-void check_p2p(const std::string& what, const ops::Tensor& buffer, const char* peer_name, int peer, Tag tag, int size,
-               ops::Device device);
+// A send's or a recv's: the buffer (check_tensor), the peer (check_rank, named "rank" for a send's
+// destination and a recv's source alike), the tag.
+void check_p2p(const std::string& what, const ops::Tensor& buffer, int peer, Tag tag, int size, ops::Device device);
 
 // Defined, and on `device`.
 void check_tensor(const ops::Tensor& t, const std::string& what, const char* name, ops::Device device);

@@ -10,7 +10,8 @@
 // (NCCL) receives device memory and the `Stream` to order its work on; the CPU implementation
 // (TcpCommunicator, tcp_communicator.h) ignores the stream.
 //
-// Contract, for every implementation:
+// Contract, for every implementation (tests/mesh/communicator_conformance_test.cc runs one suite
+// over each):
 //  - Every call has a deadline: the blocking forms use `timeout` (the communicator's default
 //    when zero), a handle's wait() the one it is given. Nothing blocks for ever.
 //  - A peer that is gone (its process died, its connection closed) makes the calls that need it
@@ -27,11 +28,12 @@
 //    throw InvalidArgument naming the value, before anything is sent. Sizes that differ across
 //    ranks in a collective are detected where the implementation can (TcpCommunicator exchanges
 //    a small descriptor of every collective with its ring neighbours) and throw InvalidArgument.
-//  - Point-to-point: a send to rank d with tag t matches the recv from this rank with tag t on d;
-//    messages with the same (peer, tag) match in the order they were posted. Both sides must post
-//    the same byte count: sizes come from a layout both sides compute (the plan), since a
-//    transport may not be able to tell (NCCL cannot; TcpCommunicator can and fails, see
-//    tcp_communicator.h).
+//  - Point-to-point: two ranks post their messages to each other in the same order on both sides
+//    (the k-th send from r to d meets d's k-th recv from r), with the same tag and the same byte
+//    count: order and sizes come from a layout both sides compute (the plan). NCCL matches in
+//    posting order only and can check neither tag nor size. TcpCommunicator (and staging over it)
+//    also matches by tag: messages with the same (peer, tag) match in posting order, whatever
+//    the order between tags, and a size that differs fails (tcp_communicator.h).
 //  - Collectives: every rank calls the same collectives in the same order (program order on each
 //    rank); the non-blocking forms are started in that order too and complete in that order.
 //  - Thread safety: calls may come from several threads as long as each thread's collectives are

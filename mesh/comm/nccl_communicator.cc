@@ -388,7 +388,7 @@ void check_reducible(const ops::Tensor& t, const std::string& what) {
 std::unique_ptr<Work> post_message(const std::shared_ptr<NcclCommunicator::Impl>& impl, const ops::Tensor& buffer,
                                    int peer, Tag tag, Stream stream, bool send) {
   const std::string what = what_of(send ? "isend" : "irecv", *impl);
-  check_p2p(what, buffer, send ? "dst" : "src", peer, tag, impl->size, impl->backend->device());
+  check_p2p(what, buffer, peer, tag, impl->size, impl->backend->device());
   nccl::Op op;
   op.kind = send ? Kind::kSend : Kind::kRecv;
   op.send = buffer.raw();

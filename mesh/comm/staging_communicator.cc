@@ -123,7 +123,7 @@ std::unique_ptr<Work> staged_work(std::unique_ptr<Work> inner, std::vector<Lease
 }  // namespace
 
 std::unique_ptr<Work> StagingCommunicator::isend(const ops::Tensor& buffer, int dst, Tag tag, Stream stream) {
-  check_p2p(p2p_name("send", dst, tag), buffer, "rank", dst, tag, size(), buffer.device());
+  check_p2p(p2p_name("send", dst, tag), buffer, dst, tag, size(), buffer.device());
   if (!staged(buffer)) return inner_->isend(buffer, dst, tag, stream);
   Lease host = stage_in(*buffers_, *counters_, buffer, true, stream);
   auto inner = inner_->isend(host.tensor(), dst, tag, stream);
@@ -133,7 +133,7 @@ std::unique_ptr<Work> StagingCommunicator::isend(const ops::Tensor& buffer, int 
 }
 
 std::unique_ptr<Work> StagingCommunicator::irecv(const ops::Tensor& buffer, int src, Tag tag, Stream stream) {
-  check_p2p(p2p_name("recv", src, tag), buffer, "rank", src, tag, size(), buffer.device());
+  check_p2p(p2p_name("recv", src, tag), buffer, src, tag, size(), buffer.device());
   if (!staged(buffer)) return inner_->irecv(buffer, src, tag, stream);
   Lease host = stage_in(*buffers_, *counters_, buffer, false, stream);
   auto inner = inner_->irecv(host.tensor(), src, tag, stream);

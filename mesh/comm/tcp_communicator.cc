@@ -294,7 +294,7 @@ std::string p2p_name(const char* kind, int peer, Tag tag) {
 std::unique_ptr<Work> start_p2p(const std::shared_ptr<TcpCommunicator::Impl>& impl, const ops::Tensor& buffer,
                                 bool send, int peer, Tag tag) {
   const std::string what = p2p_name(send ? "send" : "recv", peer, tag);
-  check_p2p(what, buffer, "rank", peer, tag, impl->size, ops::Device::kCpu);
+  check_p2p(what, buffer, peer, tag, impl->size, ops::Device::kCpu);
   if (peer == impl->rank) return std::make_unique<P2pWork>(impl, nullptr, impl->post_self(buffer, send, tag, what), what);
   auto op = impl->post(std::make_shared<ops::Tensor>(buffer), buffer.raw(), buffer.bytes(), send, peer, kP2pSlot | tag, what);
   return std::make_unique<P2pWork>(impl, std::move(op), nullptr, what);
