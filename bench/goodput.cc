@@ -488,6 +488,17 @@ void print_text(const nlohmann::json& out) {
 
 }  // namespace
 
+// torchrun's half needs PyTorch in --python: asked before any run, so that a machine without it
+// is told at once rather than after the hdp runs. True when `python -c 'import
+// torch.distributed.run'` exits 0.
+bool python_has_torchrun(const std::string& python) {
+  const pid_t pid = hdp::agents::spawn(
+      {{"/bin/sh", "-c", "exec '" + python + "' -c 'import torch.distributed.run' >/dev/null 2>&1"}, {}});
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"bench_goodput: ETTR under a seeded failure schedule, hdp and torchrun, real processes on this machine"};
   Settings s;
@@ -514,6 +525,12 @@ int main(int argc, char** argv) {
   app.add_option("--timeout-s", s.timeout_s, "Longest a run may take")->capture_default_str();
   app.add_option("--keep", s.keep, "A folder to copy each run's step lines into (<run>.jsonl)");
   CLI11_PARSE(app, argc, argv);
+  if (s.torchrun && !python_has_torchrun(s.python)) {
+    std::cerr << "bench_goodput: " << s.python
+              << " cannot import torch.distributed.run: install Debian's python3-torch (bash scripts/install-deps.sh "
+                 "--bench), name another --python, or run hdp alone (--no-torchrun)\n";
+    return 2;
+  }
 
   ScheduleOptions o{.mtbf_s = s.mtbf_s, .horizon_s = s.horizon_s, .seed = s.seed};
   if (!s.kinds.empty()) {
