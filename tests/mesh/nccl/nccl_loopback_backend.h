@@ -91,6 +91,12 @@ class LoopbackNccl final : public nccl::Backend, public std::enable_shared_from_
 
   static std::size_t elem(ops::DType dtype) { return ops::dtype_size(dtype); }
 
+  // memcpy, with nothing to copy allowed: an operation of zero elements may have null buffers (as
+  // NCCL allows), which memcpy may not be given even for zero bytes.
+  static void copy_bytes(void* dst, const void* src, std::size_t n) {
+    if (n > 0) std::memcpy(dst, src, n);
+  }
+
   template <typename T>
   static void reduce_into(std::vector<T>& acc, const T* x, ReduceOp op) {
     for (std::size_t i = 0; i < acc.size(); ++i) {
@@ -102,12 +108,12 @@ class LoopbackNccl final : public nccl::Backend, public std::enable_shared_from_
   template <typename T>
   static std::vector<char> reduce(const Meeting& m, std::size_t at, std::int64_t count) {
     std::vector<T> acc(static_cast<std::size_t>(count));
-    std::memcpy(acc.data(), static_cast<const char*>(m.ops[0].send) + at, acc.size() * sizeof(T));
+    copy_bytes(acc.data(), static_cast<const char*>(m.ops[0].send) + at, acc.size() * sizeof(T));
     for (std::size_t r = 1; r < m.ops.size(); ++r) {
       reduce_into(acc, reinterpret_cast<const T*>(static_cast<const char*>(m.ops[r].send) + at), m.ops[0].op);
     }
     std::vector<char> bytes(acc.size() * sizeof(T));
-    std::memcpy(bytes.data(), acc.data(), bytes.size());
+    copy_bytes(bytes.data(), acc.data(), bytes.size());
     return bytes;
   }
 
@@ -135,17 +141,17 @@ class LoopbackNccl final : public nccl::Backend, public std::enable_shared_from_
       for (std::size_t i = 0; i < world; ++i) out[i] = reduced(m, i * n, o.count, error);
     } else if (o.kind == Kind::kAllGather) {
       std::vector<char> all(n * world);
-      for (std::size_t i = 0; i < world; ++i) std::memcpy(all.data() + i * n, m.ops[i].send, n);
+      for (std::size_t i = 0; i < world; ++i) copy_bytes(all.data() + i * n, m.ops[i].send, n);
       for (std::size_t i = 0; i < world; ++i) out[i] = all;
     } else if (o.kind == Kind::kBroadcast) {
       std::vector<char> b(n);
-      std::memcpy(b.data(), m.ops[static_cast<std::size_t>(o.peer)].send, n);
+      copy_bytes(b.data(), m.ops[static_cast<std::size_t>(o.peer)].send, n);
       for (std::size_t i = 0; i < world; ++i) out[i] = b;
     }
     if (!error.empty()) return;
     for (std::size_t i = 0; i < world; ++i) {
       const bool writes = o.kind != Kind::kReduce || static_cast<int>(i) == o.peer;
-      if (writes && !out[i].empty()) std::memcpy(m.ops[i].recv, out[i].data(), out[i].size());
+      if (writes && !out[i].empty()) copy_bytes(m.ops[i].recv, out[i].data(), out[i].size());
     }
   }
 
@@ -190,7 +196,7 @@ class LoopbackNccl final : public nccl::Backend, public std::enable_shared_from_
       s.error = "a message of " + std::to_string(msg.bytes) + " bytes met one of " + std::to_string(other.bytes);
       return msg.done;
     }
-    if (!s.dead) std::memcpy(send ? other.buffer : msg.buffer, send ? msg.buffer : other.buffer, msg.bytes);
+    if (!s.dead) copy_bytes(send ? other.buffer : msg.buffer, send ? msg.buffer : other.buffer, msg.bytes);
     *msg.done = *other.done = !s.dead;
     return msg.done;
   }
