@@ -205,6 +205,15 @@ class StoreTroubleAgent : public ::testing::Test {
     return store_->get(keys::lease(lease.node, lease.incarnation)).has_value();
   }
   std::int64_t generation() { return std::stoll(store_->get(keys::kGeneration).value_or("0")); }
+  // Nodes a, b and c, converged; the one that leads (empty: none does).
+  std::string three_nodes_and_their_leader() {
+    for (const char* name : {"a", "b", "c"}) start(name);
+    converge();
+    for (auto& [name, node] : nodes_) {
+      if (node.agent->leading()) return name;
+    }
+    return "";
+  }
 
   std::shared_ptr<MemoryStore> store_ = std::make_shared<MemoryStore>();
   std::map<std::string, Node> nodes_;
@@ -214,14 +223,7 @@ class StoreTroubleAgent : public ::testing::Test {
 // rule otherwise reads as the store's trouble: it publishes the generation without its node
 // before it gives up the leader lease, rather than leaving that to a successor's next heartbeat.
 TEST_F(StoreTroubleAgent, ALeaderThatLeavesPublishesTheGenerationWithoutItsNodeFirst) {
-  start("a");
-  start("b");
-  start("c");
-  converge();
-  std::string leader;
-  for (auto& [name, node] : nodes_) {
-    if (node.agent->leading()) leader = name;
-  }
+  const std::string leader = three_nodes_and_their_leader();
   ASSERT_FALSE(leader.empty());
   const std::int64_t before = generation();
   nodes_.at(leader).agent->leave();
@@ -236,14 +238,7 @@ TEST_F(StoreTroubleAgent, ALeaderThatLeavesPublishesTheGenerationWithoutItsNodeF
 // A job with an outcome (completed here) publishes nothing more: its agents all leave at once, and
 // a last tick of the leaving leader would read the others' erased leases as the store's trouble.
 TEST_F(StoreTroubleAgent, ALeaderLeavingAJobWithAnOutcomePublishesNothingAndGivesUpTheLease) {
-  start("a");
-  start("b");
-  start("c");
-  converge();
-  std::string leader;
-  for (auto& [name, node] : nodes_) {
-    if (node.agent->leading()) leader = name;
-  }
+  const std::string leader = three_nodes_and_their_leader();
   ASSERT_FALSE(leader.empty());
   store_->set(keys::kOutcome, "completed");
   const std::int64_t before = generation();

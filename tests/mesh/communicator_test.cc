@@ -7,8 +7,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <cmath>
 #include <functional>
 #include <future>
 #include <thread>
