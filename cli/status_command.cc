@@ -3,6 +3,7 @@
 // recoveries and recent events, read from Redis and validated (elastic/job_state.h).
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <iomanip>
 #include <iostream>
 #include <memory>

@@ -196,9 +196,15 @@ trainer_stage() {
   step trainer-found-paths found_paths "$tbuild" || return 1
   local targets=(hdp)
   grep -qE '^build tests/nccl_gpu_test[ :]' "$tbuild/build.ninja" 2>/dev/null && targets+=(nccl_gpu_test)
+  grep -qE '^build tests/kernels_cuda_test[ :]' "$tbuild/build.ninja" 2>/dev/null && targets+=(kernels_cuda_test)
   step trainer-build timeout "$(limit_s 1800)" cmake --build "$tbuild" --parallel "$(nproc)" --target "${targets[@]}" ||
     return 1
   step trainer-leaks leaks "$tbuild"
+  # The kernels' and the device memory's own tests but the attention kernels' (unchanged; they skip
+  # without a device), before the runs that rely on them.
+  if [ -x "$tbuild/tests/kernels_cuda_test" ]; then
+    step trainer-kernels-tests timeout "$(limit_s 120)" "$tbuild/tests/kernels_cuda_test" --gtest_brief=1 --gtest_filter=-FlashAttention.*
+  fi
   export HDP_REDIS_SERVER=$deps_root/usr/bin/redis-server
   local hdp
   hdp=$(cd "$tbuild/bin" && pwd)/hdp
@@ -224,10 +230,35 @@ trainer_stage() {
     model=(--model-config "$tout/$name.json")
     [ "$name" = demo ] && model=(--model demo)
     run_json "$tout/$name" "{\"kind\": \"throughput\", \"config\": \"$name.json\", \"tokens_per_step\": $ctx, \"steps\": $nsteps, \"warmup_steps\": $warm, \"device\": \"$device\", \"dtype\": \"bf16\"}"
-    trun "$name" 300 "$hdp" run --nodes 1 --nproc-per-node 1 -- "$hdp" train "${model[@]}" "${common[@]}"
+    trun "$name" 150 "$hdp" run --nodes 1 --nproc-per-node 1 -- "$hdp" train "${model[@]}" "${common[@]}"
     torch_run "$name" --trainer-config "$tout/$name.json" --trainer-tokens "$ctx" --reps "$nsteps"
   done
 
+  # 3 agents x 1 worker on the one device (they share it: TCP data plane, staged through the host),
+  # with and without node2 (its agent, and with it its worker) SIGKILLed at step rkill; the job goes
+  # on with 2 (--nnodes 2:3). Plans at equal speeds, so that both runs sum the same batches.
+  local rec=(--device "$device" --dtype bf16 --model "$rmodel" --context "$rctx" --capacity "$rctx"
+    --batch-tokens $((3 * rctx)) --data synthetic:github --seed 7 --steps "$rsteps" --warmup-steps 5
+    --no-speed-aware --metrics-file metrics.jsonl --log-every 5 --timeout-ms 30000)
+  local launch=(run --nodes 3 --nnodes 2:3 --nproc-per-node 1 --lease-ms 2000)
+  run_json "$tout/recovery-reference" '{"kind": "recovery-reference"}'
+  trun recovery-reference 150 "$hdp" "${launch[@]}" -- "$hdp" train "${rec[@]}"
+  run_json "$tout/recovery-node-lost" "{\"kind\": \"recovery\", \"reference\": \"recovery-reference\", \"kill\": \"node2@$rkill\", \"steps\": $rsteps, \"loss_tolerance\": $loss_tolerance}"
+  trun recovery-node-lost 150 "$hdp" "${launch[@]}" --kill-node "node2@$rkill" -- "$hdp" train "${rec[@]}"
+
+  # NCCL: the data plane of a world of one on its own GPU is read from the demo run's log
+  # (gpu_results.py); the abort of a superseded generation's init is nccl_gpu_test's case.
+  run_json "$tout/nccl-data-plane" '{"kind": "nccl-data-plane", "from": "demo"}'
+  [ $dry_run = 1 ] && skip nccl-data-plane "dry run: every rank is on the CPU, so the data plane is TCP (NCCL needs a GPU per rank)"
+  run_json "$tout/nccl-superseded" '{"kind": "nccl-superseded"}'
+  if [ ! -x "$tbuild/tests/nccl_gpu_test" ]; then
+    skip nccl-superseded "nccl_gpu_test not built: this build has no NCCL (CUDA toolkit and nccl.h)"
+  else
+    trun nccl-superseded 120 "$PWD/$tbuild/tests/nccl_gpu_test"
+    if grep -q '\[  SKIPPED \]' "$tout/nccl-superseded/run.log"; then
+      skip nccl-superseded "$(grep -m1 -o 'no CUDA device[^"]*' "$tout/nccl-superseded/run.log" || echo 'nccl_gpu_test skipped')"
+    fi
+  fi
   # Activation offloading, where the planner's Eq. 3 lets compute hide the copies (the built-in GPU
   # estimate does not offload an 8K-token micro-batch of this model): one 32,768-token sequence of
   # the big model held whole (--capacity 32768), then on a rank declared to hold half of it
@@ -243,37 +274,12 @@ trainer_stage() {
       skip "$name_long" "dry run: the CPU never offloads (its activations are host memory)"
       continue
     fi
-    trun "$name_long" 240 "$hdp" run --nodes 1 --nproc-per-node 1 -- "$hdp" train --model-config "$tout/$big.json" \
+    trun "$name_long" 150 "$hdp" run --nodes 1 --nproc-per-node 1 -- "$hdp" train --model-config "$tout/$big.json" \
       --device "$device" --dtype bf16 --context "$long" --capacity "$cap" --batch-tokens "$long" \
       --data "synthetic:file:$tout/long-lengths.txt" --steps "$lsteps" --warmup-steps 2 --metrics-file metrics.jsonl \
       --log-every 1 --timeout-ms 120000
   done
 
-  # 3 agents x 1 worker on the one device (they share it: TCP data plane, staged through the host),
-  # with and without node2 (its agent, and with it its worker) SIGKILLed at step rkill; the job goes
-  # on with 2 (--nnodes 2:3). Plans at equal speeds, so that both runs sum the same batches.
-  local rec=(--device "$device" --dtype bf16 --model "$rmodel" --context "$rctx" --capacity "$rctx"
-    --batch-tokens $((3 * rctx)) --data synthetic:github --seed 7 --steps "$rsteps" --warmup-steps 5
-    --no-speed-aware --metrics-file metrics.jsonl --log-every 5 --timeout-ms 30000)
-  local launch=(run --nodes 3 --nnodes 2:3 --nproc-per-node 1 --lease-ms 2000)
-  run_json "$tout/recovery-reference" '{"kind": "recovery-reference"}'
-  trun recovery-reference 300 "$hdp" "${launch[@]}" -- "$hdp" train "${rec[@]}"
-  run_json "$tout/recovery-node-lost" "{\"kind\": \"recovery\", \"reference\": \"recovery-reference\", \"kill\": \"node2@$rkill\", \"steps\": $rsteps, \"loss_tolerance\": $loss_tolerance}"
-  trun recovery-node-lost 300 "$hdp" "${launch[@]}" --kill-node "node2@$rkill" -- "$hdp" train "${rec[@]}"
-
-  # NCCL: the data plane of a world of one on its own GPU is read from the demo run's log
-  # (gpu_results.py); the abort of a superseded generation's init is nccl_gpu_test's case.
-  run_json "$tout/nccl-data-plane" '{"kind": "nccl-data-plane", "from": "demo"}'
-  [ $dry_run = 1 ] && skip nccl-data-plane "dry run: every rank is on the CPU, so the data plane is TCP (NCCL needs a GPU per rank)"
-  run_json "$tout/nccl-superseded" '{"kind": "nccl-superseded"}'
-  if [ ! -x "$tbuild/tests/nccl_gpu_test" ]; then
-    skip nccl-superseded "nccl_gpu_test not built: this build has no NCCL (CUDA toolkit and nccl.h)"
-  else
-    trun nccl-superseded 180 "$PWD/$tbuild/tests/nccl_gpu_test"
-    if grep -q '\[  SKIPPED \]' "$tout/nccl-superseded/run.log"; then
-      skip nccl-superseded "$(grep -m1 -o 'no CUDA device[^"]*' "$tout/nccl-superseded/run.log" || echo 'nccl_gpu_test skipped')"
-    fi
-  fi
 }
 
 # hf_config FILE VOCAB D_MODEL LAYERS HEADS KV_HEADS FFN: a Hugging Face LLaMA config.json.

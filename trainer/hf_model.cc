@@ -1,6 +1,7 @@
 #include "trainer/hf_model.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <set>

@@ -3,6 +3,7 @@
 #include "kernels/cuda/check.h"
 
 #include <cstdint>
+#include <cstring>
 
 namespace hdp::kernels::cuda {
 
@@ -55,27 +56,47 @@ void device_free(void* ptr) noexcept {
   if (ptr) cudaFreeAsync(ptr, cudaStreamLegacy);  // a destructor path: nothing useful to do with an error here
 }
 
-void* host_alloc_pinned(size_t bytes) noexcept {
-  void* ptr = nullptr;
-  if (bytes == 0 || cudaMallocHost(&ptr, bytes) != cudaSuccess) {
-    cudaGetLastError();  // refused: the caller uses plain host memory
-    return nullptr;
-  }
-  return ptr;
-}
-
-void host_free_pinned(void* ptr) noexcept {
-  if (ptr) cudaFreeHost(ptr);
-}
-
 bool memory_info(size_t& free_bytes, size_t& total_bytes) noexcept {
   if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) return true;
   cudaGetLastError();
   return false;
 }
 
+namespace {
+
+// Up to this size a copy from pageable memory is staged in a pinned block; a larger one (a model's
+// initial weights, a restored shard) is rare and would pin its whole size for the process's life.
+constexpr size_t kStagedUpTo = size_t{64} << 20;
+
+bool is_pinned_host(const void* ptr) {
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeHost;
+}
+
+}  // namespace
+
+// From pageable memory, cudaMemcpy first waits for every kernel queued on the device, and the device
+// then idles while the host launches the next ones: the batch's tables and tokens of every micro-batch
+// did that. Staged instead: the bytes go to a pinned block at once (the source is free on return) and
+// the copy is queued on the legacy default stream, ahead of every later kernel on a blocking stream;
+// the block goes back to the pool behind it (pinned_pool.cc). A pinned source is the caller's to
+// reuse once this returns, so its copy stays synchronous.
 void copy_host_to_device(void* dst, const void* src, size_t bytes) {
-  if (bytes > 0) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+  if (bytes == 0) return;
+  if (bytes <= kStagedUpTo && !is_pinned_host(src)) {
+    if (void* staging = host_alloc_pinned(bytes)) {
+      std::memcpy(staging, src, bytes);
+      const cudaError_t queued = cudaMemcpyAsync(dst, staging, bytes, cudaMemcpyHostToDevice, cudaStreamLegacy);
+      host_free_pinned(staging);
+      CUDA_CHECK(queued);
+      return;
+    }
+  }
+  CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
 }
 
 void copy_host_to_device(void* dst, const void* src, size_t bytes, Stream stream) {

@@ -1,8 +1,11 @@
 // File: kernels/cuda/memory.h
 //
-// Device memory for hdp::ops::Tensor: allocation, copies and fills on the current device. Every call
-// is synchronous with respect to the host (the default stream), so a returned host buffer is ready;
-// the copy to the host that takes a stream waits for that stream's work instead.
+// Device memory for hdp::ops::Tensor: allocation, copies and fills on the current device, on the legacy
+// default stream, which every blocking stream (stream_create's) is ordered with. A copy to the host
+// returns with the host buffer ready (the one that takes a stream waits for that stream's work). A
+// copy to the device returns with the source free to reuse; from pageable memory (up to 64 MiB) it is
+// queued without waiting for the device (staged through pinned memory: memory.cc), so the device's
+// later work sees it but the host does not wait for the device's earlier work.
 #pragma once
 
 #include <cstddef>
@@ -28,9 +31,12 @@ void copy_device_to_device(void* dst, const void* src, size_t bytes);
 void device_zero(void* ptr, size_t bytes);
 // Page-locked host memory (cudaMallocHost): copies between it and a device run by DMA and may be
 // queued without the host waiting. nullptr when the driver refuses (no device, a locked-memory
-// limit): the caller then falls back to plain host memory. Free it with host_free_pinned.
+// limit): the caller then falls back to plain host memory. Free it with host_free_pinned, which keeps
+// it for reuse once the copies queued before the free are done (pinned_pool.cc);
+// host_pinned_held_bytes is what the process holds so, handed out or idle.
 void* host_alloc_pinned(size_t bytes) noexcept;
 void host_free_pinned(void* ptr) noexcept;
+size_t host_pinned_held_bytes();
 // The current device's free and total memory in bytes (cudaMemGetInfo); false when it cannot say.
 bool memory_info(size_t& free_bytes, size_t& total_bytes) noexcept;
 // Waits until every kernel launched so far has finished (benchmarks time around it).

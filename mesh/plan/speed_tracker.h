@@ -34,6 +34,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <map>
 #include <span>
 #include <string>

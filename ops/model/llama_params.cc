@@ -1,5 +1,6 @@
 #include "ops/model/llama_params.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -104,42 +105,56 @@ Tensor named_view(const LlamaConfig& config, const Tensor& flat, const std::stri
 
 namespace {
 
-// splitmix64: a tiny generator whose output is fixed by its definition, unlike std distributions.
-struct SplitMix64 {
-  uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+// splitmix64, a generator whose output is fixed by its definition (unlike std distributions) and
+// whose n-th draw is a function of n alone: draw n (from 1) of the stream seeded with `seed`.
+constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
+uint64_t splitmix64_draw(uint64_t seed, uint64_t n) {
+  uint64_t z = seed + n * kGamma;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+double uniform01(uint64_t draw) { return (double(draw >> 11) + 0.5) * 0x1.0p-53; }  // in (0, 1)
+
+// Every parameter's initial value into `out` (the flat layout): matrices N(0, 0.02) by Box-Muller, two
+// draws an element, the matrices in layout order drawing from one stream; norm weights 1, biases 0.
+// Each element's draws are found from its index, so the loop is parallel and its values are those of
+// drawing the stream in order (one thread or many: the same bits).
+template <typename T>
+void fill_initial(const LlamaConfig& config, T* out, uint64_t seed) {
+  constexpr double kStd = 0.02;  // biases start at 0, as HF's _init_weights sets them
+  uint64_t drawn = 0;            // draws taken by the matrices before this entry
+  for (const ParamEntry& e : param_layout(config)) {
+    const bool is_vector = e.shape.size() == 1, is_bias = e.name.ends_with(".bias");
+    const int64_t n = is_vector ? e.shape[0] : e.shape[0] * e.shape[1];
+    T* at = out + e.offset;
+    if (is_vector) {
+      std::fill(at, at + n, static_cast<T>(is_bias ? 0.0 : 1.0));
+      continue;
+    }
+    const uint64_t first = drawn;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      const uint64_t k = first + 2 * static_cast<uint64_t>(i);
+      const double u1 = uniform01(splitmix64_draw(seed, k + 1)), u2 = uniform01(splitmix64_draw(seed, k + 2));
+      at[i] = static_cast<T>(kStd * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2));
+    }
+    drawn += 2 * static_cast<uint64_t>(n);
   }
-  double uniform() { return (double(next() >> 11) + 0.5) * 0x1.0p-53; }  // in (0, 1)
-};
+}
 
 }  // namespace
 
 void init_params(const LlamaConfig& config, const Tensor& flat, uint64_t seed) {
   check_flat(config, flat, "init_params");
-  constexpr double kStd = 0.02;  // biases start at 0, as HF's _init_weights sets them
-  std::vector<double> values(static_cast<size_t>(flat.numel()));
-  SplitMix64 rng{seed};
-  for (const ParamEntry& e : param_layout(config)) {
-    const bool is_vector = e.shape.size() == 1, is_bias = e.name.ends_with(".bias");
-    const int64_t n = is_vector ? e.shape[0] : e.shape[0] * e.shape[1];
-    for (int64_t i = 0; i < n; ++i) {
-      double x = is_bias ? 0.0 : 1.0;
-      if (!is_vector) {
-        const double u1 = rng.uniform(), u2 = rng.uniform();
-        x = kStd * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
-      }
-      values[static_cast<size_t>(e.offset + i)] = x;
-    }
+  // Drawn on the host (in place on the CPU), then copied to the model's device once.
+  const Tensor host = flat.device() == Device::kCpu ? flat : Tensor::empty(flat.shape(), flat.dtype());
+  if (host.dtype() == DType::kF64) {
+    fill_initial(config, host.data<double>(), seed);
+  } else {
+    fill_initial(config, host.data<float>(), seed);
   }
-  if (flat.dtype() == DType::kF64) {
-    flat.copy_from(Tensor::from_vector(values, flat.shape()));
-    return;
-  }
-  flat.copy_from(Tensor::from_vector(std::vector<float>(values.begin(), values.end()), flat.shape()));
+  if (host.raw() != flat.raw()) flat.copy_from(host);
 }
 
 }  // namespace hdp::ops::model

@@ -2,7 +2,11 @@
 // check in float64, packing invariance, and overfitting a short text.
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
 #include <cmath>
+#include <cstdint>
+#include <numbers>
 #include <random>
 #include <string>
 
@@ -58,6 +62,54 @@ TEST(LlamaParams, InitIsDeterministicWithHfScale) {
   double ss = 0;
   for (float w : a.weights().embed.to_vector<float>()) ss += double(w) * w;
   EXPECT_NEAR(std::sqrt(ss / a.weights().embed.numel()), 0.02, 0.02 * 0.03);
+}
+
+// init_params draws each element's values from its index (a parallel loop); they must be the bits of
+// drawing one splitmix64 stream in layout order, two draws an element of a matrix, as the header says
+// and as every checkpoint and equivalence test made before assumed. The reference below is that
+// sequential definition, written out; the check runs on one thread and on four, and on a model with
+// biases (which draw nothing) between matrices.
+TEST(LlamaParams, InitIsTheSequentialStreamOnAnyNumberOfThreads) {
+  auto sequential = [](const LlamaConfig& c, std::uint64_t seed) {
+    std::uint64_t state = seed;
+    auto next = [&] {
+      std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      return z ^ (z >> 31);
+    };
+    auto uniform = [&] { return (double(next() >> 11) + 0.5) * 0x1.0p-53; };
+    std::vector<double> out;
+    for (const ParamEntry& e : param_layout(c)) {
+      const bool is_vector = e.shape.size() == 1, is_bias = e.name.ends_with(".bias");
+      const int64_t n = is_vector ? e.shape[0] : e.shape[0] * e.shape[1];
+      EXPECT_EQ(static_cast<int64_t>(out.size()), e.offset);
+      for (int64_t i = 0; i < n; ++i) {
+        double x = is_bias ? 0.0 : 1.0;
+        if (!is_vector) {
+          const double u1 = uniform(), u2 = uniform();
+          x = 0.02 * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+        }
+        out.push_back(x);
+      }
+    }
+    return out;
+  };
+  const int threads_before = omp_get_max_threads();
+  for (const LlamaConfig& c : {tiny(), testing::tiny_qwen2()}) {
+    const std::vector<double> expected = sequential(c, 1234);
+    const std::vector<float> expected_f32(expected.begin(), expected.end());
+    for (int threads : {1, 4}) {
+      omp_set_num_threads(threads);
+      LlamaModel f32(c);
+      f32.init(1234);
+      EXPECT_EQ(f32.params().to_vector<float>(), expected_f32) << threads << " thread(s)";
+      const Tensor f64 = Tensor::zeros({param_count(c)}, DType::kF64);
+      init_params(c, f64, 1234);
+      EXPECT_EQ(f64.to_vector<double>(), expected) << threads << " thread(s)";
+    }
+  }
+  omp_set_num_threads(threads_before);
 }
 
 TEST(LlamaParams, RejectsInconsistentConfig) {
