@@ -278,6 +278,12 @@ trainer_stage() {
       --device "$device" --dtype bf16 --context "$long" --capacity "$cap" --batch-tokens "$long" \
       --data "synthetic:file:$tout/long-lengths.txt" --steps "$lsteps" --warmup-steps 2 --metrics-file metrics.jsonl \
       --log-every 1 --timeout-ms 120000
+    if [ "$cap" = "$long" ]; then
+      torch_run "$name_long" --trainer-config "$tout/$big.json" --trainer-tokens "$long" --reps "$lsteps"
+    else
+      echo "PyTorch's eager step does not offload: the baseline of this row is the same sequence held whole (the row above)" \
+        >"$out/trainer/$name_long/torch-skipped.txt"
+    fi
   done
 
 }
