@@ -388,9 +388,14 @@ def collect_trainer(d, steps, dry_run):
     for run in runs:
         run.pop("_log", None)
     stage = {"runs": runs}
-    for name in ("trainer-configure", "trainer-found-paths", "trainer-build", "trainer-leaks"):
+    for name in ("trainer-configure", "trainer-found-paths", "trainer-build", "trainer-leaks", "trainer-kernels-tests"):
         if name in steps:
             stage[name] = steps[name]
+    if "trainer-kernels-tests" in steps:  # the names of the cases that failed, from gtest's summary
+        failed = sorted({m.group(1) for m in re.finditer(r"^\[  FAILED  \] ([\w./]+)",
+                                                          "\n".join(read_lines(os.path.join(d, "trainer-kernels-tests.log"))),
+                                                          re.M)})
+        stage["trainer-kernels-tests"] = dict(stage["trainer-kernels-tests"], failed=failed)
     return stage
 
 
@@ -400,7 +405,8 @@ def trainer_rows(r):
     if not stage:
         return ["(no trainer stage in this run)"]
     peak = bf16_peak(r.get("gpu"))
-    build = ", ".join(f"{k[8:]} rc {v['rc']} ({v['seconds']} s)" for k, v in stage.items() if k != "runs")
+    build = ", ".join(f"{k[8:]} rc {v['rc']} ({v['seconds']} s)" + (f" (failed: {', '.join(v['failed'])})" if v.get("failed") else "")
+                      for k, v in stage.items() if k != "runs")
     lines = [f"trainer stage: {build}",
              f"MFU against a bf16 dense peak of {peak / 1e12:.1f} TFLOP/s" if peak else
              "MFU: – (no bf16 peak known for this device)",
