@@ -274,6 +274,9 @@ def trainer_run(d, name, steps, dry_run):
         warm = run.get("warmup_steps", 0)
         timed = [r for r in rows if r.get("step", 0) > warm] or rows
         run["timed_steps"] = len(timed)
+        offloaded = [r["offloaded_bytes"] for r in timed if "offloaded_bytes" in r]
+        if offloaded:  # hdp train's metrics name what rank 0 offloaded, on the steps that did
+            run["offloaded_gb_per_step"] = median(offloaded) / 1e9
         run["tokens_per_s"] = median([r["tokens_per_s"] for r in timed if "tokens_per_s" in r])
         run["step_s"] = median([r["step_ms"] / 1000.0 for r in timed if "step_ms" in r])
         config = read_json(os.path.join(os.path.dirname(d), run.get("config", "")))
@@ -422,7 +425,9 @@ def trainer_rows(r):
             p = run.get("params")
             size = "–" if p is None else f"{p / 1e6:.0f} M" if p >= 1e7 else f"{p / 1e6:.2f} M"
             label = (f"{name} ({size} params, {run.get('tokens_per_step')} tokens/step, {run.get('dtype')} on "
-                     f"{run.get('device')}, {run.get('timed_steps', 0)} timed steps){failed}")
+                     f"{run.get('device')}, {run.get('timed_steps', 0)} timed steps"
+                     + (f", {run['offloaded_gb_per_step']:.2f} GB offloaded a step" if "offloaded_gb_per_step" in run else "")
+                     + f"){failed}")
             t = run.get("torch", {})
             tps = run.get("tokens_per_s")
             mfu = f"{100 * run['flops_per_step'] / run['step_s'] / peak:.1f}%" if peak and run.get("step_s") else "–"

@@ -71,9 +71,15 @@ void StepReporter::step(const elastic::Membership& m, std::int64_t step, const m
       std::snprintf(evaluated, sizeof evaluated, "  eval_loss %.4f (%lld tokens of --eval-data in %.0f ms)", eval->loss,
                     static_cast<long long>(eval->tokens), eval->ms);
     }
-    log()->info("step {}/{}  loss {:.4f}  lr {:.2e}  {:.0f} tokens/s  world {}  {:.0f} ms (compute {:.0f}, wait {:.0f}){}",
+    // Offloading (the planner's choice, on a GPU) is named with what rank 0 moved to host memory.
+    char offloaded[64] = "";
+    if (result.offloaded_bytes > 0) {
+      std::snprintf(offloaded, sizeof offloaded, ", %.2f GB of activations offloaded",
+                    static_cast<double>(result.offloaded_bytes) / 1e9);
+    }
+    log()->info("step {}/{}  loss {:.4f}  lr {:.2e}  {:.0f} tokens/s  world {}  {:.0f} ms (compute {:.0f}, wait {:.0f}{}){}",
                 step, config_.steps, result.loss(), lr, tokens_per_s, world, step_ms, result.compute_ms,
-                result.comm_wait_ms, evaluated);
+                result.comm_wait_ms, offloaded, evaluated);
   }
   if (!config_.metrics_file.empty()) write_metrics_line(m, step, result, step_ms, lr, position, tokens_per_s, world, speeds, eval);
   if (!config_.tensorboard_dir.empty()) write_tensorboard(step, result, step_ms, lr, tokens_per_s, world, eval);
@@ -229,6 +235,7 @@ void StepReporter::write_metrics_line(const elastic::Membership& m, std::int64_t
                                // Where the data stands after the step (what a checkpoint of it saves).
                                {"data_epoch", position.epoch}, {"data_sample", position.sample}};
   if (eval) line["eval_loss"] = eval->loss;
+  if (result.offloaded_bytes > 0) line["offloaded_bytes"] = result.offloaded_bytes;  // rank 0's
   // One write of a whole line in append mode: lines of successive rank-0 processes never mix.
   const std::string text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   const int fd = ::open(config_.metrics_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);

@@ -155,6 +155,7 @@ StepResult DistributedStep::run_checked(const Plan& plan, std::span<const std::v
       local_loss += model_.forward(mb.batch);
       model_.backward(dloss);
     }
+    timing.offloaded_bytes = model_.offloaded_bytes();
     timing.compute_ms = ms_since(start) - timing.comm_wait_ms;
     if (options_.slowdown > 1) {
       const double extra_ms = timing.compute_ms * (options_.slowdown - 1);
@@ -164,6 +165,7 @@ StepResult DistributedStep::run_checked(const Plan& plan, std::span<const std::v
     result.rank_tokens += timing.tokens;
     result.compute_ms += timing.compute_ms;
     result.comm_wait_ms += timing.comm_wait_ms;
+    result.offloaded_bytes += timing.offloaded_bytes;
     result.micro_batches.push_back(timing);
   }
   result.loss_sum = comm_.allreduce_sum(local_loss, options_.timeout);

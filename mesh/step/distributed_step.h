@@ -47,6 +47,7 @@ struct MicroBatchTiming {
   std::int64_t tokens = 0;        // rows this rank ran
   double compute_ms = 0;          // forward + backward, less the waits below
   double comm_wait_ms = 0;        // waiting for ring transfers that compute did not hide
+  std::int64_t offloaded_bytes = 0;  // activations moved to host memory and back (the plan's offload_ratio)
 };
 
 struct StepResult {
@@ -59,6 +60,7 @@ struct StepResult {
   std::vector<MicroBatchTiming> micro_batches;  // this rank's, in queue order
   double compute_ms = 0;           // sum over micro_batches
   double comm_wait_ms = 0;         // sum over micro_batches
+  std::int64_t offloaded_bytes = 0;  // sum over micro_batches: this rank's offloaded activations
   ZeroOptimizer::Result zero;
 };
 

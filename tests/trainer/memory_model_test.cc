@@ -17,9 +17,12 @@
 
 #include "common/error.h"
 #include "hdp/config.h"
+#include "mesh/comm/communicator_factory.h"
 #include "mesh/plan/plan.h"
+#include "mesh/step/distributed_step.h"
 #include "ops/model/llama_model.h"
 #include "ops/model/llama_params.h"
+#include "ops/model/offload_schedule.h"
 #include "trainer/trainer_config.h"
 #include "trainer/training_setup.h"
 
@@ -533,6 +536,43 @@ TEST(MemoryModel, OnAGpuThePlannerGetsTheModelsOffloadSizes) {
     }
   }
   EXPECT_GE(offloading, 1) << "no micro-batch offloads";
+}
+
+// The step carries the plan's offloading through to what it reports: a micro-batch that the plan
+// gives an offload ratio moves exactly the counted bytes of the schedule's layers (StepResult, and
+// from it the step's log line and the metrics file's `offloaded_bytes`), one without moves none,
+// and the step's loss and update are the same bits either way. One rank over TCP, on the CPU,
+// where the model offloads into plain host memory.
+TEST(MemoryModel, ADistributedStepReportsTheBytesItsPlanOffloaded) {
+  using namespace std::chrono_literals;
+  const LlamaConfig config = small_model();  // 3 layers: a ratio of 1 offloads layer 0
+  const std::vector<std::vector<std::int32_t>> batch = {std::vector<std::int32_t>(200, 7),
+                                                        std::vector<std::int32_t>(56, 9)};
+  mesh::Plan plan;
+  plan.micro_batches = {{.slot = 0, .sequences = {0, 1}, .ranks = {0}, .rank_capacity = 256}};
+  plan.rank_queues = {{0}};
+  auto step = [&](double ratio, std::int64_t* offloaded) {
+    plan.micro_batches[0].offload_ratio = ratio;
+    auto comms = mesh::connect_local(1, 20s);
+    ops::model::LlamaModel model(config, ops::DType::kF32, Device::kCpu, Precision::kFull);
+    model.init(5);
+    mesh::ZeroOptimizer zero(model.params().numel(), 0, 1, ops::DType::kF32);
+    mesh::DistributedStep distributed(model, zero, *comms[0], mesh::StepOptions{.timeout = 20s});
+    const mesh::StepResult result = distributed.run(plan, batch);
+    EXPECT_EQ(result.micro_batches.size(), 1u);
+    EXPECT_EQ(result.micro_batches.at(0).offloaded_bytes, result.offloaded_bytes);
+    *offloaded = result.offloaded_bytes;
+    std::vector<float> out = model.params().to_vector<float>();
+    out.push_back(static_cast<float>(result.loss()));
+    return out;
+  };
+  std::int64_t none = -1, moved = -1;
+  const std::vector<float> resident = step(0.0, &none);
+  const std::vector<float> offloaded = step(1.0, &moved);
+  EXPECT_EQ(none, 0);
+  const std::int64_t layer = layer_activation_bytes(config, Precision::kFull).per_token * 256;
+  EXPECT_EQ(moved, ops::model::offload_schedule(1.0, config.n_layers).offloaded() * layer);
+  EXPECT_TRUE(resident == offloaded) << "offloading changed the step's loss or update";
 }
 
 }  // namespace
