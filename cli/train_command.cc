@@ -245,10 +245,6 @@ void add_train_command(CLI::App& app) {
       ->envname("HDP_REDUNDANT_SHARDS");
   opt("--verify-replicas-every", c.verify_replicas_every,
       "Compare checksums of every shard and its copy every this many steps (0: never)", "HDP_VERIFY_REPLICAS_EVERY");
-  opt("--background-placement-mb", c.background_placement_mb,
-      "Above this many MB of copies a rank sends and receives at a generation's start, they travel during the "
-      "first step instead of before it",
-      "HDP_BACKGROUND_PLACEMENT_MB");
   command->add_flag("--evict-stragglers,!--no-evict-stragglers", c.evict_stragglers,
                     "Ask the leader to evict persistent stragglers for a cool-down (default on)")
       ->envname("HDP_EVICT_STRAGGLERS");

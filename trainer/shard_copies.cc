@@ -5,36 +5,20 @@
 
 namespace hdp::trainer {
 
-void ShardCopies::start_generation(bool enabled, std::int64_t background_bytes, const elastic::Membership& m,
-                                   mesh::Communicator& comm, mesh::ZeroOptimizer& optimizer, const ops::Tensor& params,
-                                   std::int64_t step, mesh::Communicator::Duration timeout) {
+void ShardCopies::start_generation(bool enabled, const elastic::Membership& m, mesh::Communicator& comm,
+                                   mesh::ZeroOptimizer& optimizer, const ops::Tensor& params, std::int64_t step,
+                                   mesh::Communicator::Duration timeout) {
   plan_.reset();
-  placement_ = {};  // the last generation's, if never settled: its communicator is gone
   if (!enabled) return;
-  generation_ = m.generation;
-  log_ = m.rank == 0;
-  placement_ = mesh::post_replicas(optimizer, params, node_of_rank(m), step, comm);
-  if (placement_.bytes() <= background_bytes) {
-    settle(timeout);
-  } else if (log_) {
-    log()->info("generation {}: the optimizer shards' copies ({:.0f} MB on rank 0) travel during the first step",
-                generation_, static_cast<double>(placement_.bytes()) / 1e6);
-  }
-}
-
-void ShardCopies::settle(mesh::Communicator::Duration timeout) {
-  if (!placement_.pending()) return;
-  placement_.settle(timeout);
-  plan_ = placement_.plan();
-  if (log_) {
-    log()->info("generation {}: every optimizer shard copied to a rank of another node{}", generation_,
+  plan_ = mesh::place_replicas(optimizer, params, node_of_rank(m), step, comm, timeout);
+  if (m.rank == 0) {
+    log()->info("generation {}: every optimizer shard copied to a rank of another node{}", m.generation,
                 plan_->complete() ? std::string() : std::string(" (none: the job runs on one node)"));
   }
 }
 
 void ShardCopies::verify(const elastic::Membership& m, mesh::Communicator& comm, const mesh::ZeroOptimizer& optimizer,
-                         std::int64_t step, mesh::Communicator::Duration timeout) {
-  settle(timeout);
+                         std::int64_t step) const {
   const mesh::ReplicaCheck check = mesh::verify_replicas(optimizer, comm);
   if (m.rank != 0) return;
   for (const auto& [owner, holder] : check.wrong) {

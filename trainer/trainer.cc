@@ -109,8 +109,8 @@ class Trainer {
 
     const std::int64_t furthest = recovery_.start(m, comm);
     monitor_.start_generation(m, comm, min_nodes_.value_or(1));
-    copies_.start_generation(config_.redundant_shards, config_.background_placement_mb << 20, m, comm,
-                             recovery_.optimizer(), model_.params(), recovery_.step(), config_.timeout);
+    copies_.start_generation(config_.redundant_shards, m, comm, recovery_.optimizer(), model_.params(),
+                             recovery_.step(), config_.timeout);
 
     // Async: a stalled store must not hold the next save, and so training, back.
     CheckpointReporter reporter(ctx_.store(), m.generation, m.rank, /*async=*/true);
@@ -168,7 +168,7 @@ class Trainer {
       reporter_.step(m, done, run.result, run.ms, run.lr, recovery_.position(), monitor_.figures(), 0,
                      eval ? &*eval : nullptr);
       if (config_.verify_replicas_every > 0 && done % config_.verify_replicas_every == 0) {
-        copies_.verify(m, comm, recovery_.optimizer(), done, config_.timeout);
+        copies_.verify(m, comm, recovery_.optimizer(), done);
       }
       if (saver && (done % config_.checkpoint_every == 0 || done == config_.steps)) recovery_.save(*saver);
     }
@@ -230,11 +230,7 @@ class Trainer {
     options.max_grad_norm = config_.max_grad_norm;
     options.timeout = config_.timeout;
     options.slowdown = faults_.slowdown(next_step);
-    options.on_phase = [this, &m, next_step](mesh::StepPhase phase) {
-      // The update overwrites the moments that copies still on their way are sent from.
-      if (phase == mesh::StepPhase::kReduceScatter) copies_.settle(config_.timeout);
-      faults_.fire(m.rank, next_step, phase);
-    };
+    options.on_phase = [this, &m, next_step](mesh::StepPhase phase) { faults_.fire(m.rank, next_step, phase); };
     mesh::DistributedStep step(model_, recovery_.optimizer(), comm, options);
     recovery_.step_started(next);
     try {

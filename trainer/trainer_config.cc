@@ -219,10 +219,6 @@ void TrainerConfig::validate() const {
   if (verify_replicas_every < 0) {
     throw InvalidArgument("--verify-replicas-every " + std::to_string(verify_replicas_every) + " must be >= 0");
   }
-  if (background_placement_mb < 0 || background_placement_mb > (std::int64_t{1} << 30)) {
-    throw InvalidArgument("--background-placement-mb " + std::to_string(background_placement_mb) +
-                          " must lie in [0, 2^30]");
-  }
   if (verify_replicas_every > 0 && !redundant_shards) {
     throw InvalidArgument("--verify-replicas-every needs --redundant-shards");
   }

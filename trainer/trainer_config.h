@@ -158,9 +158,6 @@ struct TrainerConfig : elastic::LiveValues {
   // default; on a single node there are no copies and nothing is kept, so it costs nothing.
   bool redundant_shards = true;
   int verify_replicas_every = 0;
-  // A rank whose copies (sent and received) weigh more than this many MB does not wait for them at a
-  // generation's start: they travel during the first step (trainer/shard_copies.h).
-  std::int64_t background_placement_mb = 64;
 
   // InvalidArgument naming the first bad flag and its value (the world size is checked per
   // generation, see check_world in trainer/training_setup.h).

@@ -8,51 +8,34 @@
 
 namespace hdp::mesh {
 
-ReplicaPlacement post_replicas(ZeroOptimizer& zero, const ops::Tensor& params,
-                               const std::vector<std::string>& node_of_rank, std::int64_t step, Communicator& comm) {
-  ReplicaPlacement placement;
-  placement.plan_ = plan_buddies(node_of_rank);
-  placement.step_ = step;
-  zero.set_replicas(placement.plan_);
+BuddyPlan place_replicas(ZeroOptimizer& zero, const ops::Tensor& params, const std::vector<std::string>& node_of_rank,
+                         std::int64_t step, Communicator& comm, Communicator::Duration timeout) {
+  const BuddyPlan plan = plan_buddies(node_of_rank);
+  zero.set_replicas(plan);
   // Each owner sends its moments and its own range of the parameters: under bf16 mixed precision
   // only the owner's range of its full buffer is the exact master copy (the rest came over the
   // wire in bf16), so no other rank's buffer can stand for it.
   const std::vector<std::int64_t>& counts = zero.counts();
+  std::vector<std::unique_ptr<Work>> work;
+  std::vector<std::pair<int, ops::Tensor>> received;
   for (int owner : zero.replica_owners()) {
-    placement.work_.push_back(comm.irecv(zero.replica_exp_avg(owner), owner, kReplicaExpAvgTag));
-    placement.work_.push_back(comm.irecv(zero.replica_exp_avg_sq(owner), owner, kReplicaExpAvgSqTag));
-    placement.received_.emplace_back(owner, ops::Tensor::empty({counts[static_cast<std::size_t>(owner)]},
-                                                               params.dtype(), params.device()));
-    placement.work_.push_back(comm.irecv(placement.received_.back().second, owner, kReplicaParamsTag));
-    placement.bytes_ += 3 * static_cast<std::int64_t>(placement.received_.back().second.bytes());
+    work.push_back(comm.irecv(zero.replica_exp_avg(owner), owner, kReplicaExpAvgTag));
+    work.push_back(comm.irecv(zero.replica_exp_avg_sq(owner), owner, kReplicaExpAvgSqTag));
+    received.emplace_back(owner, ops::Tensor::empty({counts[static_cast<std::size_t>(owner)]}, params.dtype(),
+                                                    params.device()));
+    work.push_back(comm.irecv(received.back().second, owner, kReplicaParamsTag));
   }
-  if (const int holder = placement.plan_.holder[static_cast<std::size_t>(comm.rank())]; holder >= 0) {
-    placement.work_.push_back(comm.isend(zero.exp_avg(), holder, kReplicaExpAvgTag));
-    placement.work_.push_back(comm.isend(zero.exp_avg_sq(), holder, kReplicaExpAvgSqTag));
-    const ops::Tensor own = params.reshape({params.numel()}).view(zero.offset(), {zero.count()});
-    placement.work_.push_back(comm.isend(own, holder, kReplicaParamsTag));
-    placement.bytes_ += 3 * static_cast<std::int64_t>(own.bytes());
+  if (const int holder = plan.holder[static_cast<std::size_t>(comm.rank())]; holder >= 0) {
+    work.push_back(comm.isend(zero.exp_avg(), holder, kReplicaExpAvgTag));
+    work.push_back(comm.isend(zero.exp_avg_sq(), holder, kReplicaExpAvgSqTag));
+    work.push_back(comm.isend(params.reshape({params.numel()}).view(zero.offset(), {zero.count()}), holder,
+                              kReplicaParamsTag));
   }
-  placement.zero_ = &zero;
-  return placement;
-}
-
-void ReplicaPlacement::settle(Communicator::Duration timeout) {
-  if (!zero_) return;
-  for (auto& w : work_) w->wait(timeout);
-  for (const auto& [owner, owner_params] : received_) zero_->set_replica_state(owner, owner_params, step_);
+  for (auto& w : work) w->wait(timeout);
+  for (const auto& [owner, owner_params] : received) zero.set_replica_state(owner, owner_params, step);
   // The kept triples serve a rollback from the copies; with none (one node) a lost shard is lost.
-  zero_->set_keep_previous(plan_.complete());
-  zero_ = nullptr;
-  work_.clear();
-  received_.clear();
-}
-
-BuddyPlan place_replicas(ZeroOptimizer& zero, const ops::Tensor& params, const std::vector<std::string>& node_of_rank,
-                         std::int64_t step, Communicator& comm, Communicator::Duration timeout) {
-  ReplicaPlacement placement = post_replicas(zero, params, node_of_rank, step, comm);
-  placement.settle(timeout);
-  return placement.plan();
+  zero.set_keep_previous(plan.complete());
+  return plan;
 }
 
 ReplicaCheck verify_replicas(const ZeroOptimizer& zero, Communicator& comm) {

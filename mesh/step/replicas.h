@@ -13,8 +13,6 @@
 //   ReplicaCheck check = verify_replicas(zero, comm);   // check.wrong lists (owner, holder) pairs
 #pragma once
 
-#include <cstdint>
-#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,42 +29,6 @@ namespace hdp::mesh {
 inline constexpr Tag kReplicaExpAvgTag = kReplicaGradTag + 1;
 inline constexpr Tag kReplicaExpAvgSqTag = kReplicaGradTag + 2;
 inline constexpr Tag kReplicaParamsTag = kReplicaGradTag + 3;
-
-// The copies of a generation on their way (post_replicas): the messages are posted and travel while
-// the caller goes on (the generation's first step: on a GPU over NCCL's stream, over TCP on the
-// communicator's threads). Until settle() the copies are not offered (ZeroOptimizer::versions skips
-// a copy without its step) and the caller must not update the optimizer: settle() before the first
-// step's update, which overwrites the moments being sent. A placement that is never settled (the
-// generation ended first) is dropped with the communicator's death: the messages keep their buffers
-// alive (communicator.h's Work contract), and the copies were never offered.
-class ReplicaPlacement {
- public:
-  ReplicaPlacement() = default;
-  // Posted and not settled yet.
-  bool pending() const { return zero_ != nullptr; }
-  // This rank's bytes on the way, sent and received.
-  std::int64_t bytes() const { return bytes_; }
-  const BuddyPlan& plan() const { return plan_; }
-  // Waits for every message (what the communicator throws after `timeout`: PeerLost, TimeoutError),
-  // then sets each held copy's parameters and step and keeps the previous triples when every shard
-  // has a copy. A no-op when nothing is pending.
-  void settle(Communicator::Duration timeout);
-
- private:
-  friend ReplicaPlacement post_replicas(ZeroOptimizer&, const ops::Tensor&, const std::vector<std::string>&,
-                                        std::int64_t, Communicator&);
-  ZeroOptimizer* zero_ = nullptr;
-  BuddyPlan plan_;
-  std::int64_t step_ = 0;
-  std::int64_t bytes_ = 0;
-  std::vector<std::unique_ptr<Work>> work_;
-  std::vector<std::pair<int, ops::Tensor>> received_;  // each held copy's owner and its parameters
-};
-
-// Plans the copies from the generation's membership (`node_of_rank`, by rank), installs the plan in
-// `zero` (set_replicas) and posts the messages of place_replicas below without waiting for them.
-ReplicaPlacement post_replicas(ZeroOptimizer& zero, const ops::Tensor& params,
-                               const std::vector<std::string>& node_of_rank, std::int64_t step, Communicator& comm);
 
 // Plans the copies from the generation's membership (`node_of_rank`, by rank), installs the plan
 // in `zero` (set_replicas), sends every rank's moments whole to its holder and receives the copies

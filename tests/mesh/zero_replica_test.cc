@@ -219,65 +219,6 @@ TEST(ReplicaPlacement, PlacedCopiesVerifyEqualAndACorruptedCopyIsNamed) {
   }
 }
 
-// A placement posted and settled later (post_replicas: the copies travel during a generation's first
-// step). Until settled no copy is offered (versions() lists only the own shard) and the placement
-// says what it carries; other traffic of the same communicator (here an all-reduce and messages
-// between the same ranks, as a step's collectives and ring attention) goes on meanwhile; settled
-// before the update, the copies equal their originals and stay bitwise equal step after step, as
-// those of a placement waited for at once (the test above).
-TEST(ReplicaPlacement, APostedPlacementCountsOnlyOnceSettledAndMatchesAPlacementWaitedFor) {
-  const std::vector<std::string> nodes{"a", "a", "b", "b"};
-  constexpr int kWorld = 4;
-  auto comms = connect_local(kWorld, 10s);
-  const ops::AdamWParams adamw{.lr = 1e-2f};
-  std::vector<ReplicaCheck> checks(kWorld);
-  std::vector<std::size_t> offered_before(kWorld), offered_after(kWorld);
-  std::vector<std::int64_t> bytes(kWorld);
-  test::on_ranks_ok(kWorld, [&](int r) {
-    auto& comm = *comms[static_cast<std::size_t>(r)];
-    ZeroOptimizer zero(kElems, r, kWorld);
-    const Tensor params = Tensor::from_vector<float>(pattern(kElems, 7), {kElems});
-    for (int step = 0; step < 2; ++step) {
-      zero.step(params, Tensor::from_vector<float>(pattern(kElems, static_cast<std::uint32_t>(10 * step + r)), {kElems}),
-                comm, adamw, 1.0);
-    }
-    ReplicaPlacement placement = post_replicas(zero, params, nodes, zero.steps_taken(), comm);
-    EXPECT_TRUE(placement.pending());
-    bytes[static_cast<std::size_t>(r)] = placement.bytes();
-    offered_before[static_cast<std::size_t>(r)] = zero.versions(params).size();
-    // The step's own traffic while the copies travel.
-    EXPECT_EQ(comm.allreduce_sum(static_cast<std::int64_t>(r + 1), 10s), 10);
-    const int peer = r ^ 1;
-    const Tensor out = Tensor::from_vector<float>({static_cast<float>(r)}, {1});
-    const Tensor in = Tensor::zeros({1}, ops::DType::kF32);
-    auto recv = comm.irecv(in, peer, 5);
-    comm.isend(out, peer, 5)->wait(10s);
-    recv->wait(10s);
-    EXPECT_EQ(in.to_vector<float>()[0], static_cast<float>(peer));
-    // Settled as the step's update begins (ShardCopies::settle from the kReduceScatter phase).
-    zero.step(params, Tensor::from_vector<float>(pattern(kElems, static_cast<std::uint32_t>(50 + r)), {kElems}), comm,
-              adamw, 1.0, 10s, [&](StepPhase phase) {
-                if (phase == StepPhase::kReduceScatter) placement.settle(10s);
-              });
-    EXPECT_FALSE(placement.pending());
-    offered_after[static_cast<std::size_t>(r)] = zero.versions(params).size();
-    zero.step(params, Tensor::from_vector<float>(pattern(kElems, static_cast<std::uint32_t>(60 + r)), {kElems}), comm,
-              adamw, 1.0);
-    checks[static_cast<std::size_t>(r)] = verify_replicas(zero, comm);
-  });
-  // Every shard's three tensors (parameters, exp_avg, exp_avg_sq: f32) sent once and received once.
-  std::int64_t total = 0;
-  for (std::int64_t b : bytes) total += b;
-  EXPECT_EQ(total, 2 * 3 * kElems * 4);
-  for (int r = 0; r < kWorld; ++r) {
-    EXPECT_EQ(offered_before[static_cast<std::size_t>(r)], 1u) << "rank " << r << ": its own shard only";
-    EXPECT_EQ(offered_after[static_cast<std::size_t>(r)], 4u)
-        << "rank " << r << ": its own shard and the copy it holds, each now and at the step before";
-    EXPECT_EQ(checks[static_cast<std::size_t>(r)].checked, kWorld) << "rank " << r;
-    EXPECT_TRUE(checks[static_cast<std::size_t>(r)].wrong.empty()) << "rank " << r;
-  }
-}
-
 TEST(ReplicaPlacement, OneNodeHasNoCopiesToCheck) {
   auto comms = connect_local(2, 10s);
   std::vector<ReplicaCheck> checks(2);
