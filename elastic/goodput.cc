@@ -49,7 +49,16 @@ GoodputTotals read_goodput_totals(const StateFields& state) {
   t.productive_ms = std::max(0.0, number_field<double>(state, goodput::kProductiveMs).value_or(0));
   t.recomputed_ms = std::max(0.0, number_field<double>(state, goodput::kRecomputedMs).value_or(0));
   t.recomputed_steps = std::max<std::int64_t>(0, number_field<std::int64_t>(state, goodput::kRecomputedSteps).value_or(0));
+  t.idle_ms = std::max<std::int64_t>(0, number_field<std::int64_t>(state, goodput::kIdleMs).value_or(0));
   return t;
+}
+
+std::optional<std::int64_t> resumed_idle_ms(const StateFields& state, std::int64_t now_ms) {
+  const auto status = state.find("status");
+  const auto stopped_at = number_field<std::int64_t>(state, "updated_at_ms");
+  if (status == state.end() || status->second != "stopped" || !stopped_at) return std::nullopt;
+  const std::int64_t held = std::max<std::int64_t>(0, number_field<std::int64_t>(state, goodput::kIdleMs).value_or(0));
+  return held + std::max<std::int64_t>(0, now_ms - *stopped_at);
 }
 
 double ettr_of(double productive_ms, double wall_ms) {
@@ -84,7 +93,7 @@ bool GoodputAccount::step(std::int64_t step, double step_ms, std::int64_t now_ms
 
 double GoodputAccount::ettr(std::int64_t now_ms) const {
   if (totals_.started_at_ms < 0) return 1;
-  return ettr_of(totals_.productive_ms, static_cast<double>(now_ms - totals_.started_at_ms));
+  return ettr_of(totals_.productive_ms, static_cast<double>(now_ms - totals_.started_at_ms - totals_.idle_ms));
 }
 
 Fields GoodputAccount::fields(std::int64_t now_ms) const {
@@ -94,6 +103,7 @@ Fields GoodputAccount::fields(std::int64_t now_ms) const {
           {goodput::kRecomputedSteps, std::to_string(totals_.recomputed_steps)},
           {goodput::kProductiveMs, format("%.1f", totals_.productive_ms)},
           {goodput::kRecomputedMs, format("%.1f", totals_.recomputed_ms)},
+          {goodput::kIdleMs, std::to_string(totals_.idle_ms)},
           {goodput::kEttr, format("%.4f", ettr(now_ms))}};
 }
 
@@ -104,7 +114,7 @@ std::optional<GoodputFigures> goodput_figures(const StateFields& state, std::int
   const std::int64_t end = terminal(state) ? number_field<std::int64_t>(state, "updated_at_ms").value_or(now_ms) : now_ms;
   GoodputFigures f;
   f.productive_ms = t.productive_ms;
-  f.wall_ms = std::max(static_cast<double>(end - t.started_at_ms), t.productive_ms);
+  f.wall_ms = std::max(static_cast<double>(end - t.started_at_ms - t.idle_ms), t.productive_ms);
   f.lost_ms = f.wall_ms - f.productive_ms;
   f.recomputed_ms = t.recomputed_ms;
   f.recomputed_steps = t.recomputed_steps;

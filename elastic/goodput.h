@@ -8,7 +8,11 @@
 // Definitions (docs/redis-schema.md, docs/observability.md):
 //   - wall time: from the start of the job's first step (`started_at_ms`, the wall clock of rank 0
 //     then) to now; for a job completed, stopped or failed, to its last state write
-//     (`updated_at_ms`).
+//     (`updated_at_ms`); less the time the job stood stopped (`idle_ms`): from an `hdp stop` (the
+//     state's last write while stopped) to the agent start that resumed it (resumed_idle_ms(),
+//     written by clear_stopped_outcome in elastic/job_state.h). A stop is the user's choice, not
+//     lost time; a job whose workers all died and came back (a crash, a preempted allocation)
+//     counts that time as lost.
 //   - productive time (`productive_ms`): the sum of rank 0's step times (`step_ms`) of the steps
 //     kept, each step number counted once: the first time rank 0 reports it.
 //   - steps computed twice (`recomputed_steps`, their time `recomputed_ms`): a step reported at a
@@ -44,6 +48,7 @@ inline constexpr const char* kRecomputedSteps = "recomputed_steps"; // integer
 inline constexpr const char* kProductiveMs = "productive_ms";       // number
 inline constexpr const char* kRecomputedMs = "recomputed_ms";       // number
 inline constexpr const char* kEttr = "ettr";                        // number in (0, 1]
+inline constexpr const char* kIdleMs = "idle_ms";                   // integer: stood stopped, ms
 }  // namespace goodput
 
 using StateFields = std::map<std::string, std::string>;
@@ -54,11 +59,17 @@ struct GoodputTotals {
   std::int64_t recomputed_steps = 0;
   double productive_ms = 0;
   double recomputed_ms = 0;
+  std::int64_t idle_ms = 0;  // stood stopped: not wall time
 };
 
 // The totals a state hash holds (its fields validated: job_state.h); none accounted when it has
 // no `started_at_ms`, with `furthest_step` then from `step` (the last step reported).
 GoodputTotals read_goodput_totals(const StateFields& state);
+
+// The state's `idle_ms` once the job that `state` shows stopped is resumed at `now_ms`: what it held
+// plus the time since the stop's last write (never negative); nullopt when the state is not a
+// stopped job's (no `status` "stopped" or no `updated_at_ms`), which adds nothing.
+std::optional<std::int64_t> resumed_idle_ms(const StateFields& state, std::int64_t now_ms);
 
 // productive / wall, clamped to (0, 1] (a wall shorter than the productive time: the clocks of two
 // rank-0 hosts differ); 1 when no time has passed.

@@ -37,7 +37,8 @@ inline constexpr const char* kStatuses[] = {"waiting",  "running",   "resizing",
 inline constexpr const char* kIntegerStateFields[] = {"generation",          "world_size",           "step",
                                                       "last_ckpt_step",      "updated_at_ms",        "nodes",
                                                       "tokens",              "eval_step",            goodput::kStartedAtMs,
-                                                      goodput::kFurthestStep, goodput::kRecomputedSteps};
+                                                      goodput::kFurthestStep, goodput::kRecomputedSteps,
+                                                      goodput::kIdleMs};
 inline constexpr const char* kNumberStateFields[] = {"loss",      "tokens_per_s",          "step_ms",
                                                      "lr",        "grad_norm",             "eval_loss",
                                                      goodput::kProductiveMs, goodput::kRecomputedMs, goodput::kEttr};
@@ -66,7 +67,9 @@ CommitResult commit_with_job_state(Store& store, const Transaction& txn);
 // unknown outcome means (hdp run: not completed; an agent: drained; a waiting worker: wait on).
 bool job_completed(Store& job_store);
 // Erases `outcome` when it says "stopped" (never "completed"): an agent starting for a job that
-// was stopped resumes it. Returns whether it erased it.
+// was stopped resumes it. In the same commit the time the job stood stopped is added to the state's
+// `idle_ms` (elastic/goodput.h: not wall time for its ETTR), when the state shows the stop. Returns
+// whether it erased it.
 bool clear_stopped_outcome(Store& job_store);
 
 struct JobSnapshot {

@@ -15,7 +15,7 @@ bool GoodputReport::seed(std::int64_t generation, const std::function<void()>& b
     // Only the fields the totals come from, each as the state's readers validate it.
     for (const char* name : {elastic::goodput::kStartedAtMs, elastic::goodput::kFurthestStep,
                              elastic::goodput::kRecomputedSteps, elastic::goodput::kProductiveMs,
-                             elastic::goodput::kRecomputedMs, "step"}) {
+                             elastic::goodput::kRecomputedMs, elastic::goodput::kIdleMs, "step"}) {
       if (auto it = state.find(name); it != state.end()) elastic::validate_state_field(name, it->second);
     }
     account_.seed(state);

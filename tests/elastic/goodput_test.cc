@@ -5,10 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 
 #include "common/error.h"
+#include "elastic/job_keys.h"
 #include "elastic/job_state.h"
+#include "elastic/memory_store.h"
 
 namespace hdp::elastic {
 namespace {
@@ -172,6 +175,66 @@ TEST(Goodput, TheTextSaysTheRatioTheTimesAndTheStepsComputedTwice) {
   EXPECT_EQ(duration_text(185'000), "3 min 05 s");
   f.recomputed_steps = 1;
   EXPECT_NE(goodput_text(f).find("1 step computed twice"), std::string::npos);
+}
+
+// A stop is the user's choice: the time between `hdp stop` and the agents' start that resumed the job
+// is not wall time (resumed_idle_ms, written by clear_stopped_outcome below); a start-up after it is.
+TEST(Goodput, ATimeStoodStoppedIsNotWallTime) {
+  GoodputAccount first;
+  const std::int64_t end = run_steps(first, 1, 10, kT0, 100);
+  StateFields stopped = as_state(first.fields(end), 10);
+  stopped["status"] = "stopped";
+  stopped["updated_at_ms"] = std::to_string(end);
+  // Stopped, then resumed an hour later; the stopped job's own figures end at its stop.
+  EXPECT_DOUBLE_EQ(goodput_figures(stopped, end + 3'600'000)->ettr, 1.0);
+  const std::int64_t resumed = end + 3'600'000;
+  ASSERT_EQ(resumed_idle_ms(stopped, resumed), std::optional<std::int64_t>(3'600'000));
+  StateFields running = stopped;
+  running["status"] = "running";
+  running[goodput::kIdleMs] = std::to_string(*resumed_idle_ms(stopped, resumed));
+  EXPECT_EQ(resumed_idle_ms(running, resumed), std::nullopt) << "only a stopped job's state adds idle time";
+  GoodputAccount second;
+  second.seed(running);
+  EXPECT_EQ(second.totals().idle_ms, 3'600'000);
+  const std::int64_t now = run_steps(second, 11, 20, resumed + 500, 100);  // a 0.5 s start-up: lost
+  EXPECT_NEAR(second.ettr(now), 2000.0 / 2500.0, 1e-12);
+  const auto figures = goodput_figures(as_state(second.fields(now), 20), now);
+  ASSERT_TRUE(figures);
+  EXPECT_DOUBLE_EQ(figures->wall_ms, 2500);
+  EXPECT_DOUBLE_EQ(figures->lost_ms, 500);
+  // A second stop adds to the first.
+  StateFields again = as_state(second.fields(now), 20);
+  again["status"] = "stopped";
+  again["updated_at_ms"] = std::to_string(now);
+  EXPECT_EQ(resumed_idle_ms(again, now + 1000), std::optional<std::int64_t>(3'601'000));
+  // A clock that went back never makes it negative.
+  EXPECT_EQ(resumed_idle_ms(again, now - 5000), std::optional<std::int64_t>(3'600'000));
+}
+
+// The agent's resume (clear_stopped_outcome) records the stopped time with the outcome's erasure, on
+// a real Store's semantics (MemoryStore); a job that was not stopped is left alone.
+TEST(Goodput, ResumingAStoppedJobRecordsTheTimeItStoodStopped) {
+  MemoryStore store;
+  const std::int64_t stopped_at = now_ms() - 5000;
+  Transaction setup;
+  setup.add(Write::set(keys::kOutcome, "stopped"))
+      .add(Write::hash_set(keys::kState, {{"status", "stopped"},
+                                          {"updated_at_ms", std::to_string(stopped_at)},
+                                          {goodput::kIdleMs, "1000"}}));
+  ASSERT_TRUE(store.commit(setup).applied);
+  EXPECT_TRUE(clear_stopped_outcome(store));
+  EXPECT_EQ(store.get(keys::kOutcome), std::nullopt);
+  const std::int64_t idle = std::stoll(store.hash_get_all(keys::kState).at(goodput::kIdleMs));
+  EXPECT_GE(idle, 6000);
+  EXPECT_LE(idle, 6000 + 5000) << "the test's own run time, with a margin for a loaded machine";
+  // Not stopped (running, or completed): nothing erased, nothing added.
+  EXPECT_FALSE(clear_stopped_outcome(store));
+  Transaction completed;
+  completed.add(Write::set(keys::kOutcome, "completed"));
+  ASSERT_TRUE(store.commit(completed).applied);
+  EXPECT_FALSE(clear_stopped_outcome(store));
+  EXPECT_EQ(store.get(keys::kOutcome), std::optional<std::string>("completed"));
+  EXPECT_EQ(store.hash_get_all(keys::kState).at(goodput::kIdleMs), std::to_string(idle));
 }
 
 TEST(Goodput, TheStatesValidationKnowsTheFields) {

@@ -37,6 +37,7 @@
 #include <random>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
 #include <signal.h>
 
 #include "checkpoint/checkpoint_root.h"
@@ -457,11 +458,17 @@ TEST_F(RecoveryCluster, SigusrOneToEveryAgentStopsTheJobAndARestartResumesIt) {
   EXPECT_EQ(step, fault_step());
   EXPECT_EQ(cluster.all_logs().find("nodes_leave"), std::string::npos);
   if (HasFailure()) return;
+  // Stood stopped for at least a second: the resuming agent records it (elastic/goodput.h, idle_ms),
+  // and the job's wall time for its ETTR leaves it out.
+  std::this_thread::sleep_for(1s);
   cluster.start_agent("n1");
   cluster.start_agent("n2");
   EXPECT_EQ(exit_code(cluster, "n1", 240s), 0) << cluster.all_logs();
   EXPECT_EQ(exit_code(cluster, "n2", 240s), 0) << cluster.all_logs();
-  EXPECT_EQ(cluster.state()["status"], "completed");
+  auto state = cluster.state();
+  EXPECT_EQ(state["status"], "completed");
+  ASSERT_TRUE(state.contains("idle_ms")) << "the time stood stopped was not recorded";
+  EXPECT_GE(std::stoll(state["idle_ms"]), 1000);
   const std::vector<StepLine> run = read_metrics(dir.path() / "metrics.jsonl");
   std::int64_t expected = 1;
   for (const StepLine& l : run) EXPECT_EQ(l.step, expected++) << "each step once, across the stop (stopped at " << step << ")";
