@@ -202,8 +202,10 @@ trainer_stage() {
   step trainer-leaks leaks "$tbuild"
   # The kernels' and the device memory's own tests but the attention kernels' (unchanged; they skip
   # without a device), before the runs that rely on them.
-  if [ -x "$tbuild/tests/kernels_cuda_test" ]; then
-    step trainer-kernels-tests timeout "$(limit_s 120)" "$tbuild/tests/kernels_cuda_test" --gtest_brief=1 --gtest_filter=-FlashAttention.*
+  local tests_limit
+  if [ -x "$tbuild/tests/kernels_cuda_test" ] && tests_limit=$(limit_s 120); then
+    step trainer-kernels-tests timeout "$tests_limit" "$tbuild/tests/kernels_cuda_test" --gtest_brief=1 \
+      '--gtest_filter=-FlashAttention.*'
   fi
   export HDP_REDIS_SERVER=$deps_root/usr/bin/redis-server
   local hdp

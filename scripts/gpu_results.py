@@ -395,7 +395,7 @@ def collect_trainer(d, steps, dry_run):
         if name in steps:
             stage[name] = steps[name]
     if "trainer-kernels-tests" in steps:  # the names of the cases that failed, from gtest's summary
-        failed = sorted({m.group(1) for m in re.finditer(r"^\[  FAILED  \] ([\w./]+)",
+        failed = sorted({m.group(1) for m in re.finditer(r"^\[  FAILED  \] ([\w/]+\.[\w/]+)",
                                                           "\n".join(read_lines(os.path.join(d, "trainer-kernels-tests.log"))),
                                                           re.M)})
         stage["trainer-kernels-tests"] = dict(stage["trainer-kernels-tests"], failed=failed)

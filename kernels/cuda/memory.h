@@ -32,8 +32,10 @@ void device_zero(void* ptr, size_t bytes);
 // Page-locked host memory (cudaMallocHost): copies between it and a device run by DMA and may be
 // queued without the host waiting. nullptr when the driver refuses (no device, a locked-memory
 // limit): the caller then falls back to plain host memory. Free it with host_free_pinned, which keeps
-// it for reuse once the copies queued before the free are done (pinned_pool.cc);
-// host_pinned_held_bytes is what the process holds so, handed out or idle.
+// it for reuse once the copies queued before the free on the legacy default stream or on a blocking
+// stream (stream_create's) are done (pinned_pool.cc): a copy on a non-blocking stream (NCCL's) must
+// be waited for before the free. host_pinned_held_bytes is what the process holds so, handed out
+// or idle; the pool never gives memory back.
 void* host_alloc_pinned(size_t bytes) noexcept;
 void host_free_pinned(void* ptr) noexcept;
 size_t host_pinned_held_bytes();

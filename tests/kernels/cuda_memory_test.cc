@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -63,6 +64,7 @@ TEST_F(CudaMemory, AStagingBlockIsNotReusedBeforeItsCopyHasRun) {
     for (int i = 0; i < 4; ++i) (void)ops::linear_forward(x, w);
     copy_host_to_device(dst, host.data(), bytes);  // staged: its block is freed, guarded by an event
     void* fresh = host_alloc_pinned(bytes);
+    ASSERT_NE(fresh, nullptr);
     if (cudaStreamQuery(cudaStreamLegacy) == cudaErrorNotReady) {  // the copy may not have run yet
       checked = true;
       std::memset(fresh, 0xAB, bytes);  // were it the staging block, the copy would read this
@@ -79,18 +81,31 @@ TEST_F(CudaMemory, AStagingBlockIsNotReusedBeforeItsCopyHasRun) {
 }
 
 // The source of a copy from pageable memory may be overwritten as soon as the call returns: a hundred
-// copies from one buffer, rewritten after each, land with their own values.
+// copies from one buffer, rewritten after each, queued behind products that keep the device busy
+// (so that they are still queued when the host rewrites the buffer), land with their own values.
 TEST_F(CudaMemory, ACopyFromPageableMemoryTakesItsBytesBeforeReturning) {
+  using ops::Device;
+  using ops::DType;
+  using ops::Tensor;
   constexpr int kCopies = 100;
   constexpr std::size_t kCount = 10'000;
+  const Tensor x = Tensor::zeros({4096, 4096}, DType::kF32, Device::kCuda);
+  const Tensor w = Tensor::zeros({4096, 4096}, DType::kF32, Device::kCuda);
   std::vector<std::int32_t> source(kCount);
   std::vector<void*> device(kCopies);
+  for (int c = 0; c < kCopies; ++c) device[static_cast<std::size_t>(c)] = device_alloc(kCount * sizeof(std::int32_t));
+  device_synchronize();
+  for (int i = 0; i < 8; ++i) (void)ops::linear_forward(x, w);
   for (int c = 0; c < kCopies; ++c) {
     for (std::size_t i = 0; i < kCount; ++i) source[i] = static_cast<std::int32_t>(c * 1'000'003 + i);
-    device[static_cast<std::size_t>(c)] = device_alloc(kCount * sizeof(std::int32_t));
     copy_host_to_device(device[static_cast<std::size_t>(c)], source.data(), kCount * sizeof(std::int32_t));
   }
   std::fill(source.begin(), source.end(), -1);
+  // Queued, not done: the copies did not wait for the device (staged), and their sources were
+  // rewritten while they waited.
+  EXPECT_EQ(cudaStreamQuery(cudaStreamLegacy), cudaErrorNotReady)
+      << "the device finished the products before the copies were queued: the case shows less than it says";
+  cudaGetLastError();
   for (int c = 0; c < kCopies; ++c) {
     std::vector<std::int32_t> back(kCount);
     copy_device_to_host(back.data(), device[static_cast<std::size_t>(c)], kCount * sizeof(std::int32_t));
