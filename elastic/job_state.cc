@@ -88,18 +88,19 @@ bool clear_stopped_outcome(Store& job_store) {
   txn.require(keys::kOutcome, "stopped").add(Write::erase(keys::kOutcome));
   // The stop's time, from the state as the stop left it (nothing writes it while the job is stopped:
   // every writer is fenced by the generation or the outcome). Most agents start for a job that is
-  // not stopped: one read of `outcome` then, and no commit. A key that cannot be read adds nothing, and
-  // the commit decides as it always did: resuming the job matters more than its ETTR.
-  std::optional<std::int64_t> idle;
+  // not stopped: one read of `outcome` then, and no commit. A key holding a value of another type
+  // adds nothing, and the commit decides as it always did: resuming the job matters more than its
+  // ETTR. A store that does not answer fails here as the commit would (RecoverableError), once.
   try {
     if (job_store.get(keys::kOutcome) != std::optional<std::string>("stopped")) return false;
-    idle = resumed_idle_ms(job_store.hash_get_all(keys::kState), now_ms());
-  } catch (const std::exception& e) {
+    if (const auto idle = resumed_idle_ms(job_store.hash_get_all(keys::kState), now_ms())) {
+      txn.add(Write::hash_set(keys::kState, {{goodput::kIdleMs, std::to_string(*idle)}}));
+    }
+  } catch (const FatalError& e) {
     log()->debug("the job's outcome or state could not be read ({}): the time it stood stopped is not recorded",
                  e.what());
   }
-  if (idle) txn.add(Write::hash_set(keys::kState, {{goodput::kIdleMs, std::to_string(*idle)}}));
-  return (idle ? commit_with_job_state(job_store, txn) : job_store.commit(txn)).applied;
+  return commit_with_job_state(job_store, txn).applied;
 }
 
 std::vector<double> parse_number_list(const std::string& field, const std::string& value) {
