@@ -53,6 +53,9 @@ struct AgentOptions {
   elastic::LeaseTiming timing = elastic::derive_lease_timing(elastic::kDefaultLease, std::nullopt);
   std::chrono::milliseconds settle{1000};  // joins within this window become one generation
   int max_restarts = 3;
+  // A standby worker kept ahead of need, to which a crashed worker's slot is handed
+  // (agents/worker_supervisor.h).
+  bool standby_worker = false;
   std::chrono::milliseconds drain_timeout{30000};
   // How long the agent rides out a store that answers no call (every heartbeat failing: the
   // primary down with no sentinel quorum to replace it, Redis gone): past it, it stops the job's

@@ -45,6 +45,7 @@ pid_t spawn(const ProcessSpec& spec) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (spec.stdin_fd >= 0 && dup2(spec.stdin_fd, STDIN_FILENO) < 0) _exit(127);
     // Nothing but stdio crosses exec, even a descriptor opened without close-on-exec by a library
     // or by another thread between its open and its fcntl.
     if (close_range(3, ~0U, 0) != 0) {

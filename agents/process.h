@@ -3,8 +3,9 @@
 // Starting child processes that cannot outlive their parent: each child gets its own process
 // group (so its own children are reached by one signal) and PR_SET_PDEATHSIG=SIGKILL (so it dies
 // with the parent, even when the parent is killed with SIGKILL). A child inherits no file
-// descriptor but stdin, stdout and stderr: every other one is closed before exec, whether or not
-// its opener marked it close-on-exec (the agent's Redis socket must never reach a worker).
+// descriptor but stdin (or ProcessSpec::stdin_fd in its place), stdout and stderr: every other one
+// is closed before exec, whether or not its opener marked it close-on-exec (the agent's Redis
+// socket must never reach a worker).
 // Reaping is the caller's job (the agent reaps on SIGCHLD).
 #pragma once
 
@@ -23,6 +24,9 @@ struct ProcessSpec {
   // names (a name given twice is ambiguous: getenv returns the first), as
   // elastic/worker_env.h does for workers.
   std::optional<std::vector<std::string>> environment;
+  // A descriptor of the parent's that becomes the child's standard input (a pipe's read end);
+  // -1: the parent's standard input.
+  int stdin_fd = -1;
 };
 
 // PR_SET_PDEATHSIG fires when the *thread* that forked exits, not only the process: spawn from a

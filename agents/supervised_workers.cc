@@ -33,12 +33,13 @@ std::vector<std::string> SupervisedWorkers::worker_environment(const std::string
   values.sentinel_password_file = options_.sentinel_password_file;
   values.node_id = options_.node_id;
   values.incarnation = incarnation;
-  values.local_rank = slot;
+  values.standby = slot == WorkerSupervisor::kStandbySlot;
+  values.local_rank = values.standby ? 0 : slot;
   values.nproc_per_node = options_.slots;
   values.advertise_address = options_.advertise_address;
   values.agent_pid = static_cast<int>(getpid());
   values.agent_channel = channel_.name();
-  if (metrics_) {
+  if (metrics_ && !values.standby) {
     metrics_->worker_gone(slot);  // a new process: nothing of its predecessor's
     values.metrics_file = metrics_->worker_file(slot).string();
   }

@@ -35,7 +35,8 @@ class SupervisedWorkers final : public elastic::NodeWorkers {
   void forget_gone() const;
 
  private:
-  // The whole environment of the worker of `slot` for `incarnation`.
+  // The whole environment of the worker of `slot` for `incarnation` (of the standby for
+  // WorkerSupervisor::kStandbySlot: the node's, for local rank 0, with HDP_STANDBY=1).
   std::vector<std::string> worker_environment(const std::string& incarnation, int slot) const;
 
   const AgentOptions& options_;

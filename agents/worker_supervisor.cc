@@ -1,11 +1,18 @@
 #include "agents/worker_supervisor.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "agents/process.h"
 #include "common/exit_codes.h"
 #include "common/log.h"
+#include "common/sigpipe.h"
+#include "elastic/worker_env.h"
 
 namespace hdp::agents {
 
@@ -30,15 +37,98 @@ void WorkerSupervisor::start_all(Environment environment) {
     slots_[slot].backoff = std::make_unique<elastic::Backoff>(options_.backoff);
     start(slot);
   }
+  standby_.stopping = false;
+  standby_.failures = 0;
+  if (standby_.pid < 0) schedule_standby();
 }
 
 void WorkerSupervisor::start(int slot) {
-  slots_[slot].pid = spawn({options_.command, environment_(slot)});
   slots_[slot].started = std::chrono::steady_clock::now();
+  if (standby_.pid > 0 && take_standby(slot)) return;
+  slots_[slot].pid = spawn({options_.command, environment_(slot)});
   log()->info("worker {} started (pid {}): {}", slot, slots_[slot].pid, options_.command.front());
 }
 
+bool WorkerSupervisor::take_standby(int slot) {
+  const pid_t pid = standby_.pid;
+  std::string text = elastic::StandbyAssignment::of(environment_(slot)).encode();
+  // A few hundred bytes into an empty pipe: the write does not block. It fails with EPIPE (its
+  // SIGPIPE blocked and consumed, common/sigpipe.h) when the standby died and was not reaped yet.
+  SigpipeBlock block;
+  std::size_t written = 0;
+  while (written < text.size()) {
+    const ssize_t n = write(standby_.input, text.data() + written, text.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      log()->warn("the standby worker (pid {}) could not be given worker {}'s slot ({}); starting a new process", pid,
+                  slot, std::strerror(errno));
+      signal_group(pid, SIGKILL);  // reaped by reap() as the standby
+      close_standby_input();
+      return false;
+    }
+    written += static_cast<std::size_t>(n);
+  }
+  close_standby_input();
+  standby_.pid = -1;
+  slots_[slot].pid = pid;
+  ++standbys_taken_;
+  log()->info("worker {} is the standby worker (pid {}): {}", slot, pid, options_.command.front());
+  schedule_standby();
+  return true;
+}
+
+void WorkerSupervisor::schedule_standby() {
+  if (!options_.standby || standby_.stopping) return;
+  standby_.timer = std::make_unique<boost::asio::steady_timer>(io_, options_.standby_delay);
+  standby_.timer->async_wait([this](const boost::system::error_code& error) {
+    if (!error && !standby_.stopping && standby_.pid < 0) start_standby();
+  });
+}
+
+void WorkerSupervisor::start_standby() {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    log()->warn("no standby worker: pipe: {}", std::strerror(errno));
+    return;
+  }
+  try {
+    standby_.pid = spawn({.argv = options_.command, .environment = environment_(kStandbySlot), .stdin_fd = fds[0]});
+  } catch (...) {
+    close(fds[0]);
+    close(fds[1]);
+    throw;
+  }
+  close(fds[0]);
+  standby_.input = fds[1];
+  log()->info("standby worker started (pid {})", standby_.pid);
+}
+
+void WorkerSupervisor::close_standby_input() {
+  if (standby_.input >= 0) close(standby_.input);
+  standby_.input = -1;
+}
+
+void WorkerSupervisor::standby_exited(int status) {
+  const pid_t pid = standby_.pid;
+  standby_.pid = -1;
+  close_standby_input();
+  signal_group(pid, SIGKILL);
+  if (standby_.stopping) return;
+  if (++standby_.failures > options_.max_restarts) {
+    log()->error("the standby worker (pid {}) ended: {}; {} in a row: no standby from now on (restarts start new "
+                 "processes)", pid, describe_status(status), standby_.failures);
+    return;
+  }
+  log()->warn("the standby worker (pid {}) ended before it was needed: {}; another in {} ms", pid,
+              describe_status(status), options_.standby_delay.count());
+  schedule_standby();
+}
+
 bool WorkerSupervisor::on_exit(pid_t pid, int status) {
+  if (pid == standby_.pid) {
+    standby_exited(status);
+    return true;
+  }
   for (int slot = 0; slot < options_.slots; ++slot) {
     Slot& s = slots_[slot];
     if (s.pid != pid) continue;
@@ -95,6 +185,9 @@ std::vector<int> WorkerSupervisor::healthy() const {
 bool WorkerSupervisor::all_exited() const { return healthy().empty(); }
 
 void WorkerSupervisor::signal_all(int signo) {
+  standby_.stopping = true;
+  if (standby_.timer) standby_.timer->cancel();
+  if (standby_.pid > 0) signal_group(standby_.pid, signo);
   for (auto& slot : slots_) {
     slot.stopping = true;
     if (slot.restart_timer) slot.restart_timer->cancel();
@@ -103,6 +196,14 @@ void WorkerSupervisor::signal_all(int signo) {
 }
 
 void WorkerSupervisor::kill_and_reap_all() {
+  if (standby_.timer) standby_.timer->cancel();
+  if (standby_.pid > 0) {
+    signal_group(standby_.pid, SIGKILL);
+    int status = 0;
+    waitpid(standby_.pid, &status, 0);
+    standby_.pid = -1;
+  }
+  close_standby_input();
   for (auto& slot : slots_) {
     if (slot.restart_timer) slot.restart_timer->cancel();
     if (slot.pid <= 0) continue;

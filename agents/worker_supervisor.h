@@ -5,6 +5,15 @@
 // for healthy_run before it failed counting as the first of a new row; never after exit 3 or 2,
 // common/exit_codes.h: see classify_exit()), never left behind (process groups + PDEATHSIG, see agents/process.h). The
 // agent calls reap() on SIGCHLD, which hands each exit to on_exit().
+//
+// With Options::standby, one more process per node is kept ahead of need: a standby worker
+// (elastic/worker_env.h, HDP_STANDBY), started with the node's environment, which prepares what
+// does not depend on a slot (the process and its libraries, the configuration, the data's index)
+// and then waits on its standard input. A restart hands the slot to it (the slot's variables
+// written on that input, StandbyAssignment) instead of starting a process from nothing; the next
+// standby is started standby_delay later. A standby that fails before it is needed is started
+// again after the delay, up to max_restarts times in a row; it never counts as a slot's restart
+// nor as a running worker.
 // Single-threaded: every call runs on the agent's io_context thread.
 #pragma once
 
@@ -42,8 +51,15 @@ class WorkerSupervisor {
     // and backoff start afresh (as Kubernetes resets a container's backoff after 10 minutes of
     // running), so that a long job outlives rare crashes of one slot.
     std::chrono::milliseconds healthy_run = std::chrono::minutes(10);
+    bool standby = false;
+    // After start_all(), and after the standby took a slot, the next standby starts this much
+    // later: its preparation then does not compete with the workers' own start or a recovery.
+    std::chrono::milliseconds standby_delay{2000};
   };
-  // A slot's whole environment ("NAME=value" entries; see ProcessSpec in agents/process.h).
+  // The slot of a standby worker in Environment's argument.
+  static constexpr int kStandbySlot = -1;
+  // A slot's whole environment ("NAME=value" entries; see ProcessSpec in agents/process.h); for
+  // kStandbySlot, the standby's (HDP_STANDBY=1).
   using Environment = std::function<std::vector<std::string>(int slot)>;
   // Called for every exit the supervisor does not handle by restarting: a clean exit (0), an exit
   // of a stopping worker, or a slot that ran out of restarts.
@@ -67,6 +83,8 @@ class WorkerSupervisor {
   // SIGKILL every worker's group and reap them now (blocks until they are gone: SIGKILL cannot be
   // ignored, so this is quick). Pending restarts are cancelled.
   void kill_and_reap_all();
+  pid_t standby_pid() const { return standby_.pid; }  // -1: none running
+  int standbys_taken() const { return standbys_taken_; }  // restarts that a standby served
 
  private:
   struct Slot {
@@ -77,7 +95,20 @@ class WorkerSupervisor {
     std::unique_ptr<boost::asio::steady_timer> restart_timer;
     std::unique_ptr<elastic::Backoff> backoff;
   };
+  struct Standby {
+    pid_t pid = -1;
+    int input = -1;  // the write end of its standard input
+    int failures = 0;  // in a row, before it was needed
+    bool stopping = false;
+    std::unique_ptr<boost::asio::steady_timer> timer;
+  };
   void start(int slot);
+  // Hands `slot` to the standby; false (the standby is gone) when it could not be told.
+  bool take_standby(int slot);
+  void schedule_standby();
+  void start_standby();
+  void close_standby_input();
+  void standby_exited(int status);
 
   boost::asio::io_context& io_;
   Options options_;
@@ -85,6 +116,8 @@ class WorkerSupervisor {
   Environment environment_;
   std::vector<Slot> slots_;
   int restarts_total_ = 0;
+  Standby standby_;
+  int standbys_taken_ = 0;
 };
 
 }  // namespace hdp::agents

@@ -82,6 +82,7 @@ struct Settings {
   std::uint64_t seed = 1;
   std::vector<std::string> kinds;
   bool json = false, torchrun = true;
+  bool standby = false;  // hdp agent --standby-worker
   std::string hdp, python = "/usr/bin/python3", torch_script = HDP_BENCH_SOURCE_DIR "/torchrun_goodput.py";
   std::string model = "tiny";
   int batch_tokens = 4096;
@@ -118,7 +119,10 @@ class HdpTarget : public Target {
       : s_(s), job_(s.hdp, std::chrono::milliseconds(s.lease_ms), name, std::move(train)) {}
   fs::path metrics() const override { return job_.metrics(); }
   fs::path log(const std::string& node) const override { return job_.log(node); }
-  void start(const std::string& node) override { job_.start_agent(node, s_.nproc, "2:" + std::to_string(s_.nodes)); }
+  void start(const std::string& node) override {
+    job_.start_agent(node, s_.nproc, "2:" + std::to_string(s_.nodes),
+                     s_.standby ? std::vector<std::string>{"--standby-worker"} : std::vector<std::string>{});
+  }
   bool signal_node(const std::string& node, int signo) override { return job_.agents().signal(node, signo); }
   std::optional<int> exited(const std::string& node) override { return job_.agents().exit_status(node); }
   std::vector<pid_t> workers(const std::string& node) override { return job_.workers(node); }
@@ -515,6 +519,8 @@ int main(int argc, char** argv) {
   app.add_option("--lease-ms", s.lease_ms, "hdp's node lease")->capture_default_str();
   app.add_option("--return-s", s.return_s, "A killed or drained node starts again after this long")->capture_default_str();
   app.add_flag("!--no-torchrun", s.torchrun, "Run hdp only");
+  app.add_flag("--standby-worker", s.standby,
+               "hdp's agents keep a standby worker (hdp agent --standby-worker): a killed worker's slot goes to it");
   app.add_option("--hdp", s.hdp, "The hdp binary")->capture_default_str();
   app.add_option("--python", s.python, "The python with Debian's python3-torch")->capture_default_str();
   app.add_option("--torch-script", s.torch_script, "bench/torchrun_goodput.py")->capture_default_str();
@@ -539,7 +545,7 @@ int main(int argc, char** argv) {
   }
   const auto schedule = make_schedule(o);
   nlohmann::json out = {{"mtbf_s", s.mtbf_s}, {"seed", s.seed},  {"nodes", s.nodes},       {"nproc", s.nproc},
-                        {"steps", s.steps},   {"model", s.model}, {"batch_tokens", s.batch_tokens}, {"lease_ms", s.lease_ms}, {"return_s", s.return_s},
+                        {"steps", s.steps},   {"model", s.model}, {"batch_tokens", s.batch_tokens}, {"lease_ms", s.lease_ms}, {"standby_worker", s.standby}, {"return_s", s.return_s},
                         {"loss_tolerance", kLossTolerance}};
   bool ok = true;
   {

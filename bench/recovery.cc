@@ -31,8 +31,11 @@
 // Models: --model demo (the default: 3.3 M parameters) or --model large (d 1024, 8 layers,
 // ffn 2816: 101 M parameters, 1.2 GB of fp32 parameters and AdamW moments).
 //
+// --standby-worker: the agents keep a standby worker each (agents/worker_supervisor.h), to which
+// worker_crash's slot is handed.
+//
 // Usage: bench_recovery [--json] [--lease-ms 2000] [--model demo|large] [--scenario NAME]...
-//                       [--path memory|checkpoint]... [--hdp build/bin/hdp]
+//                       [--path memory|checkpoint]... [--hdp build/bin/hdp] [--standby-worker]
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -116,7 +119,7 @@ std::vector<std::string> model_flags(const std::string& model) {
 }
 
 Result measure(const std::string& scenario, const std::string& path, const std::string& model, const std::string& hdp,
-               std::chrono::milliseconds lease) {
+               std::chrono::milliseconds lease, const std::vector<std::string>& agent_flags) {
   Result r;
   r.scenario = scenario;
   r.path = path;
@@ -128,8 +131,8 @@ Result measure(const std::string& scenario, const std::string& path, const std::
   if (path == "checkpoint") flags.emplace_back("--no-redundant-shards");
   Job job(hdp, lease, scenario + "-" + path, flags);
   const bool join = scenario == "join";
-  job.start_agent("a", 2, "1:2");
-  if (!join) job.start_agent("b", 2, "1:2");
+  job.start_agent("a", 2, "1:2", agent_flags);
+  if (!join) job.start_agent("b", 2, "1:2", agent_flags);
   const int world = join ? 2 : 4;
   // Past the first checkpoint (step 5), so that the checkpoint path has one to restore.
   if (!job.wait([&](const auto& lines) { return !lines.empty() && lines.back().world == world && lines.back().step >= 8; },
@@ -151,7 +154,7 @@ Result measure(const std::string& scenario, const std::string& path, const std::
     const auto pids = job.workers("b");
     if (!pids.empty()) kill(pids.back(), SIGKILL);
   } else if (scenario == "join") {
-    job.start_agent("b", 2, "1:2");
+    job.start_agent("b", 2, "1:2", agent_flags);
     expect_world = 4;
   } else if (scenario == "redis_restart") {
     job.redis().restart();
@@ -211,7 +214,12 @@ int main(int argc, char** argv) {
   app.add_option("--path", paths, "memory, checkpoint (default: both where both exist)")
       ->check(CLI::IsMember({"memory", "checkpoint"}));
   app.add_option("--hdp", hdp, "The hdp binary")->capture_default_str();
+  bool standby = false;
+  app.add_flag("--standby-worker", standby,
+               "Agents keep a standby worker (hdp agent --standby-worker): a crashed worker's slot goes to it");
   CLI11_PARSE(app, argc, argv);
+  const std::vector<std::string> agent_flags = standby ? std::vector<std::string>{"--standby-worker"}
+                                                       : std::vector<std::string>{};
   if (scenarios.empty()) {
     scenarios = {"node_kill", "node_processes", "leader_processes", "worker_crash", "join", "redis_restart"};
   }
@@ -221,11 +229,14 @@ int main(int argc, char** argv) {
     for (const auto& p : paths) {
       // A join and a store restart lose no shard: their state comes from memory with or without copies.
       if (p == "checkpoint" && (s == "join" || s == "redis_restart")) continue;
-      results.push_back(measure(s, p, model, hdp, std::chrono::milliseconds(lease_ms)));
+      results.push_back(measure(s, p, model, hdp, std::chrono::milliseconds(lease_ms), agent_flags));
     }
   }
   if (json) {
-    nlohmann::json out = {{"lease_ms", lease_ms}, {"model", model}, {"scenarios", nlohmann::json::array()}};
+    nlohmann::json out = {{"lease_ms", lease_ms},
+                          {"model", model},
+                          {"standby_worker", standby},
+                          {"scenarios", nlohmann::json::array()}};
     for (const auto& r : results) {
       out["scenarios"].push_back({{"scenario", r.scenario},
                                   {"path", r.path},
@@ -241,8 +252,8 @@ int main(int argc, char** argv) {
     }
     std::cout << out.dump(2) << "\n";
   } else {
-    std::printf("lease %d ms, model %s; recovery from the fault to the first step completed after it\n", lease_ms,
-                model.c_str());
+    std::printf("lease %d ms, model %s%s; recovery from the fault to the first step completed after it\n", lease_ms,
+                model.c_str(), standby ? ", standby workers" : "");
     std::printf("%-16s %-11s %11s %10s %9s %11s %16s %14s %9s %9s %16s\n", "scenario", "path", "recovery_s",
                 "resumed_s", "paused_s", "steps_lost", "disk_bytes_read", "bytes_moved", "step_s", "bound_s", "workers_started");
     for (const auto& r : results) {

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
+#include <set>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -114,7 +116,27 @@ std::vector<pid_t> child_pids(pid_t a) {
   return pids;
 }
 
-std::vector<pid_t> Job::workers(const std::string& node) const { return agents_.children(node); }
+std::vector<pid_t> Job::workers(const std::string& node) const {
+  // The agent's children less its standby worker, from its log: the pid of a "standby worker
+  // started (pid P)" line is a worker once a "worker N is the standby worker (pid P)" line follows.
+  std::set<pid_t> standby;
+  std::ifstream in(log(node));
+  auto pid_after = [](const std::string& line, std::size_t at) {
+    return static_cast<pid_t>(std::atol(line.c_str() + at + std::strlen("(pid ")));
+  };
+  for (std::string line; std::getline(in, line);) {
+    if (const auto at = line.find("standby worker started (pid "); at != std::string::npos) {
+      standby.insert(pid_after(line, line.find("(pid ", at)));
+    } else if (const auto taken = line.find(" is the standby worker (pid "); taken != std::string::npos) {
+      standby.erase(pid_after(line, line.find("(pid ", taken)));
+    }
+  }
+  std::vector<pid_t> out;
+  for (pid_t pid : agents_.children(node)) {
+    if (!standby.contains(pid)) out.push_back(pid);
+  }
+  return out;
+}
 
 NodeProcesses::~NodeProcesses() {
   for (const auto& node : names()) signal(node, SIGKILL);
@@ -157,7 +179,11 @@ int Job::workers_started() const {
   int n = 0;
   for (const auto& node : agents_.names()) {
     std::ifstream in(log(node));
-    for (std::string line; std::getline(in, line);) n += line.find(" started (pid ") != std::string::npos;
+    // A slot's process started, or a standby worker given a slot (not a standby's own start).
+    for (std::string line; std::getline(in, line);) {
+      n += (line.find(" started (pid ") != std::string::npos && line.find("standby worker started") == std::string::npos) ||
+           line.find(" is the standby worker (pid ") != std::string::npos;
+    }
   }
   return n;
 }

@@ -89,9 +89,9 @@ class Job {
   // The node whose agent holds the leader lease ("" when none does).
   std::string leader_node();
   NodeProcesses& agents() { return agents_; }
-  // The agent's worker processes (its children).
+  // The agent's worker processes (its children, less a standby worker not yet given a slot).
   std::vector<pid_t> workers(const std::string& node) const;
-  // Workers the agents started, counted in their logs.
+  // Workers the agents started, counted in their logs (a standby worker when it is given a slot).
   int workers_started() const;
   // The job's events (elastic/job_state.h), oldest first, each as its fields.
   std::vector<std::map<std::string, std::string>> events();

@@ -40,6 +40,7 @@ struct AgentFlags {
   int lease_ms = static_cast<int>(elastic::kDefaultLease.count());
   int settle_ms = 1000;
   int max_restarts = 3;
+  bool standby_worker = false;
   int drain_timeout_s = 30;
   int store_outage_limit_s = 300;
   int metrics_port = -1;
@@ -114,6 +115,11 @@ void add_agent_command(CLI::App& app) {
                           std::to_string(healthy_run.count()) + " min starts a new row)")
       ->check(CLI::Range(0, 1000000))
       ->capture_default_str();
+  command->add_flag("--standby-worker,!--no-standby-worker", flags->standby_worker,
+                    "Keep one more `hdp train` process per node ahead of need, its data indexed, and hand a crashed "
+                    "worker's slot to it instead of starting a process from nothing (a custom worker command must "
+                    "honour HDP_STANDBY)")
+      ->envname("HDP_STANDBY_WORKER");
   command->add_option("--drain-timeout", flags->drain_timeout_s, "Seconds workers get to checkpoint and exit on a drain")
       ->check(CLI::Range(0, 86400))
       ->capture_default_str();
@@ -149,6 +155,7 @@ void add_agent_command(CLI::App& app) {
                                                   flags->job.redis.timeout_given());
     options.settle = std::chrono::milliseconds(flags->settle_ms);
     options.max_restarts = flags->max_restarts;
+    options.standby_worker = flags->standby_worker;
     options.drain_timeout = std::chrono::seconds(flags->drain_timeout_s);
     options.store_outage_limit = std::chrono::seconds(flags->store_outage_limit_s);
     if (flags->metrics_port >= 0) options.metrics_port = flags->metrics_port;

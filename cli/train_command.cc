@@ -266,7 +266,16 @@ void add_train_command(CLI::App& app) {
     sigaction(SIGTERM, &leave, nullptr);
     sigaction(SIGINT, &leave, nullptr);
     sigaction(SIGUSR1, &stop, nullptr);  // Slurm signals a whole step, workers included
+    // A standby worker (elastic/worker_env.h) prepares what does not depend on its slot, then waits
+    // for one on its standard input; end of input (the agent did not need it) ends it with exit 0.
+    const bool standby = elastic::is_standby([](const char* name) { return std::getenv(name); });
+    auto await_slot = [] {
+      const bool assigned = elastic::await_standby_assignment(STDIN_FILENO, stop_request.requested);
+      if (assigned) log()->info("standby worker: given local rank {}", std::getenv(elastic::worker_env::kLocalRank));
+      return assigned;
+    };
     if (flags->smoke) {
+      if (standby && !await_slot()) return;
       auto ctx = elastic::ElasticContext::from_environment();
       trainer::SmokeOptions options;
       options.steps = flags->steps;
@@ -279,13 +288,27 @@ void add_train_command(CLI::App& app) {
     }
     // The configuration is checked before the environment: a bad flag is named even outside a job.
     const char* nproc_text = std::getenv(elastic::worker_env::kNprocPerNode);
-    const char* local_text = std::getenv(elastic::worker_env::kLocalRank);
     const int nproc = std::max(1, nproc_text ? std::atoi(nproc_text) : 1);
-    const int local_rank = local_text ? std::atoi(local_text) : 0;  // out of [0, nproc): place() refuses it
     trainer::TrainerConfig config = make_config(*flags, nproc);
-    const trainer::DevicePlacement placement = place(*flags, local_rank, nproc, config);
     config.threads = flags->threads > 0 ? flags->threads
                                         : std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)) / nproc);
+    std::optional<trainer::TrainingSetup> prepared;
+    trainer::TrainerConfig at_zero = config;
+    if (standby && !flags->dry_run) {
+      // Local rank 0's placement stands for the slot's: the device kind and precision, all the
+      // setup reads, are the node's. A slot placed otherwise builds its own (below).
+      place(*flags, 0, nproc, at_zero);
+      at_zero.validate();
+      const auto started = std::chrono::steady_clock::now();
+      prepared = trainer::build_setup(at_zero);
+      log()->info("standby worker: set up in {:.3f} s; waiting for a slot",
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+      if (!await_slot()) return;
+    }
+    const char* local_text = std::getenv(elastic::worker_env::kLocalRank);
+    const int local_rank = local_text ? std::atoi(local_text) : 0;  // out of [0, nproc): place() refuses it
+    const trainer::DevicePlacement placement = place(*flags, local_rank, nproc, config);
+    if (prepared && (at_zero.device != config.device || at_zero.precision != config.precision)) prepared.reset();
     if (flags->dry_run) {
       dry_run(config);
       return;
@@ -299,7 +322,7 @@ void add_train_command(CLI::App& app) {
       // The device's free memory before this worker allocated, its share when workers share it.
       if (const auto memory = ops::cuda_memory()) config.device_free_bytes = memory->free_bytes / placement.sharing;
     }
-    trainer::run_trainer(ctx, config, stop_request);
+    trainer::run_trainer(ctx, config, stop_request, std::move(prepared));
   });
 }
 

@@ -1,7 +1,14 @@
 #include "elastic/worker_env.h"
 
 #include <algorithm>
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <set>
 #include <string_view>
 
 #include "common/error.h"
@@ -55,6 +62,7 @@ std::vector<std::string> worker_environment(const WorkerEnvironment& values, con
   if (values.agent_pid > 0) set(env::kAgentPid, std::to_string(values.agent_pid));
   if (!values.metrics_file.empty()) set(env::kMetricsFile, values.metrics_file);
   if (!values.agent_channel.empty()) set(env::kAgentChannel, values.agent_channel);
+  if (values.standby) set(env::kStandby, "1");
   return result;
 }
 
@@ -85,6 +93,87 @@ WorkerEnvironment read_worker_environment(const std::function<const char*(const 
                           values.agent_channel.substr(0, 64) + "' is not an abstract socket name (@<name>)");
   }
   return values;
+}
+
+bool is_standby(const std::function<const char*(const char*)>& lookup) {
+  const char* value = lookup(worker_env::kStandby);
+  return value && std::string_view(value) == "1";
+}
+
+StandbyAssignment StandbyAssignment::of(const std::vector<std::string>& slot_environment) {
+  StandbyAssignment assignment;
+  for (const std::string& entry : slot_environment) {
+    const auto equals = entry.find('=');
+    if (equals == std::string::npos) continue;
+    std::string name = entry.substr(0, equals);
+    if (!in_contract(name) || name == worker_env::kStandby) continue;
+    assignment.variables.emplace_back(std::move(name), entry.substr(equals + 1));
+  }
+  return assignment;
+}
+
+std::string StandbyAssignment::encode() const {
+  std::string text;
+  for (const auto& [name, value] : variables) {
+    if (value.find('\n') != std::string::npos) {
+      throw InvalidArgument("standby assignment: the value of " + name + " holds a newline");
+    }
+    text += name + "=" + value + "\n";
+  }
+  return text + "\n";
+}
+
+StandbyAssignment StandbyAssignment::decode(std::string_view text) {
+  StandbyAssignment assignment;
+  std::set<std::string, std::less<>> seen;
+  while (!text.empty()) {
+    const auto end = text.find('\n');
+    const std::string_view line = text.substr(0, end);
+    text = end == std::string_view::npos ? std::string_view() : text.substr(end + 1);
+    const auto equals = line.find('=');
+    const std::string quoted = "'" + std::string(line.substr(0, 64)) + "'";
+    if (equals == std::string_view::npos) throw InvalidArgument("standby assignment: line " + quoted + " has no '='");
+    const std::string name(line.substr(0, equals));
+    if (!in_contract(name) || name == worker_env::kStandby) {
+      throw InvalidArgument("standby assignment: " + quoted + " is not a slot's variable of the worker contract");
+    }
+    if (!seen.insert(name).second) throw InvalidArgument("standby assignment: " + name + " is given twice");
+    assignment.variables.emplace_back(name, std::string(line.substr(equals + 1)));
+  }
+  return assignment;
+}
+
+bool await_standby_assignment(int fd, const std::atomic<bool>& cancelled) {
+  // The agent sends a few hundred bytes; more than this is not an assignment.
+  constexpr std::size_t kMaxBytes = 64 * 1024;
+  std::string text;
+  for (;;) {
+    const bool empty = !text.empty() && text[0] == '\n';
+    if (const auto blank = text.find("\n\n"); blank != std::string::npos || empty) {
+      const StandbyAssignment assignment =
+          StandbyAssignment::decode(empty ? std::string_view() : std::string_view(text).substr(0, blank + 1));
+      for (const char* name : worker_env::kAll) unsetenv(name);
+      for (const auto& [name, value] : assignment.variables) setenv(name.c_str(), value.c_str(), 1);
+      return true;
+    }
+    if (text.size() > kMaxBytes) throw InvalidArgument("standby assignment: more than 64 KiB without an empty line");
+    if (cancelled.load()) return false;
+    // A signal that lands between the check above and a blocking read would not end it: wait in
+    // slices, checking `cancelled` between them.
+    pollfd readable{.fd = fd, .events = POLLIN, .revents = 0};
+    if (const int ready = poll(&readable, 1, 200); ready <= 0) {
+      if (ready < 0 && errno != EINTR) throw Error(std::string("standby: waiting for the assignment: ") + std::strerror(errno));
+      continue;
+    }
+    char buffer[4096];
+    const ssize_t n = read(fd, buffer, sizeof buffer);
+    if (n == 0) return false;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw Error(std::string("standby: reading the assignment: ") + std::strerror(errno));
+    }
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
 }
 
 }  // namespace hdp::elastic

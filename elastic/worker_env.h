@@ -14,6 +14,9 @@
 #pragma once
 
 #include <array>
+#include <atomic>
+#include <string_view>
+#include <utility>
 #include <functional>
 #include <string>
 #include <vector>
@@ -42,10 +45,15 @@ inline constexpr const char* kMetricsFile = "HDP_AGENT_METRICS_FILE";
 // Set only by an agent: the abstract unix socket ("@<name>") on which it tells its workers the
 // job's generation (elastic/agent_channel.h). Without it a worker reads `gen` from the store.
 inline constexpr const char* kAgentChannel = "HDP_AGENT_CHANNEL";
+// Set ("1") only for a standby worker (agents/worker_supervisor.h, Options::standby): a process
+// started before any slot needs it, which prepares what does not depend on its slot and then reads
+// its slot's variables on standard input (StandbyAssignment below). Its other variables are the
+// node's, for local rank 0, until then.
+inline constexpr const char* kStandby = "HDP_STANDBY";
 // Every variable of the contract: none of them is ever inherited by a worker.
-inline constexpr std::array<const char*, 13> kAll = {
+inline constexpr std::array<const char*, 14> kAll = {
     kJobId,         kRedisUrl,     kRedisPasswordFile, kSentinelPasswordFile, kNodeId,      kNodeIncarnation, kLocalRank,
-    kTorchLocalRank, kNprocPerNode, kAdvertiseAddr,     kAgentPid,             kMetricsFile, kAgentChannel};
+    kTorchLocalRank, kNprocPerNode, kAdvertiseAddr,     kAgentPid,             kMetricsFile, kAgentChannel, kStandby};
 }  // namespace worker_env
 
 // What an agent tells one worker.
@@ -62,6 +70,7 @@ struct WorkerEnvironment {
   int agent_pid = 0;  // 0: not started by an agent (tests); the variable is then not written
   std::string metrics_file;  // empty: the agent serves no metrics; the variable is then not written
   std::string agent_channel;  // empty: none (the variable is then not written)
+  bool standby = false;       // HDP_STANDBY=1 (the variable is written only when true)
 };
 
 // The worker's whole environment as "NAME=value" entries: `inherited` (a null-terminated array
@@ -73,5 +82,31 @@ std::vector<std::string> worker_environment(const WorkerEnvironment& values, con
 // HDP_REDIS_URL, HDP_NODE_ID, HDP_NODE_INCARNATION, HDP_LOCAL_RANK; optional, with the defaults of
 // WorkerEnvironment: the others. Throws InvalidArgument naming a missing or malformed variable.
 WorkerEnvironment read_worker_environment(const std::function<const char*(const char*)>& lookup);
+
+// Whether `lookup` (std::getenv) says this process is a standby worker (HDP_STANDBY=1).
+bool is_standby(const std::function<const char*(const char*)>& lookup);
+
+// A standby's assignment: what the agent writes on the standby's standard input when it gives it
+// a slot, and the standby reads. The text is the slot's contract variables, one "NAME=value" line
+// each, then an empty line; the standby then holds exactly those (every other variable of the
+// contract, HDP_STANDBY included, is unset), as if it had been started for the slot.
+struct StandbyAssignment {
+  std::vector<std::pair<std::string, std::string>> variables;  // names of the contract only
+
+  // The contract's entries of a slot's whole environment (worker_environment()'s result).
+  static StandbyAssignment of(const std::vector<std::string>& slot_environment);
+  std::string encode() const;
+  // The text up to and without the empty line. Throws InvalidArgument for a line without '=',
+  // a name outside the contract, HDP_STANDBY, or a name given twice.
+  static StandbyAssignment decode(std::string_view text);
+};
+
+// The worker's side: reads the assignment from `fd` (a standby's standard input) and applies it to
+// this process's environment (setenv/unsetenv; call it while no other thread reads the
+// environment). Returns false, changing nothing, at end of input before the empty line (the agent
+// closed it: no slot will come) or when `cancelled` is set (a signal interrupts the read: install
+// handlers without SA_RESTART). Throws InvalidArgument for a malformed assignment, hdp::Error for a
+// read error.
+bool await_standby_assignment(int fd, const std::atomic<bool>& cancelled);
 
 }  // namespace hdp::elastic

@@ -43,11 +43,12 @@ using mesh::Communicator;
 class Trainer {
  public:
   // `config` is this worker's: the live settings (`hdp config set`) change it in place.
-  Trainer(elastic::ElasticContext& ctx, TrainerConfig& config, const StopRequest& stop)
+  Trainer(elastic::ElasticContext& ctx, TrainerConfig& config, const StopRequest& stop,
+          std::optional<TrainingSetup> prepared)
       : ctx_(ctx),
         config_(config),
         stop_(stop),
-        setup_(build_setup(config)),
+        setup_(prepared ? std::move(*prepared) : build_setup(config)),
         model_(config.model, ops::DType::kF32, config.device, config.precision),
         source_(setup_.data, config.seed),
         eval_(setup_, config, [this](const data::GlobalBatch& batch, const Membership& m) { return plan(batch, m); }),
@@ -336,11 +337,12 @@ class Trainer {
 
 }  // namespace
 
-TrainResult run_trainer(elastic::ElasticContext& ctx, const TrainerConfig& config, const StopRequest& stop) {
+TrainResult run_trainer(elastic::ElasticContext& ctx, const TrainerConfig& config, const StopRequest& stop,
+                        std::optional<TrainingSetup> prepared) {
   config.validate();
   if (config.threads > 0) omp_set_num_threads(config.threads);
   TrainerConfig live = config;  // the live settings change this copy
-  Trainer trainer(ctx, live, stop);
+  Trainer trainer(ctx, live, stop, std::move(prepared));
   return trainer.run();
 }
 

@@ -50,9 +50,11 @@
 #pragma once
 
 #include <atomic>
+#include <optional>
 
 #include "elastic/elastic_context.h"
 #include "trainer/trainer_config.h"
+#include "trainer/training_setup.h"
 
 namespace hdp::trainer {
 
@@ -68,6 +70,9 @@ struct StopRequest {
 // Blocks until the job completed, a stop was agreed, or this worker's node left. Throws InvalidArgument for a configuration
 // this job cannot run (config.validate(), check_world() against the job's minimum size, a
 // checkpoint of another model shape), FatalError when every committed checkpoint is corrupt.
-TrainResult run_trainer(elastic::ElasticContext& ctx, const TrainerConfig& config, const StopRequest& stop);
+// `prepared`: build_setup(config) made beforehand (a standby worker's, elastic/worker_env.h); nullopt:
+// made here.
+TrainResult run_trainer(elastic::ElasticContext& ctx, const TrainerConfig& config, const StopRequest& stop,
+                        std::optional<TrainingSetup> prepared = std::nullopt);
 
 }  // namespace hdp::trainer

@@ -5,7 +5,14 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <thread>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -116,7 +123,8 @@ TEST(WorkerEnvironment, WorkerReadsBackWhatTheAgentWrote) {
 
 TEST(WorkerEnvironment, NullInheritedEnvironmentGivesOnlyTheContract) {
   const auto env = worker_environment(agent_values(), nullptr);
-  EXPECT_EQ(env.size(), worker_env::kAll.size() - 3);  // all but the two password files and the metrics file
+  // All but the two password files, the metrics file and the standby's marker.
+  EXPECT_EQ(env.size(), worker_env::kAll.size() - 4);
 }
 
 TEST(WorkerEnvironment, AnAgentChannelThatIsNotAnAbstractSocketNameIsRefused) {
@@ -159,6 +167,134 @@ TEST(WorkerEnvironment, MissingOrMalformedVariablesAreNamed) {
       EXPECT_NE(std::string(e.what()).find("HDP_LOCAL_RANK"), std::string::npos) << e.what();
     }
   }
+}
+
+
+// A standby worker's assignment (StandbyAssignment): the slot's contract variables, nothing else,
+// through the text the agent writes and the standby reads.
+TEST(StandbyAssignment, CarriesTheSlotsContractVariablesOnly) {
+  WorkerEnvironment values = agent_values();
+  const char* inherited[] = {"PATH=/usr/bin", "HDP_LOG_LEVEL=debug", nullptr};
+  const auto slot_environment = worker_environment(values, inherited);
+  const StandbyAssignment assignment = StandbyAssignment::of(slot_environment);
+  const std::string text = assignment.encode();
+  EXPECT_EQ(text.find("PATH="), std::string::npos) << "an inherited variable is the standby's own already";
+  EXPECT_EQ(text.find("HDP_LOG_LEVEL"), std::string::npos);
+  EXPECT_NE(text.find("HDP_LOCAL_RANK=1\n"), std::string::npos) << text;
+  EXPECT_TRUE(text.ends_with("\n\n"));
+  const StandbyAssignment back = StandbyAssignment::decode(std::string_view(text).substr(0, text.size() - 1));
+  EXPECT_EQ(back.variables, assignment.variables);
+  // Every variable the slot's worker would read is there, with the agent's value.
+  std::vector<std::pair<std::string, std::string>> expected;
+  for (const std::string& entry : slot_environment) {
+    const auto eq = entry.find('=');
+    const std::string name = entry.substr(0, eq);
+    if (name.starts_with("HDP_") && name != "HDP_LOG_LEVEL") expected.emplace_back(name, entry.substr(eq + 1));
+    if (name == worker_env::kTorchLocalRank) expected.emplace_back(name, entry.substr(eq + 1));
+  }
+  EXPECT_EQ(back.variables, expected);
+  // A standby's own marker is never part of an assignment.
+  values.standby = true;
+  EXPECT_EQ(StandbyAssignment::of(worker_environment(values, nullptr)).encode().find(worker_env::kStandby),
+            std::string::npos);
+}
+
+TEST(StandbyAssignment, MalformedTextIsRefusedNamingTheLine) {
+  auto refused = [](std::string_view text, const std::string& part) {
+    try {
+      StandbyAssignment::decode(text);
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  refused("HDP_LOCAL_RANK\n", "has no '='");
+  refused("PATH=/bin\n", "'PATH=/bin' is not a slot's variable");
+  refused("HDP_STANDBY=1\n", "not a slot's variable");
+  refused("HDP_LOCAL_RANK=1\nHDP_LOCAL_RANK=2\n", "HDP_LOCAL_RANK is given twice");
+  EXPECT_TRUE(StandbyAssignment::decode("").variables.empty());
+}
+
+// The worker's side over a real pipe: the environment becomes the slot's, every other variable
+// of the contract (HDP_STANDBY included) unset; end of input or a cancellation changes nothing.
+class StandbyPipe : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(pipe2(fds_, O_CLOEXEC), 0);
+    setenv(worker_env::kStandby, "1", 1);
+    setenv(worker_env::kMetricsFile, "/tmp/not-this-slots", 1);
+    setenv(worker_env::kLocalRank, "0", 1);
+  }
+  void TearDown() override {
+    for (int fd : fds_) {
+      if (fd >= 0) close(fd);
+    }
+    for (const char* name : worker_env::kAll) unsetenv(name);
+  }
+  void write_text(std::string_view text) { ASSERT_EQ(write(fds_[1], text.data(), text.size()), static_cast<ssize_t>(text.size())); }
+  void close_writer() {
+    close(fds_[1]);
+    fds_[1] = -1;
+  }
+  int reader() const { return fds_[0]; }
+
+ private:
+  int fds_[2] = {-1, -1};
+};
+
+TEST_F(StandbyPipe, AnAssignmentBecomesTheEnvironment) {
+  // In pieces, as a pipe may deliver it.
+  std::thread writer([this] {
+    write_text("HDP_LOCAL_RANK=1\nHDP_JOB_");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    write_text("ID=j\n\n");
+  });
+  std::atomic<bool> cancelled{false};
+  EXPECT_TRUE(await_standby_assignment(reader(), cancelled));
+  writer.join();
+  EXPECT_STREQ(std::getenv(worker_env::kLocalRank), "1");
+  EXPECT_STREQ(std::getenv(worker_env::kJobId), "j");
+  EXPECT_EQ(std::getenv(worker_env::kStandby), nullptr);
+  EXPECT_EQ(std::getenv(worker_env::kMetricsFile), nullptr) << "the slot has none: the standby's is dropped";
+}
+
+TEST_F(StandbyPipe, EndOfInputBeforeTheEmptyLineChangesNothing) {
+  write_text("HDP_LOCAL_RANK=1\n");
+  close_writer();
+  std::atomic<bool> cancelled{false};
+  EXPECT_FALSE(await_standby_assignment(reader(), cancelled));
+  EXPECT_STREQ(std::getenv(worker_env::kLocalRank), "0");
+  EXPECT_STREQ(std::getenv(worker_env::kStandby), "1");
+}
+
+TEST_F(StandbyPipe, ACancellationEndsTheWaitWithinItsPollSlice) {
+  std::atomic<bool> cancelled{false};
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    cancelled = true;
+  });
+  const auto started = std::chrono::steady_clock::now();
+  EXPECT_FALSE(await_standby_assignment(reader(), cancelled));
+  const auto took = std::chrono::steady_clock::now() - started;
+  canceller.join();
+  // 100 ms to the cancellation, then at most one 200 ms poll slice; 1 s leaves room for a loaded
+  // machine.
+  EXPECT_LT(took, std::chrono::seconds(1));
+  EXPECT_STREQ(std::getenv(worker_env::kStandby), "1");
+}
+
+TEST_F(StandbyPipe, GarbageIsRefusedAndChangesNothing) {
+  write_text("\x01\x02 no equals sign\n\n");
+  std::atomic<bool> cancelled{false};
+  EXPECT_THROW(await_standby_assignment(reader(), cancelled), InvalidArgument);
+  EXPECT_STREQ(std::getenv(worker_env::kStandby), "1");
+  // 64 KiB and more without an empty line is not an assignment either.
+  std::thread writer([this] {
+    const std::string line = "HDP_LOCAL_RANK=" + std::string(1000, '1') + "\n";
+    for (int i = 0; i < 70; ++i) write_text(line);
+  });
+  EXPECT_THROW(await_standby_assignment(reader(), cancelled), InvalidArgument);
+  writer.join();
 }
 
 }  // namespace

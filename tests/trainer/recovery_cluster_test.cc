@@ -31,6 +31,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -742,6 +743,50 @@ TEST_F(RecoveryCluster, AWorkerCrashedInTheOptimizerIsRecoveredFromMemory) {
     EXPECT_TRUE(a.v == r.v) << "exp_avg_sq differs";
   }
   std::cout << "went on from step " << t << "; " << (pure ? "every step on 4 ranks" : "some steps on 3 ranks") << "\n";
+}
+
+// A worker SIGKILLed on a node whose agent keeps a standby worker (hdp agent --standby-worker,
+// agents/worker_supervisor.h): its slot goes to the standby, started and set up before the crash,
+// instead of a new process; the job goes on from memory, every step on 4 ranks, and ends equal to
+// the fault-free job, bit for bit. The job stands at a step until the kill (held_after).
+TEST_F(RecoveryCluster, AWorkerKilledIsReplacedByItsAgentsStandbyWorker) {
+  TempDir dir;
+  const int at = command_step();
+  AgentCluster cluster(options(dir.path(), "2:2", 1000, held_after(at)));
+  cluster.start_agent("n1", {"--standby-worker"});
+  cluster.start_agent("n2", {"--standby-worker"});
+  ASSERT_GE(cluster.wait_until([&] { return cluster.step() >= at; }, 120s), 0) << cluster.all_logs();
+  // The standby is started 2 s after the workers and then indexes its data.
+  ASSERT_GE(cluster.wait_until([&] { return cluster.agent_log("n2").find("standby worker: set up in") != std::string::npos; },
+                               60s),
+            0)
+      << cluster.all_logs();
+  const std::string log = cluster.agent_log("n2");
+  const auto started = log.find("standby worker started (pid ");
+  ASSERT_NE(started, std::string::npos) << log;
+  const pid_t standby = std::atoi(log.c_str() + started + std::strlen("standby worker started (pid "));
+  pid_t victim = -1;
+  for (const pid_t pid : cluster.worker_pids("n2")) {
+    if (pid != standby) victim = pid;
+  }
+  ASSERT_GT(victim, 0) << log;
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  for (const char* node : {"n1", "n2"}) EXPECT_EQ(exit_code(cluster, node, 240s), 0) << cluster.all_logs();
+  EXPECT_NE(cluster.agent_log("n2").find("is the standby worker (pid " + std::to_string(standby) + ")"), std::string::npos)
+      << cluster.agent_log("n2");
+  EXPECT_EQ(cluster.state()["status"], "completed");
+  const std::vector<StepLine> run = read_metrics(dir.path() / "metrics.jsonl");
+  expect_continued_from_memory(cluster, run);
+  ASSERT_FALSE(run.empty());
+  EXPECT_EQ(run.back().step, kSteps);
+  for (const StepLine& l : run) {
+    EXPECT_EQ(l.world, 4) << "step " << l.step;
+    EXPECT_EQ(l.loss, reference_loss(l.step)) << "step " << l.step;
+  }
+  const Final a = read_final(dir.path() / "ckpt"), r = read_final(reference_->dir() / "ckpt");
+  EXPECT_TRUE(a.params == r.params) << "parameters differ";
+  EXPECT_TRUE(a.m == r.m) << "exp_avg differs";
+  EXPECT_TRUE(a.v == r.v) << "exp_avg_sq differs";
 }
 
 TEST_F(RecoveryCluster, ADoubleFailureFallsBackToTheCheckpointAndSaysWhy) {
