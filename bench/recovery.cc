@@ -17,12 +17,12 @@
 //               checkpoint (HDF5, checkpoint every 5 steps)
 // recovery_s: from the fault (or the join) to the first step completed after it (for node_kill
 // and join: the first step on the new world size), from the step times rank 0 records
-// (--metrics-file, wall clock). steps_lost: the furthest step completed before the fault minus
+// (--metrics-file, wall clock: each line's start_ms and step_ms, so that what rank 0 reports
+// between a step and its line, the recovery's event after the first step among it, is not counted). steps_lost: the furthest step completed before the fault minus
 // the step the job went on from. disk_bytes_read: what the ranks read from checkpoint files to
 // recover (the recovery event's sum over ranks; 0 when the state came from memory). The baseline
 // is the median step time before the fault, measured in the same run; the target for a node loss
-// is lease + 1 s + one step. resumed_s: from the fault to the start of that first step (its
-// completion less its own duration); for node_processes and leader_processes the bound is 0.5 s
+// is lease + 1 s + one step. resumed_s: from the fault to the start of that first step; for node_processes and leader_processes the bound is 0.5 s
 // (the failure seen through the data plane, docs/architecture.md), whatever the lease. paused_s:
 // how long the running ranks made no progress: from the end of the last step completed before
 // that first step to its start (a step abandoned part way counts in it); for join the bound is
@@ -80,7 +80,7 @@ struct Result {
 std::int64_t last_step(const std::vector<Line>& lines, std::int64_t before_ms) {
   std::int64_t step = 0;
   for (const Line& l : lines) {
-    if (l.time_ms <= before_ms) step = std::max(step, l.step);
+    if (l.ended() <= static_cast<double>(before_ms)) step = std::max(step, l.step);
   }
   return step;
 }
@@ -88,16 +88,16 @@ std::int64_t last_step(const std::vector<Line>& lines, std::int64_t before_ms) {
 double median_step_s(const std::vector<Line>& lines, std::int64_t before_ms) {
   std::vector<double> ms;
   for (const Line& l : lines) {
-    if (l.time_ms <= before_ms) ms.push_back(l.step_ms);
+    if (l.ended() <= static_cast<double>(before_ms)) ms.push_back(l.step_ms);
   }
   return ms.empty() ? 0 : hdp::median(ms) / 1000.0;
 }
 
 // The end of the last step completed before `at_ms` (0: none).
-std::int64_t last_end_before(const std::vector<Line>& lines, std::int64_t at_ms) {
-  std::int64_t end = 0;
+double last_end_before(const std::vector<Line>& lines, double at_ms) {
+  double end = 0;
   for (const Line& l : lines) {
-    if (l.time_ms < at_ms) end = std::max(end, l.time_ms);
+    if (l.ended() < at_ms) end = std::max(end, l.ended());
   }
   return end;
 }
@@ -105,7 +105,7 @@ std::int64_t last_end_before(const std::vector<Line>& lines, std::int64_t at_ms)
 // The first step completed after `at_ms` (on `world` ranks when world > 0).
 std::optional<Line> first_after(const std::vector<Line>& lines, std::int64_t at_ms, int world) {
   for (const Line& l : lines) {
-    if (l.time_ms > at_ms && (world == 0 || l.world == world)) return l;
+    if (l.ended() > static_cast<double>(at_ms) && (world == 0 || l.world == world)) return l;
   }
   return std::nullopt;
 }
@@ -168,11 +168,10 @@ Result measure(const std::string& scenario, const std::string& path, const std::
                                                 : lease.count() / 1000.0 + 1.0 + r.step_s;
   r.workers_started = job.workers_started();
   if (next) {
-    r.recovery_s = (next->time_ms - at) / 1000.0;
-    r.resumed_s = (static_cast<double>(next->time_ms - at) - next->step_ms) / 1000.0;
-    const double started_ms = static_cast<double>(next->time_ms) - next->step_ms;
-    if (const std::int64_t before = last_end_before(lines, static_cast<std::int64_t>(started_ms)); before > 0) {
-      r.paused_s = (started_ms - static_cast<double>(before)) / 1000.0;
+    r.recovery_s = (next->ended() - static_cast<double>(at)) / 1000.0;
+    r.resumed_s = (next->started() - static_cast<double>(at)) / 1000.0;
+    if (const double before = last_end_before(lines, next->started()); before > 0) {
+      r.paused_s = (next->started() - before) / 1000.0;
     }
     r.steps_lost = std::max<std::int64_t>(0, last_step(lines, at) - (next->step - 1));
   }

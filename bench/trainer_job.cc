@@ -33,6 +33,7 @@ std::vector<Line> read_lines(const fs::path& path) {
       const auto j = nlohmann::json::parse(text);
       Line line{j.at("step"), j.at("world_size"), j.at("time_ms"), j.at("step_ms"), j.at("tokens_per_s"), j.value("loss", 0.0)};
       line.generation = j.value("generation", std::int64_t{0});
+      line.start_ms = j.value("start_ms", std::int64_t{0});
       if (j.contains("plan_speeds")) line.plan_speeds = j.at("plan_speeds").get<std::vector<double>>();
       if (j.contains("speeds")) line.speeds = j.at("speeds").get<std::vector<double>>();
       lines.push_back(std::move(line));

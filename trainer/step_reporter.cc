@@ -234,6 +234,7 @@ void StepReporter::write_metrics_line(const elastic::Membership& m, std::int64_t
                                {"plan_speeds", speeds.plan_speeds}, {"time_ms", elastic::now_ms()},
                                // Where the data stands after the step (what a checkpoint of it saves).
                                {"data_epoch", position.epoch}, {"data_sample", position.sample}};
+  if (step_started_ms_ > 0) line["start_ms"] = step_started_ms_;
   if (eval) line["eval_loss"] = eval->loss;
   if (result.offloaded_bytes > 0) line["offloaded_bytes"] = result.offloaded_bytes;  // rank 0's
   // One write of a whole line in append mode: lines of successive rank-0 processes never mix.

@@ -72,6 +72,9 @@ class StepReporter {
             const checkpoint::DataPosition& position, const SpeedFigures& speeds, int world = 0,
             const EvalFigures* eval = nullptr);
 
+  // The next step starts now: the wall clock its metrics-file line gives as `start_ms` (its
+  // `time_ms` is when the line is written, after the step's reports).
+  void step_started() { step_started_ms_ = elastic::now_ms(); }
   // The generation was abandoned (a peer lost, a newer generation): its recovery is timed from now.
   void interrupted() { interrupted_ = SteadyClock::now(); }
   // Every rank, at a generation's start (trainer/recovery.h): where its state came from, the
@@ -151,6 +154,7 @@ class StepReporter {
   std::unique_ptr<TensorBoardWriter> tensorboard_;  // rank 0, created at its first step
   bool tensorboard_failed_ = false;
   std::optional<SteadyClock::time_point> interrupted_;
+  std::int64_t step_started_ms_ = 0;  // 0: no step_started() yet (the line then has no start_ms)
 };
 
 }  // namespace hdp::trainer

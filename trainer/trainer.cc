@@ -215,6 +215,7 @@ class Trainer {
     const std::int64_t next_step = recovery_.step() + 1;
     faults_.fire(m.rank, next_step, std::nullopt, &comm);
     const auto started = SteadyClock::now();
+    reporter_.step_started();
     checkpoint::DataPosition next = recovery_.position();
     const data::GlobalBatch batch = source_.next(next, config_.batch_tokens);
     const mesh::PlannedStep planned = plan(batch, m);
