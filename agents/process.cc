@@ -1,5 +1,6 @@
 #include "agents/process.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -45,7 +46,9 @@ pid_t spawn(const ProcessSpec& spec) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
-    if (spec.stdin_fd >= 0 && dup2(spec.stdin_fd, STDIN_FILENO) < 0) _exit(127);
+    // dup2 onto itself would keep the descriptor's close-on-exec flag: clear it instead.
+    if (spec.stdin_fd == STDIN_FILENO && fcntl(STDIN_FILENO, F_SETFD, 0) != 0) _exit(127);
+    if (spec.stdin_fd > STDIN_FILENO && dup2(spec.stdin_fd, STDIN_FILENO) < 0) _exit(127);
     // Nothing but stdio crosses exec, even a descriptor opened without close-on-exec by a library
     // or by another thread between its open and its fcntl.
     if (close_range(3, ~0U, 0) != 0) {

@@ -10,6 +10,7 @@
 
 #include "agents/process.h"
 #include "common/exit_codes.h"
+#include "common/error.h"
 #include "common/log.h"
 #include "common/sigpipe.h"
 #include "elastic/worker_env.h"
@@ -51,7 +52,15 @@ void WorkerSupervisor::start(int slot) {
 
 bool WorkerSupervisor::take_standby(int slot) {
   const pid_t pid = standby_.pid;
-  std::string text = elastic::StandbyAssignment::of(environment_(slot)).encode();
+  std::string text;
+  try {
+    text = elastic::StandbyAssignment::of(environment_(slot)).encode();
+  } catch (const InvalidArgument& e) {
+    // A value the assignment cannot carry (a newline in a path): this slot starts a process of
+    // its own, and the standby waits for the next restart.
+    log()->warn("worker {}'s slot cannot be handed to the standby worker: {}; starting a new process", slot, e.what());
+    return false;
+  }
   // A few hundred bytes into an empty pipe: the write does not block. It fails with EPIPE (its
   // SIGPIPE blocked and consumed, common/sigpipe.h) when the standby died and was not reaped yet.
   SigpipeBlock block;
@@ -70,6 +79,7 @@ bool WorkerSupervisor::take_standby(int slot) {
   }
   close_standby_input();
   standby_.pid = -1;
+  standby_.failures = 0;  // it lived until it was needed: the next one starts a new row
   slots_[slot].pid = pid;
   ++standbys_taken_;
   log()->info("worker {} is the standby worker (pid {}): {}", slot, pid, options_.command.front());
@@ -78,7 +88,8 @@ bool WorkerSupervisor::take_standby(int slot) {
 }
 
 void WorkerSupervisor::schedule_standby() {
-  if (!options_.standby || standby_.stopping) return;
+  // Without restarts no slot would ever be handed over.
+  if (!options_.standby || options_.max_restarts == 0 || standby_.stopping) return;
   standby_.timer = std::make_unique<boost::asio::steady_timer>(io_, options_.standby_delay);
   standby_.timer->async_wait([this](const boost::system::error_code& error) {
     if (!error && !standby_.stopping && standby_.pid < 0) start_standby();
@@ -114,6 +125,13 @@ void WorkerSupervisor::standby_exited(int status) {
   close_standby_input();
   signal_group(pid, SIGKILL);
   if (standby_.stopping) return;
+  if (classify_exit(status) == WorkerExit::kJobFailed) {
+    // Its configuration cannot run (exit 2) or the job failed (exit 3): the slots' own workers
+    // report it; another standby would fail the same way.
+    log()->error("the standby worker (pid {}) ended: {}; no standby from now on", pid, describe_status(status));
+    standby_.stopping = true;
+    return;
+  }
   if (++standby_.failures > options_.max_restarts) {
     log()->error("the standby worker (pid {}) ended: {}; {} in a row: no standby from now on (restarts start new "
                  "processes)", pid, describe_status(status), standby_.failures);
@@ -196,6 +214,7 @@ void WorkerSupervisor::signal_all(int signo) {
 }
 
 void WorkerSupervisor::kill_and_reap_all() {
+  standby_.stopping = true;  // until start_all(): a timer handler already queued starts none
   if (standby_.timer) standby_.timer->cancel();
   if (standby_.pid > 0) {
     signal_group(standby_.pid, SIGKILL);

@@ -12,8 +12,9 @@
 // and then waits on its standard input. A restart hands the slot to it (the slot's variables
 // written on that input, StandbyAssignment) instead of starting a process from nothing; the next
 // standby is started standby_delay later. A standby that fails before it is needed is started
-// again after the delay, up to max_restarts times in a row; it never counts as a slot's restart
-// nor as a running worker.
+// again after the delay, up to max_restarts times in a row (a handover starts a new row), never
+// after exit 2 or 3; it never counts as a slot's restart nor as a running worker. None is kept
+// with max_restarts 0 (no slot is ever handed over).
 // Single-threaded: every call runs on the agent's io_context thread.
 #pragma once
 
@@ -79,9 +80,12 @@ class WorkerSupervisor {
   std::vector<int> healthy() const;  // slots whose worker is running
   bool all_exited() const;
   int restarts_total() const { return restarts_total_; }  // every restart so far, all slots
-  void signal_all(int signo);  // to every running worker's process group
-  // SIGKILL every worker's group and reap them now (blocks until they are gone: SIGKILL cannot be
-  // ignored, so this is quick). Pending restarts are cancelled.
+  // To every running worker's process group, the standby's too; no standby is started again until
+  // start_all().
+  void signal_all(int signo);
+  // SIGKILL every worker's group and the standby's and reap them now (blocks until they are gone:
+  // SIGKILL cannot be ignored, so this is quick). Pending restarts are cancelled, and no standby
+  // is started again until start_all().
   void kill_and_reap_all();
   pid_t standby_pid() const { return standby_.pid; }  // -1: none running
   int standbys_taken() const { return standbys_taken_; }  // restarts that a standby served

@@ -120,6 +120,9 @@ std::vector<pid_t> child_pids(pid_t a) {
 std::vector<pid_t> Job::workers(const std::string& node) const {
   // The agent's children less its standby worker, from its log: the pid of a "standby worker
   // started (pid P)" line is a worker once a "worker N is the standby worker (pid P)" line follows.
+  // The children first: a standby started after them and logged before the log is read is then
+  // no child of the list, while one started before them is in the log.
+  const std::vector<pid_t> children = agents_.children(node);
   std::set<pid_t> standby;
   std::ifstream in(log(node));
   auto pid_after = [](const std::string& line, std::size_t at) {
@@ -133,7 +136,7 @@ std::vector<pid_t> Job::workers(const std::string& node) const {
     }
   }
   std::vector<pid_t> out;
-  for (pid_t pid : agents_.children(node)) {
+  for (pid_t pid : children) {
     if (!standby.contains(pid)) out.push_back(pid);
   }
   return out;

@@ -28,17 +28,17 @@ struct Line {
   int world = 0;
   std::int64_t time_ms = 0;  // wall clock when the line was written (after the step's reports)
   double step_ms = 0;
-  std::int64_t start_ms = 0;  // wall clock when the step started; 0: the line has none (older hdp)
-
-  // When the step started and ended: from start_ms where the line has it, else from time_ms
-  // (then later by the reports rank 0 makes between the step and its line).
-  double started() const { return start_ms > 0 ? static_cast<double>(start_ms) : static_cast<double>(time_ms) - step_ms; }
-  double ended() const { return start_ms > 0 ? static_cast<double>(start_ms) + step_ms : static_cast<double>(time_ms); }
   double tokens_per_s = 0;
   double loss = 0;
   std::vector<double> plan_speeds;  // the speeds the step was planned with, per rank
   std::vector<double> speeds;       // each rank's measured speed relative to the median
   std::int64_t generation = 0;      // 0 when the line has none (torchrun's)
+  std::int64_t start_ms = 0;        // wall clock when the step started; 0: the line has none
+
+  // When the step started and ended: from start_ms where the line has it, else from time_ms
+  // (then later by the reports rank 0 makes between the step and its line).
+  double started() const { return start_ms > 0 ? static_cast<double>(start_ms) : static_cast<double>(time_ms) - step_ms; }
+  double ended() const { return start_ms > 0 ? static_cast<double>(start_ms) + step_ms : static_cast<double>(time_ms); }
 };
 
 // The lines written so far (a line still being written is left for the next read).

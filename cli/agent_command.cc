@@ -117,8 +117,8 @@ void add_agent_command(CLI::App& app) {
       ->capture_default_str();
   command->add_flag("--standby-worker,!--no-standby-worker", flags->standby_worker,
                     "Keep one more `hdp train` process per node ahead of need, its data indexed, and hand a crashed "
-                    "worker's slot to it instead of starting a process from nothing (a custom worker command must "
-                    "honour HDP_STANDBY)")
+                    "worker's slot to it instead of starting a process from nothing (the worker command must "
+                    "be `hdp train ...`)")
       ->envname("HDP_STANDBY_WORKER");
   command->add_option("--drain-timeout", flags->drain_timeout_s, "Seconds workers get to checkpoint and exit on a drain")
       ->check(CLI::Range(0, 86400))
@@ -162,6 +162,12 @@ void add_agent_command(CLI::App& app) {
     options.metrics_address = flags->metrics_address;
     options.worker_command = flags->worker.empty() ? std::vector<std::string>{self_executable(), "train"}
                                                    : flags->worker;
+    // A standby reads its slot from standard input (elastic/worker_env.h, HDP_STANDBY); a command
+    // that does not would run as a second local rank 0.
+    if (options.standby_worker && (options.worker_command.size() < 2 || options.worker_command[1] != "train")) {
+      throw InvalidArgument("--standby-worker needs `hdp train` as the worker command (a standby worker reads its "
+                            "slot on standard input), not '" + options.worker_command.front() + "'");
+    }
     // The first connection: no lease exists yet, so it may wait longer than a store call may once
     // the agent runs (agents started beside Redis, under Slurm or systemd, need not race it).
     // The agent keeps the RedisStore itself too: it records and exports the primary it reached.

@@ -308,7 +308,11 @@ void add_train_command(CLI::App& app) {
     const char* local_text = std::getenv(elastic::worker_env::kLocalRank);
     const int local_rank = local_text ? std::atoi(local_text) : 0;  // out of [0, nproc): place() refuses it
     const trainer::DevicePlacement placement = place(*flags, local_rank, nproc, config);
-    if (prepared && (at_zero.device != config.device || at_zero.precision != config.precision)) prepared.reset();
+    if (prepared && (at_zero.device != config.device || at_zero.precision != config.precision)) {
+      log()->info("standby worker: this slot's placement differs from local rank 0's; setting up again");
+      prepared.reset();
+    }
+    if (prepared) log()->info("standby worker: training with the setup it prepared");
     if (flags->dry_run) {
       dry_run(config);
       return;

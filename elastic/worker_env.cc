@@ -157,12 +157,12 @@ bool await_standby_assignment(int fd, const std::atomic<bool>& cancelled) {
       return true;
     }
     if (text.size() > kMaxBytes) throw InvalidArgument("standby assignment: more than 64 KiB without an empty line");
-    if (cancelled.load()) return false;
-    // A signal that lands between the check above and a blocking read would not end it: wait in
-    // slices, checking `cancelled` between them.
+    // A signal that lands just before a blocking read would not end it: wait in slices, and give
+    // up only when nothing is waiting to be read (an assignment already sent is taken).
     pollfd readable{.fd = fd, .events = POLLIN, .revents = 0};
     if (const int ready = poll(&readable, 1, 200); ready <= 0) {
       if (ready < 0 && errno != EINTR) throw Error(std::string("standby: waiting for the assignment: ") + std::strerror(errno));
+      if (cancelled.load()) return false;
       continue;
     }
     char buffer[4096];

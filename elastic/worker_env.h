@@ -104,9 +104,8 @@ struct StandbyAssignment {
 // The worker's side: reads the assignment from `fd` (a standby's standard input) and applies it to
 // this process's environment (setenv/unsetenv; call it while no other thread reads the
 // environment). Returns false, changing nothing, at end of input before the empty line (the agent
-// closed it: no slot will come) or when `cancelled` is set (a signal interrupts the read: install
-// handlers without SA_RESTART). Throws InvalidArgument for a malformed assignment, hdp::Error for a
-// read error.
+// closed it: no slot will come) or when `cancelled` is set and nothing waits to be read (checked
+// every 200 ms). Throws InvalidArgument for a malformed assignment, hdp::Error for a read error.
 bool await_standby_assignment(int fd, const std::atomic<bool>& cancelled);
 
 }  // namespace hdp::elastic

@@ -7,7 +7,8 @@
 // next standby follows after the delay; a standby that dies before it is needed is replaced, and
 // given up after max_restarts in a row; a standby found dead at the handover is passed over for a
 // new process; none outlives kill_and_reap_all. Bounds: each case runs its io_context for at most
-// 10 s; the supervisor reaps every 10 ms.
+// 10 s; the supervisor reaps every 10 ms. A standby that exits 2 is not started again; a drain
+// (signal_all) ends the standby too.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -147,8 +148,9 @@ TEST_F(StandbyWorker, AStandbyThatDiesBeforeItIsNeededIsReplacedThenGivenUp) {
   // Every standby notes its start and exits 1 at once; the slot's worker runs on.
   start("if [ \"$HDP_STANDBY\" = 1 ]; then echo $$ >> '" + starts.string() + "'; exit 1; fi; exec sleep 30", 1,
         /*max_restarts=*/2);
-  // 1 + max_restarts standbys, 50 ms apart, then none: 600 ms is time for twice as many.
-  const auto until = std::chrono::steady_clock::now() + 600ms;
+  // 1 + max_restarts standbys, 50 ms apart, then none: no fourth within 300 ms more (six delays).
+  ASSERT_TRUE(run_until([&] { return lines_of(starts).size() == 3 && supervisor_->standby_pid() < 0; }));
+  const auto until = std::chrono::steady_clock::now() + 300ms;
   run_until([&] { return std::chrono::steady_clock::now() > until; });
   EXPECT_EQ(lines_of(starts).size(), 3u) << "given up after max_restarts failures in a row";
   EXPECT_EQ(supervisor_->standby_pid(), -1);
@@ -183,6 +185,33 @@ TEST_F(StandbyWorker, AStandbyFoundDeadAtTheHandoverIsPassedOverForANewProcess) 
   EXPECT_EQ(supervisor_->standbys_taken(), 0);
   // Reaped at last, the dead standby is replaced after the delay.
   ASSERT_TRUE(run_until([&] { return supervisor_->standby_pid() > 0 && supervisor_->standby_pid() != standby; }));
+}
+
+// A standby that exits 2 (a configuration it cannot run) is not started again: another would fail
+// the same way, and the slots' own workers report it.
+TEST_F(StandbyWorker, AStandbyThatCannotRunItsConfigurationIsNotStartedAgain) {
+  const auto starts = dir_.path() / "standbys";
+  start("if [ \"$HDP_STANDBY\" = 1 ]; then echo $$ >> '" + starts.string() + "'; exit 2; fi; exec sleep 30");
+  ASSERT_TRUE(run_until([&] { return lines_of(starts).size() == 1 && supervisor_->standby_pid() < 0; }));
+  const auto until = std::chrono::steady_clock::now() + 300ms;
+  run_until([&] { return std::chrono::steady_clock::now() > until; });
+  EXPECT_EQ(lines_of(starts).size(), 1u);
+  EXPECT_EQ(supervisor_->healthy(), (std::vector<int>{0}));
+}
+
+// A drain (signal_all) reaches the standby too, which ends; none is started after it.
+TEST_F(StandbyWorker, ADrainEndsTheStandbyAndStartsNoOther) {
+  const auto log = dir_.path() / "workers";
+  start(script(log.string(), "exec sleep 30\n"), 1);
+  ASSERT_TRUE(run_until([&] { return supervisor_->standby_pid() > 0 && lines_of(log).size() == 1; }));
+  const pid_t standby = supervisor_->standby_pid();
+  supervisor_->signal_all(SIGTERM);
+  ASSERT_TRUE(run_until([&] { return supervisor_->all_exited() && supervisor_->standby_pid() < 0; }));
+  EXPECT_FALSE(alive(standby));
+  const auto until = std::chrono::steady_clock::now() + 300ms;
+  run_until([&] { return std::chrono::steady_clock::now() > until; });
+  EXPECT_EQ(supervisor_->standby_pid(), -1) << "no standby after a drain";
+  EXPECT_EQ(final_exits_.size(), 1u) << "the slot's worker's exit is final";
 }
 
 }  // namespace

@@ -774,6 +774,8 @@ TEST_F(RecoveryCluster, AWorkerKilledIsReplacedByItsAgentsStandbyWorker) {
   for (const char* node : {"n1", "n2"}) EXPECT_EQ(exit_code(cluster, node, 240s), 0) << cluster.all_logs();
   EXPECT_NE(cluster.agent_log("n2").find("is the standby worker (pid " + std::to_string(standby) + ")"), std::string::npos)
       << cluster.agent_log("n2");
+  EXPECT_NE(cluster.agent_log("n2").find("standby worker: training with the setup it prepared"), std::string::npos)
+      << cluster.agent_log("n2");
   EXPECT_EQ(cluster.state()["status"], "completed");
   const std::vector<StepLine> run = read_metrics(dir.path() / "metrics.jsonl");
   expect_continued_from_memory(cluster, run);
