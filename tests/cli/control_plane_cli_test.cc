@@ -39,6 +39,8 @@ TEST(ControlPlaneCli, BadInputIsAUsageErrorWithOneClearLine) {
       {{"agent", "--job", "j", "--redis", "redis://host:99999"}, "port"},
       {{"agent", "--job", "j", "--redis", url, "--nnodes", "3:2"}, "--nnodes"},
       {{"agent", "--job", "has space", "--redis", url}, "job id"},
+      {{"agent", "--job", "j", "--redis", url, "--standby-worker", "--", "/bin/sh", "-c", "true"},
+       "--standby-worker needs `hdp train` as the worker command"},
       {{"status", "--job", "nosuch", "--redis", url}, "no job 'nosuch'"},
       {{"status", "--redis", url}, "no job id"},
       {{"train"}, "HDP_JOB_ID"},
