@@ -12,24 +12,36 @@ BuddyPlan place_replicas(ZeroOptimizer& zero, const ops::Tensor& params, const s
                          std::int64_t step, Communicator& comm, Communicator::Duration timeout) {
   const BuddyPlan plan = plan_buddies(node_of_rank);
   zero.set_replicas(plan);
-  // Each owner sends its moments and its own range of the parameters: under bf16 mixed precision
-  // only the owner's range of its full buffer is the exact master copy (the rest came over the
-  // wire in bf16), so no other rank's buffer can stand for it.
+  // Each owner sends its moments. Its parameters travel only under a bf16 wire, where only the
+  // owner's range of its full buffer is the exact master copy (the rest came over the wire in
+  // bf16). Under an exact wire (the parameters' own dtype) every rank's full buffer holds every
+  // owner's range bit for bit at a generation's start (the last all-gather, or the recovery that
+  // left every buffer whole, mesh/step/reshard.h), so a holder takes the range from its own
+  // buffer: a third of the placement's bytes stay home.
+  const bool exact_wire = zero.wire_dtype() == params.dtype();
+  const ops::Tensor flat = params.reshape({params.numel()});
   const std::vector<std::int64_t>& counts = zero.counts();
+  std::vector<std::int64_t> offsets(counts.size(), 0);
+  for (std::size_t r = 1; r < counts.size(); ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
   std::vector<std::unique_ptr<Work>> work;
   std::vector<std::pair<int, ops::Tensor>> received;
   for (int owner : zero.replica_owners()) {
+    const auto o = static_cast<std::size_t>(owner);
     work.push_back(comm.irecv(zero.replica_exp_avg(owner), owner, kReplicaExpAvgTag));
     work.push_back(comm.irecv(zero.replica_exp_avg_sq(owner), owner, kReplicaExpAvgSqTag));
-    received.emplace_back(owner, ops::Tensor::empty({counts[static_cast<std::size_t>(owner)]}, params.dtype(),
-                                                    params.device()));
+    if (exact_wire) {
+      received.emplace_back(owner, flat.view(offsets[o], {counts[o]}));
+      continue;
+    }
+    received.emplace_back(owner, ops::Tensor::empty({counts[o]}, params.dtype(), params.device()));
     work.push_back(comm.irecv(received.back().second, owner, kReplicaParamsTag));
   }
   if (const int holder = plan.holder[static_cast<std::size_t>(comm.rank())]; holder >= 0) {
     work.push_back(comm.isend(zero.exp_avg(), holder, kReplicaExpAvgTag));
     work.push_back(comm.isend(zero.exp_avg_sq(), holder, kReplicaExpAvgSqTag));
-    work.push_back(comm.isend(params.reshape({params.numel()}).view(zero.offset(), {zero.count()}), holder,
-                              kReplicaParamsTag));
+    if (!exact_wire) {
+      work.push_back(comm.isend(flat.view(zero.offset(), {zero.count()}), holder, kReplicaParamsTag));
+    }
   }
   for (auto& w : work) w->wait(timeout);
   for (const auto& [owner, owner_params] : received) zero.set_replica_state(owner, owner_params, step);

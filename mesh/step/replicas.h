@@ -24,7 +24,8 @@
 
 namespace hdp::mesh {
 
-// The tags of the placement's three messages per copy (exp_avg, exp_avg_sq, the owner's parameters):
+// The tags of the placement's messages per copy (exp_avg, exp_avg_sq, and under a bf16 wire the
+// owner's parameters):
 // the three after kReplicaGradTag, in the range zero.h reserves for the replicas, below kReshardTag.
 inline constexpr Tag kReplicaExpAvgTag = kReplicaGradTag + 1;
 inline constexpr Tag kReplicaExpAvgSqTag = kReplicaGradTag + 2;
@@ -32,9 +33,11 @@ inline constexpr Tag kReplicaParamsTag = kReplicaGradTag + 3;
 
 // Plans the copies from the generation's membership (`node_of_rank`, by rank), installs the plan
 // in `zero` (set_replicas), sends every rank's moments whole to its holder and receives the copies
-// this rank holds with each owner's range of its `params` (the full buffer at `step`; only the owner's
-// own range is its exact master copy under bf16 mixed precision), and keeps the previous triples only when every shard has a copy (on one node a
-// lost shard is lost anyway). Returns the plan. Throws what the communicator throws (PeerLost,
+// this rank holds, each with its owner's range of the parameters at `step`: under a bf16 wire sent
+// by the owner (only its own range of its full buffer `params` is its exact master copy), under an
+// exact wire taken from this rank's own `params` (then equal on every rank: callers place copies
+// at a generation's start, where every buffer is whole). Keeps the previous triples only when
+// every shard has a copy (on one node a lost shard is lost anyway). Returns the plan. Throws what the communicator throws (PeerLost,
 // TimeoutError) after `timeout`.
 BuddyPlan place_replicas(ZeroOptimizer& zero, const ops::Tensor& params, const std::vector<std::string>& node_of_rank,
                          std::int64_t step, Communicator& comm, Communicator::Duration timeout);

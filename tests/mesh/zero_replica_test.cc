@@ -219,6 +219,48 @@ TEST(ReplicaPlacement, PlacedCopiesVerifyEqualAndACorruptedCopyIsNamed) {
   }
 }
 
+// Where a copy's parameters come from: under a bf16 wire from its owner (only the owner's range
+// of its own buffer is exact: here every other rank's buffer differs in the owner's range, as bf16
+// rounding would make it), under an f32 wire from the holder's own buffer (equal on every rank at a
+// generation's start: nothing is sent). Either way the copy holds the owner's exact range.
+TEST(ReplicaPlacement, ACopysParametersAreTheOwnersExactRangeUnderEitherWire) {
+  const std::vector<std::string> nodes{"a", "a", "b", "b"};
+  constexpr int kWorld = 4;
+  for (const ops::DType wire : {ops::DType::kF32, ops::DType::kBF16}) {
+    auto comms = connect_local(kWorld, 10s);
+    std::vector<std::vector<float>> exact(kWorld);  // by owner: its range as its own buffer holds it
+    std::vector<std::map<int, std::vector<float>>> copies(kWorld);  // by holder: owner -> copy's params
+    test::on_ranks_ok(kWorld, [&](int r) {
+      auto& comm = *comms[static_cast<std::size_t>(r)];
+      ZeroOptimizer zero(kElems, r, kWorld, ops::DType::kF32, ops::Device::kCpu, wire);
+      std::vector<float> buffer = pattern(kElems, 7);
+      if (wire == ops::DType::kBF16) {
+        // Outside its own range a rank's buffer is not the master copy.
+        for (std::int64_t i = 0; i < kElems; ++i) {
+          if (i < zero.offset() || i >= zero.offset() + zero.count()) buffer[static_cast<std::size_t>(i)] += 0.25f;
+        }
+      }
+      const Tensor params = Tensor::from_vector<float>(buffer, {kElems});
+      exact[static_cast<std::size_t>(r)].assign(buffer.begin() + zero.offset(), buffer.begin() + zero.offset() + zero.count());
+      place_replicas(zero, params, nodes, 3, comm, 10s);
+      for (const auto& v : zero.versions(params)) {
+        if (v.owner == r) continue;
+        EXPECT_EQ(v.step, 3);
+        copies[static_cast<std::size_t>(r)][v.owner] = v.params.to_vector<float>();
+      }
+    });
+    int seen = 0;
+    for (int holder = 0; holder < kWorld; ++holder) {
+      for (const auto& [owner, got] : copies[static_cast<std::size_t>(holder)]) {
+        ++seen;
+        EXPECT_EQ(got, exact[static_cast<std::size_t>(owner)])
+            << "wire " << (wire == ops::DType::kF32 ? "f32" : "bf16") << ": owner " << owner << ", holder " << holder;
+      }
+    }
+    EXPECT_EQ(seen, kWorld) << "every shard has one copy";
+  }
+}
+
 TEST(ReplicaPlacement, OneNodeHasNoCopiesToCheck) {
   auto comms = connect_local(2, 10s);
   std::vector<ReplicaCheck> checks(2);
