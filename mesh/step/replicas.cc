@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "mesh/comm/checks.h"
 #include "mesh/comm/gather_rows.h"
 
 namespace hdp::mesh {
@@ -21,8 +22,7 @@ BuddyPlan place_replicas(ZeroOptimizer& zero, const ops::Tensor& params, const s
   const bool exact_wire = zero.wire_dtype() == params.dtype();
   const ops::Tensor flat = params.reshape({params.numel()});
   const std::vector<std::int64_t>& counts = zero.counts();
-  std::vector<std::int64_t> offsets(counts.size(), 0);
-  for (std::size_t r = 1; r < counts.size(); ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
+  const std::vector<std::int64_t> offsets = offsets_of(counts);
   std::vector<std::unique_ptr<Work>> work;
   std::vector<std::pair<int, ops::Tensor>> received;
   for (int owner : zero.replica_owners()) {

@@ -253,6 +253,18 @@ class RecoveryCluster : public ::testing::Test {
   std::int64_t expect_continued_from_memory(AgentCluster& cluster, const std::vector<StepLine>& run) {
     return continued_from_memory(*reference_, cluster, run, 4);
   }
+  // Every step of `run` on 4 ranks with the fault-free job's loss, and its final state (in `dir`)
+  // equal to the fault-free job's, bit for bit.
+  void expect_equals_reference(const fs::path& dir, const std::vector<StepLine>& run) {
+    for (const StepLine& l : run) {
+      EXPECT_EQ(l.world, 4) << "step " << l.step;
+      EXPECT_EQ(l.loss, reference_loss(l.step)) << "step " << l.step;
+    }
+    const Final a = read_final(dir / "ckpt"), r = read_final(reference_->dir() / "ckpt");
+    EXPECT_TRUE(a.params == r.params) << "parameters differ";
+    EXPECT_TRUE(a.m == r.m) << "exp_avg differs";
+    EXPECT_TRUE(a.v == r.v) << "exp_avg_sq differs";
+  }
   void expect_equals_continuation(const fs::path& dir, const std::vector<StepLine>& run, std::int64_t t) {
     equals_continuation(*reference_, dir, run, t, {"n1"});
   }
@@ -713,14 +725,7 @@ void RecoveryCluster::standby_replaces(bool drained) {
   EXPECT_EQ(cluster.state()["status"], "completed");
   const std::vector<StepLine> run = read_metrics(dir.path() / "metrics.jsonl");
   const std::int64_t t = expect_continued_from_memory(cluster, run);
-  for (const StepLine& l : run) {
-    EXPECT_EQ(l.world, 4) << "step " << l.step;
-    EXPECT_EQ(l.loss, reference_loss(l.step)) << "step " << l.step;
-  }
-  const Final a = read_final(dir.path() / "ckpt"), r = read_final(reference_->dir() / "ckpt");
-  EXPECT_TRUE(a.params == r.params) << "parameters differ";
-  EXPECT_TRUE(a.m == r.m) << "exp_avg differs";
-  EXPECT_TRUE(a.v == r.v) << "exp_avg_sq differs";
+  expect_equals_reference(dir.path(), run);
   std::cout << victim << (drained ? " drained" : " killed") << "; n3 a member " << took << " s later (bound " << bound << " s); went on from step " << t
             << "\n";
 }
@@ -781,14 +786,7 @@ TEST_F(RecoveryCluster, AWorkerKilledIsReplacedByItsAgentsStandbyWorker) {
   expect_continued_from_memory(cluster, run);
   ASSERT_FALSE(run.empty());
   EXPECT_EQ(run.back().step, kSteps);
-  for (const StepLine& l : run) {
-    EXPECT_EQ(l.world, 4) << "step " << l.step;
-    EXPECT_EQ(l.loss, reference_loss(l.step)) << "step " << l.step;
-  }
-  const Final a = read_final(dir.path() / "ckpt"), r = read_final(reference_->dir() / "ckpt");
-  EXPECT_TRUE(a.params == r.params) << "parameters differ";
-  EXPECT_TRUE(a.m == r.m) << "exp_avg differs";
-  EXPECT_TRUE(a.v == r.v) << "exp_avg_sq differs";
+  expect_equals_reference(dir.path(), run);
 }
 
 TEST_F(RecoveryCluster, ADoubleFailureFallsBackToTheCheckpointAndSaysWhy) {
