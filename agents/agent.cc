@@ -172,16 +172,24 @@ class Agent {
       if (!control([&] { control_.notified(*generation); })) return;
       tell_workers();
     }
-    grant_watch();
+    // A read that ended within the margin before the heartbeat (its grant ran out, or it was
+    // interrupted there) cannot be granted again: the heartbeat, which reads `gen` and grants the
+    // next read, comes now rather than at its timer, so that the watch is never left idle (up to
+    // 100 ms in every heartbeat interval, in which a new generation reached this node's workers
+    // only at the heartbeat).
+    if (!grant_watch() && heartbeat_timer_.cancel() > 0) heartbeat();
   }
 
   // The connection is the watch's until shortly before the next heartbeat (which needs it), while
   // this agent follows (draining too: its workers may still have to stop in a next generation);
-  // a leader reads `gen` every tick.
-  void grant_watch() {
-    if (control_.leading()) return;
+  // a leader reads `gen` every tick. The margin covers Redis's timeout of a blocking read, which
+  // it checks at its own tick (every 100 ms at the default `hz 10`): a read granted until the
+  // margin ends by the heartbeat. False when the grant would leave no read worth starting
+  // (GenerationWatcher::kShortestRead).
+  bool grant_watch() {
+    if (control_.leading()) return true;
     const auto margin = std::min(milliseconds(100), options_.timing.heartbeat / 10);
-    watcher_.allow_until(next_heartbeat_ - margin);
+    return watcher_.allow_until(next_heartbeat_ - margin);
   }
 
   void heartbeat() {

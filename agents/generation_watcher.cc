@@ -25,13 +25,14 @@ GenerationWatcher::GenerationWatcher(std::shared_ptr<elastic::Store> store,
 
 GenerationWatcher::~GenerationWatcher() { stop(); }
 
-void GenerationWatcher::allow_until(Clock::time_point deadline) {
-  if (deadline - Clock::now() < kShortestRead) return;
+bool GenerationWatcher::allow_until(Clock::time_point deadline) {
+  if (deadline - Clock::now() < kShortestRead) return false;
   {
     std::lock_guard lock(mutex_);
     grant_ = deadline;
   }
   wake_.notify_all();
+  return true;
 }
 
 void GenerationWatcher::stop() {

@@ -46,8 +46,8 @@ class GenerationWatcher {
   // Lets the watch read once, blocking until `deadline` at most; ignored when `deadline` is less
   // than kShortestRead away (the Asio thread grants after each read's outcome, up to its next
   // heartbeat: answering a grant that has run out would be a busy loop between the two threads
-  // until that heartbeat, whose own grant comes next).
-  void allow_until(Clock::time_point deadline);
+  // until that heartbeat, whose own grant comes next). Returns false when ignored.
+  bool allow_until(Clock::time_point deadline);
   // Ends the read in progress now (Store::interrupt_stream_reads), freeing the connection for a
   // call the Asio thread cannot put off; the next read waits for the next grant.
   void interrupt() { store_->interrupt_stream_reads(); }
