@@ -292,7 +292,7 @@ void add_train_command(CLI::App& app) {
     trainer::TrainerConfig config = make_config(*flags, nproc);
     config.threads = flags->threads > 0 ? flags->threads
                                         : std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)) / nproc);
-    std::optional<trainer::TrainingSetup> prepared;
+    std::optional<trainer::PreparedWorker> prepared;
     trainer::TrainerConfig at_zero = config;
     if (standby && !flags->dry_run) {
       // Local rank 0's placement stands for the slot's: the device kind and precision, all the
@@ -300,7 +300,7 @@ void add_train_command(CLI::App& app) {
       place(*flags, 0, nproc, at_zero);
       at_zero.validate();
       const auto started = std::chrono::steady_clock::now();
-      prepared = trainer::build_setup(at_zero);
+      prepared = trainer::prepare_worker(at_zero);
       log()->info("standby worker: set up in {:.3f} s; waiting for a slot",
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
       if (!await_slot()) return;

@@ -44,12 +44,12 @@ class Trainer {
  public:
   // `config` is this worker's: the live settings (`hdp config set`) change it in place.
   Trainer(elastic::ElasticContext& ctx, TrainerConfig& config, const StopRequest& stop,
-          std::optional<TrainingSetup> prepared)
+          std::optional<PreparedWorker> prepared)
       : ctx_(ctx),
         config_(config),
         stop_(stop),
-        setup_(prepared ? std::move(*prepared) : build_setup(config)),
-        model_(config.model, ops::DType::kF32, config.device, config.precision),
+        setup_(prepared ? std::move(prepared->setup) : build_setup(config)),
+        model_(prepared ? take_model(prepared->model, config) : make_model(config)),
         source_(setup_.data, config.seed),
         eval_(setup_, config, [this](const data::GlobalBatch& batch, const Membership& m) { return plan(batch, m); }),
         checkpoints_{.root = config.checkpoint_dir,
@@ -339,7 +339,7 @@ class Trainer {
 }  // namespace
 
 TrainResult run_trainer(elastic::ElasticContext& ctx, const TrainerConfig& config, const StopRequest& stop,
-                        std::optional<TrainingSetup> prepared) {
+                        std::optional<PreparedWorker> prepared) {
   config.validate();
   if (config.threads > 0) omp_set_num_threads(config.threads);
   TrainerConfig live = config;  // the live settings change this copy

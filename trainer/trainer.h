@@ -70,9 +70,10 @@ struct StopRequest {
 // Blocks until the job completed, a stop was agreed, or this worker's node left. Throws InvalidArgument for a configuration
 // this job cannot run (config.validate(), check_world() against the job's minimum size, a
 // checkpoint of another model shape), FatalError when every committed checkpoint is corrupt.
-// `prepared`: build_setup(config) made beforehand (a standby worker's, elastic/worker_env.h); nullopt:
-// made here.
+// `prepared`: prepare_worker() made beforehand (a standby worker's, elastic/worker_env.h, for local
+// rank 0's placement: its model is taken only when built for this worker's device and precision);
+// nullopt: all made here.
 TrainResult run_trainer(elastic::ElasticContext& ctx, const TrainerConfig& config, const StopRequest& stop,
-                        std::optional<TrainingSetup> prepared = std::nullopt);
+                        std::optional<PreparedWorker> prepared = std::nullopt);
 
 }  // namespace hdp::trainer

@@ -20,6 +20,27 @@ TrainingSetup build_setup(const TrainerConfig& config) {
           .no_decay = no_decay_ranges(config)};
 }
 
+ops::model::LlamaModel make_model(const TrainerConfig& config) {
+  return ops::model::LlamaModel(config.model, ops::DType::kF32, config.device, config.precision);
+}
+
+PreparedWorker prepare_worker(const TrainerConfig& config) {
+  PreparedWorker prepared{.setup = build_setup(config), .model = std::nullopt};
+  if (config.device == ops::Device::kCpu) prepared.model.emplace(make_model(config));
+  return prepared;
+}
+
+ops::model::LlamaModel take_model(std::optional<ops::model::LlamaModel>& prepared, const TrainerConfig& config) {
+  if (prepared && config.device == ops::Device::kCpu && prepared->params().device() == ops::Device::kCpu &&
+      prepared->precision() == config.precision) {
+    ops::model::LlamaModel model = std::move(*prepared);
+    prepared.reset();
+    return model;
+  }
+  prepared.reset();
+  return make_model(config);
+}
+
 checkpoint::FlatLayout checkpoint_layout(const ops::model::LlamaConfig& model) {
   std::vector<checkpoint::TensorSpec> tensors;
   for (const ops::model::ParamEntry& p : ops::model::param_layout(model)) tensors.push_back({p.name, p.shape});

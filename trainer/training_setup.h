@@ -6,12 +6,14 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "checkpoint/flat_layout.h"
 #include "mesh/plan/cost_model.h"
 #include "mesh/step/zero.h"
 #include "ops/model/llama_config.h"
+#include "ops/model/llama_model.h"
 #include "trainer/data/piece_source.h"
 #include "trainer/trainer_config.h"
 
@@ -27,6 +29,22 @@ struct TrainingSetup {
 
 // All of the below for `config` (its errors, unchanged).
 TrainingSetup build_setup(const TrainerConfig& config);
+
+// The worker's model: its parameter and gradient buffers (zeros) on config.device, in
+// config.precision.
+ops::model::LlamaModel make_model(const TrainerConfig& config);
+
+// What a standby worker (elastic/worker_env.h) builds before it is given a slot, for local rank
+// 0's placement: the setup and, on the CPU, the model's buffers (on a GPU they would belong to the
+// slot's device, which a standby does not open before its handover). The trainer takes what
+// matches its slot's placement (run_trainer) and builds the rest.
+struct PreparedWorker {
+  TrainingSetup setup;
+  std::optional<ops::model::LlamaModel> model;  // on the CPU only
+};
+PreparedWorker prepare_worker(const TrainerConfig& config);
+// The prepared model when it was built for `config`'s device and precision, else a new one.
+ops::model::LlamaModel take_model(std::optional<ops::model::LlamaModel>& prepared, const TrainerConfig& config);
 
 // The model's parameters as the checkpoint lays them out: ops/model/llama_params.h's tensors, by
 // their Hugging Face names, in buffer order.
