@@ -50,7 +50,7 @@ class Trainer {
         stop_(stop),
         setup_(prepared ? std::move(prepared->setup) : build_setup(config)),
         model_(prepared ? take_model(prepared->model, config) : make_model(config)),
-        source_(setup_.data, config.seed),
+        source_(prepared ? std::move(prepared->source) : make_source(setup_, config)),
         eval_(setup_, config, [this](const data::GlobalBatch& batch, const Membership& m) { return plan(batch, m); }),
         checkpoints_{.root = config.checkpoint_dir,
                      .model_config = config.model_json(),

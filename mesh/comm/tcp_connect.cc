@@ -182,7 +182,12 @@ bool TcpNetwork::Impl::start_connect(int peer, Clock::time_point deadline, const
             std::to_string(options.timeout.count()) + " ms" + (why.empty() ? "" : " (" + why + ")");
       break;
     }
-    std::this_thread::sleep_for(std::min<Clock::duration>(poll.next(), deadline - now));
+    // The record is read again after the backoff; `stop` is asked meanwhile every kStopCheck.
+    const auto wake = now + std::min<Clock::duration>(poll.next(), deadline - now);
+    for (auto at = now; at < wake; at = Clock::now()) {
+      std::this_thread::sleep_for(std::min<Clock::duration>(kStopCheck, wake - at));
+      if (stop && stop()) return false;
+    }
   }
   std::vector<tcp::endpoint> endpoints;
   if (address) {
@@ -329,7 +334,7 @@ void TcpNetwork::connect_now(const std::vector<int>& peers, Clock::time_point de
       throw TimeoutError("connecting " + impl.name() + ": rank(s) " + ranks + " not connected within " +
                          std::to_string(impl.options.timeout.count()) + " ms");
     }
-    impl.changed.wait_until(lock, std::min(deadline, now + Millis(100)));
+    impl.changed.wait_until(lock, std::min(deadline, now + kStopCheck));
     lock.unlock();
     if (stop && stop()) throw superseded();
   }

@@ -95,9 +95,15 @@ class TcpNetwork {
   void republish();
   Millis record_refresh() const;
 
+  // How often connect_now() asks `stop`: a rank that started connecting in a generation already
+  // superseded (a worker that replaced a crashed one and saw the generation its predecessor was
+  // in, before the new one was published) leaves it within this. `stop` is the caller's to keep
+  // cheap (ElasticContext::changed reads the agent's channel, or the store at most every 100 ms).
+  static constexpr Millis kStopCheck{20};
+
   // Connects the given peers now (the lower rank of each pair connects, the higher waits for it)
   // and waits until every one is up: PeerLost when one is lost or refused us, or when `stop`
-  // (asked every 100 ms on this thread) says so; TimeoutError at `deadline` (or when a peer's
+  // (asked every kStopCheck on this thread) says so; TimeoutError at `deadline` (or when a peer's
   // record did not appear by then).
   void connect_now(const std::vector<int>& peers, Clock::time_point deadline, const std::function<bool()>& stop);
 

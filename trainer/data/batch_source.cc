@@ -51,9 +51,22 @@ BatchSource::BatchSource(std::shared_ptr<const PieceSource> pieces, std::uint64_
   if (count_ == 0) throw InvalidArgument("batch source: the piece source holds no piece");
 }
 
+void BatchSource::prefetch(std::uint64_t epoch) {
+  if ((!order_.empty() && order_epoch_ == epoch) || prefetched_epoch_ == epoch) return;
+  prefetched_ = std::async(std::launch::async, [seed = seed_, epoch, count = count_] {
+    return epoch_order(seed, epoch, count);
+  });
+  prefetched_epoch_ = epoch;
+}
+
 const std::vector<std::uint64_t>& BatchSource::order(std::uint64_t epoch) {
   if (order_.empty() || order_epoch_ != epoch) {
-    order_ = epoch_order(seed_, epoch, count_);
+    if (prefetched_epoch_ == epoch) {
+      order_ = prefetched_.get();
+      prefetched_epoch_.reset();
+    } else {
+      order_ = epoch_order(seed_, epoch, count_);
+    }
     order_epoch_ = epoch;
   }
   return order_;

@@ -28,12 +28,15 @@
 // continues exactly where the saved run would have: no piece skipped or repeated, given the same
 // seed, source and budgets.
 //
-// Memory: the current epoch's permutation, 8 bytes a piece. Not thread-safe (next() replaces that
-// permutation when the epoch changes); one object per thread.
+// Memory: the current epoch's permutation, 8 bytes a piece (and one more while prefetch()'s is
+// under way). Not thread-safe (next() replaces that permutation when the epoch changes); one object
+// per thread.
 #pragma once
 
 #include <cstdint>
+#include <future>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "checkpoint/state.h"
@@ -72,6 +75,14 @@ class BatchSource {
   // read; `position` is left as it was when it throws.
   GlobalBatch next(checkpoint::DataPosition& position, std::int64_t token_budget);
 
+  // Starts computing epoch `epoch`'s permutation on a thread of its own, so that the first next()
+  // in that epoch need not: a worker that joins a running job (or replaces a crashed one) would
+  // otherwise shuffle the whole epoch in its first step, while every other rank waits for it
+  // (1 M pieces: 30 ms of a core, 90-150 ms on two busy cores). A next() that needs it waits for
+  // it; one for another epoch computes its own. The thread owns copies of what it needs, so the
+  // object may be moved meanwhile.
+  void prefetch(std::uint64_t epoch);
+
   // Pieces refused since this object was built (for reporting; not part of the position).
   std::uint64_t refused_pieces() const { return refused_; }
   // Whether refusals are logged (default true). Every process of a job refuses the same pieces,
@@ -86,6 +97,8 @@ class BatchSource {
   std::uint64_t count_ = 0;
   std::uint64_t order_epoch_ = 0;
   std::vector<std::uint64_t> order_;  // epoch_order(seed_, order_epoch_, count_) once filled
+  std::optional<std::uint64_t> prefetched_epoch_;   // prefetch()'s epoch, until taken
+  std::future<std::vector<std::uint64_t>> prefetched_;
   std::uint64_t refused_ = 0;
   bool log_refusals_ = true;
 };

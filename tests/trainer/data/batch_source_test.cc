@@ -137,6 +137,33 @@ TEST(BatchSource, IndependentSourcesAgreeFor100Steps) {
   EXPECT_NE(other.next(c, budget_of(0)).pieces, ra.batches[0].pieces);
 }
 
+// prefetch() computes an epoch's order ahead, on a thread: the batches are those of a source that
+// did not prefetch, whether the prefetched epoch is the one the steps start in, a later one they
+// reach, or one they never use; and a source moved while its prefetch runs gives them too.
+TEST(BatchSource, APrefetchedEpochGivesTheSameBatchesEvenWhenTheSourceMoves) {
+  TempDir dir("hdp-data");
+  make_text_tree(dir.path(), 60, 500, 7);
+  const auto corpus = index(dir.path(), 128);
+  BatchSource plain(corpus, 42);
+  DataPosition p;
+  StepRecord expected;
+  run_steps(plain, p, 0, 100, expected);
+  ASSERT_GE(p.epoch, 2u);
+  for (const std::uint64_t epoch : {0u, 1u, 9u}) {
+    BatchSource prefetched(corpus, 42);
+    prefetched.prefetch(epoch);
+    prefetched.prefetch(epoch);  // a second call for the same epoch changes nothing
+    BatchSource moved = std::move(prefetched);
+    DataPosition q;
+    StepRecord run;
+    run_steps(moved, q, 0, 100, run);
+    for (int step = 0; step < 100; ++step) {
+      expect_same_batch(run.batches[step], expected.batches[step], step);
+      EXPECT_EQ(run.positions[step], expected.positions[step]) << "prefetched epoch " << epoch << ", step " << step;
+    }
+  }
+}
+
 TEST(BatchSource, ResumeContinuesExactlyWhereTheSavedRunStopped) {
   TempDir dir("hdp-data");
   make_text_tree(dir.path(), 50, 400, 9);
