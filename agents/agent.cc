@@ -53,6 +53,7 @@ class Agent {
         heartbeat_timer_(io_),
         watchdog_timer_(io_),
         drain_timer_(io_),
+        recheck_timer_(io_),
         supervisor_(io_,
                     {.command = options.worker_command,
                      .slots = options.slots,
@@ -149,14 +150,34 @@ class Agent {
 
   // A worker said generation g broke (its peer's connection failed, or a collective timed out): a
   // leader ticks now rather than at its next tick; a follower whose leader's agent is gone takes
-  // the leader lease over and leads now (MembershipAgent::generation_broke). Once per generation.
+  // the leader lease over and leads now (MembershipAgent::generation_broke). Once per generation,
+  // and again every kLeaderRecheck while the leader's agent is still there, no newer generation
+  // came and kLeaderRechecks are not spent: the kernel closes a dying node's sockets process by
+  // process, so its workers' peers can report the break while the leader's agent is still on its
+  // way out (killed with them, or an instant after), and a single check then left the takeover to
+  // the leader lease (tests/trainer/data_plane_detection_test.cc).
+  static constexpr milliseconds kLeaderRecheck{100};
+  static constexpr int kLeaderRechecks = 10;
+
   void on_generation_broke(std::int64_t g) {
     if (outcome_ || error_ || g <= broken_seen_) return;
     broken_seen_ = g;
+    check_leader_after_break(g, kLeaderRechecks);
+  }
+
+  void check_leader_after_break(std::int64_t g, int rechecks) {
+    if (outcome_ || error_ || broken_seen_ != g || control_.last_generation() > g) return;
     bool leads = control_.leading();
     if (!leads) watcher_.interrupt();  // the leader check needs the connection the watch holds
     if (!control([&] { leads = control_.generation_broke(g); })) return;
-    if (!leads) return;
+    if (!leads) {
+      if (rechecks <= 0) return;
+      recheck_timer_.expires_after(kLeaderRecheck);
+      recheck_timer_.async_wait([this, g, rechecks](const boost::system::error_code& error) {
+        if (!error) check_leader_after_break(g, rechecks - 1);
+      });
+      return;
+    }
     if (!leading_) {
       leading_ = true;
       return lead();
@@ -402,7 +423,7 @@ class Agent {
   asio::io_context io_;
   asio::signal_set stop_signals_;
   asio::signal_set child_signal_;
-  asio::steady_timer poll_timer_, heartbeat_timer_, watchdog_timer_, drain_timer_;
+  asio::steady_timer poll_timer_, heartbeat_timer_, watchdog_timer_, drain_timer_, recheck_timer_;
   WorkerSupervisor supervisor_;
   WorkerChannel channel_;
   SupervisedWorkers workers_;

@@ -127,6 +127,39 @@ TEST_F(DataPlaneDetection, AFollowersNodeKilledIsDroppedWithoutWaitingForItsLeas
 
 TEST_F(DataPlaneDetection, ALeadersNodeKilledIsReplacedWithoutWaitingForTheLeaderLease) { kill_node(true); }
 
+// The leader's workers die while its agent is still there, and the agent dies 300 ms later (held
+// stopped meanwhile, so that the order is certain: a node's processes killed together die in no
+// set order). The follower's check after the break finds the leader's agent connected, and checks
+// again every 100 ms for up to a second (agent.cc, check_leader_after_break): it takes the leader
+// lease over once the agent's connection is gone. Before, one check left it to the lease (8 s).
+// Bound: the 0.3 s wait + kBoundSeconds.
+TEST_F(DataPlaneDetection, ALeadersAgentThatDiesJustAfterItsWorkersIsStillReplacedWithoutItsLease) {
+  TempDir dir("hdp-detect");
+  AgentCluster cluster(options_for(dir.path()));
+  start_training(cluster, {"n1", "n2"});
+  expect_progress(cluster, 10, 120s);
+  const std::string victim = leader_node(cluster);
+  ASSERT_FALSE(victim.empty());
+  const std::string survivor = victim == "n1" ? "n2" : "n1";
+  const auto workers = cluster.worker_pids(victim);
+  ASSERT_FALSE(workers.empty());
+  const auto killed = Clock::now();
+  cluster.agent(victim).signal(SIGSTOP);
+  for (const pid_t pid : workers) ::kill(pid, SIGKILL);
+  std::this_thread::sleep_for(300ms);
+  cluster.agent(victim).signal(SIGKILL);
+  ASSERT_GE(cluster.wait_for_members({survivor}, 60s), 0) << cluster.all_logs();
+  const double seconds = std::chrono::duration<double>(Clock::now() - killed).count();
+  EXPECT_LT(seconds, 0.3 + kBoundSeconds) << cluster.all_logs();
+  const auto leaders = events(cluster, "leader");
+  EXPECT_TRUE(std::any_of(leaders.begin(), leaders.end(), [&](const auto& e) {
+    return e.contains("from") && e.at("from").starts_with(victim + "/");
+  })) << "the lease was not taken over from the dead leader";
+  expect_progress(cluster, 5, 120s);
+  std::cout << "leader's workers killed, its agent 0.3 s later: generation without it " << seconds
+            << " s after the workers (lease " << kLease.count() << " ms)\n";
+}
+
 TEST_F(DataPlaneDetection, AResetBetweenLiveRanksEvictsNobody) {
   TempDir dir("hdp-detect");
   AgentCluster cluster(options_for(dir.path(), {"--fault", "reset:1@15"}));
