@@ -150,12 +150,14 @@ class Agent {
 
   // A worker said generation g broke (its peer's connection failed, or a collective timed out): a
   // leader ticks now rather than at its next tick; a follower whose leader's agent is gone takes
-  // the leader lease over and leads now (MembershipAgent::generation_broke). Once per generation,
-  // and again every kLeaderRecheck while the leader's agent is still there, no newer generation
-  // came and kLeaderRechecks are not spent: the kernel closes a dying node's sockets process by
+  // the leader lease over and leads now (MembershipAgent::generation_broke). Once per generation
+  // (none for a generation older than the newest this agent knows), and again every
+  // kLeaderRecheck while the check finds the leader's agent connected, no newer generation came
+  // and kLeaderRechecks are not spent: the kernel closes a dying node's sockets process by
   // process, so its workers' peers can report the break while the leader's agent is still on its
   // way out (killed with them, or an instant after), and a single check then left the takeover to
-  // the leader lease (tests/trainer/data_plane_detection_test.cc).
+  // the leader lease (tests/trainer/data_plane_detection_test.cc). When the leader is alive it
+  // publishes the next generation within a tick, which ends the rechecks.
   static constexpr milliseconds kLeaderRecheck{100};
   static constexpr int kLeaderRechecks = 10;
 
@@ -167,11 +169,12 @@ class Agent {
 
   void check_leader_after_break(std::int64_t g, int rechecks) {
     if (outcome_ || error_ || broken_seen_ != g || control_.last_generation() > g) return;
-    bool leads = control_.leading();
-    if (!leads) watcher_.interrupt();  // the leader check needs the connection the watch holds
-    if (!control([&] { leads = control_.generation_broke(g); })) return;
+    if (!control_.leading()) watcher_.interrupt();  // the leader check needs the connection the watch holds
+    MembershipAgent::BreakCheck check;
+    if (!control([&] { check = control_.generation_broke(g); })) return;
+    const bool leads = check.leads;
     if (!leads) {
-      if (rechecks <= 0) return;
+      if (rechecks <= 0 || !check.leader_connected) return;
       recheck_timer_.expires_after(kLeaderRecheck);
       recheck_timer_.async_wait([this, g, rechecks](const boost::system::error_code& error) {
         if (!error) check_leader_after_break(g, rechecks - 1);
@@ -195,18 +198,19 @@ class Agent {
     }
     // A read that ended within the margin before the heartbeat (its grant ran out, or it was
     // interrupted there) cannot be granted again: the heartbeat, which reads `gen` and grants the
-    // next read, comes now rather than at its timer, so that the watch is never left idle (up to
-    // 100 ms in every heartbeat interval, in which a new generation reached this node's workers
-    // only at the heartbeat).
+    // next read, comes now rather than at its timer, so that the watch does not sit out the margin
+    // (up to 100 ms of every heartbeat interval, in which a new generation reached this node's
+    // workers only at the heartbeat).
     if (!grant_watch() && heartbeat_timer_.cancel() > 0) heartbeat();
   }
 
   // The connection is the watch's until shortly before the next heartbeat (which needs it), while
   // this agent follows (draining too: its workers may still have to stop in a next generation);
-  // a leader reads `gen` every tick. The margin covers Redis's timeout of a blocking read, which
-  // it checks at its own tick (every 100 ms at the default `hz 10`): a read granted until the
-  // margin ends by the heartbeat. False when the grant would leave no read worth starting
-  // (GenerationWatcher::kShortestRead).
+  // a leader reads `gen` every tick. The margin is for Redis's timeout of a blocking read, which
+  // it checks at its own tick (every 100 ms at the default `hz 10`): at heartbeats of 1 s and more
+  // a read granted until the margin ends by the heartbeat; a tenth of a shorter one covers less,
+  // and a read that runs into the heartbeat holds it up by the rest. False when the grant would
+  // leave no read worth starting (GenerationWatcher::kShortestRead).
   bool grant_watch() {
     if (control_.leading()) return true;
     const auto margin = std::min(milliseconds(100), options_.timing.heartbeat / 10);

@@ -29,6 +29,7 @@ bool GenerationWatcher::allow_until(Clock::time_point deadline) {
   if (deadline - Clock::now() < kShortestRead) return false;
   {
     std::lock_guard lock(mutex_);
+    if (reading_) return true;
     grant_ = deadline;
   }
   wake_.notify_all();
@@ -54,8 +55,13 @@ void GenerationWatcher::run() {
       wake_.wait(lock, [&] { return stop_ || grant_; });
       if (stop_) return;
       deadline = *std::exchange(grant_, std::nullopt);
+      reading_ = true;
     }
     const std::optional<std::int64_t> generation = read(deadline);
+    {
+      std::lock_guard lock(mutex_);
+      reading_ = false;
+    }
     boost::asio::post(io_, [this, generation] { on_read_(generation); });
   }
 }

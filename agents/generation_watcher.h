@@ -46,7 +46,11 @@ class GenerationWatcher {
   // Lets the watch read once, blocking until `deadline` at most; ignored when `deadline` is less
   // than kShortestRead away (the Asio thread grants after each read's outcome, up to its next
   // heartbeat: answering a grant that has run out would be a busy loop between the two threads
-  // until that heartbeat, whose own grant comes next). Returns false when ignored.
+  // until that heartbeat, whose own grant comes next). Returns false when ignored. A grant made
+  // while a read is under way is dropped (and true returned): that read's outcome, posted to
+  // on_read, is answered with a grant of its own. Kept for later, it let a second read follow at
+  // once whenever a read ended early (interrupted, or a new generation), holding the connection
+  // that the Asio thread's next store call needed, and such a grant renewed itself read after read.
   bool allow_until(Clock::time_point deadline);
   // Ends the read in progress now (Store::interrupt_stream_reads), freeing the connection for a
   // call the Asio thread cannot put off; the next read waits for the next grant.
@@ -65,6 +69,7 @@ class GenerationWatcher {
   std::condition_variable wake_;
   bool stop_ = false;                       // guarded by mutex_
   std::optional<Clock::time_point> grant_;  // guarded by mutex_
+  bool reading_ = false;                    // guarded by mutex_: a read is under way
   Clock::time_point logged_{};              // the last warning of a failed read (the thread's own)
   std::thread thread_;                      // last: starts once the members above exist
 };

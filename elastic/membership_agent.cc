@@ -304,8 +304,9 @@ void MembershipAgent::contend_for_leadership(const std::optional<std::string>& h
   leader_.try_acquire_or_renew(holder);
 }
 
-bool MembershipAgent::generation_broke(std::int64_t g) {
-  if (leader_.held() || !options_.presence || g < last_generation_) return leader_.held();
+MembershipAgent::BreakCheck MembershipAgent::generation_broke(std::int64_t g) {
+  BreakCheck check;
+  if (leader_.held() || !options_.presence || g < last_generation_) return {.leads = leader_.held()};
   guarded("leader check", [&] {
     const auto holder = store_->get(keys::kLeader);
     if (!holder || !is_leader_id(*holder) || *holder == member_id()) return;
@@ -314,14 +315,18 @@ bool MembershipAgent::generation_broke(std::int64_t g) {
     const std::string key = keys::lease(node, incarnation);
     const auto value = store_->get(key);
     if (!value) return;  // its lease ran out: the leader key follows within half a lease
-    if (options_.presence->gone({decode_node_lease(*value, key)}, lease()).empty()) return;
+    if (options_.presence->gone({decode_node_lease(*value, key)}, lease()).empty()) {
+      check.leader_connected = true;
+      return;
+    }
     if (!leader_.take_over(*holder, "generation " + std::to_string(g) + " broke and the leader's agent has no "
                                     "connection to the store")) {
       return;
     }
     controller_.reset();
   });
-  return leader_.held();
+  check.leads = leader_.held();
+  return check;
 }
 
 void MembershipAgent::lead() {

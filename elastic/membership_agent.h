@@ -110,8 +110,13 @@ class MembershipAgent {
   // A worker of this node said generation g broke (the agent channel). A follower whose leader's
   // agent is gone (agent_presence.h: its lease names a process with no store connection) takes
   // the leader lease over now, rather than after it runs out; the caller then leads at once.
-  // Returns whether this agent leads. Errors are handled as a heartbeat's.
-  bool generation_broke(std::int64_t g);
+  // Errors are handled as a heartbeat's.
+  struct BreakCheck {
+    bool leads = false;             // this agent leads (now, or already)
+    bool leader_connected = false;  // the check ran and found the leader's agent connected: a
+                                    // check a moment later may find it gone (agents/agent.cc)
+  };
+  BreakCheck generation_broke(std::int64_t g);
   // One leader tick: renews the leader lease and runs the membership controller. A no-op unless
   // leading().
   void lead();

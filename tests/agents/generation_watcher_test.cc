@@ -56,6 +56,42 @@ TEST(GenerationWatcher, AGrantThatHasRunOutIsNotAnsweredAgainAndAgain) {
   watcher.reset();
 }
 
+// A grant made while a read is under way (the heartbeat's, the read having run into it) is
+// dropped: the read's outcome is answered by a grant of its own. Kept, it started a second read as
+// soon as the first ended, with no grant from the Asio thread, holding the connection that the
+// thread's next store call needed (the leader check after a break waited up to a heartbeat). Here
+// the handler grants nothing: after the read that saw generation 2, generation 3 must not be read
+// within 400 ms (before, a read was under way for it at once).
+TEST(GenerationWatcher, AGrantMadeDuringAReadDoesNotStartAnotherAfterIt) {
+  auto store = std::make_shared<elastic::MemoryStore>();
+  append(*store, "1");
+  boost::asio::io_context io;
+  auto work = boost::asio::make_work_guard(io);
+  std::atomic<int> reads = 0;
+  std::atomic<std::int64_t> last = 0;
+  GenerationWatcher watcher(store, std::make_shared<elastic::GenerationRecords>(), io,
+                            [&](std::optional<std::int64_t> g) {
+                              ++reads;
+                              if (g) last = *g;
+                            });
+  std::thread runner([&] { io.run(); });
+  watcher.allow_until(Clock::now() + 3s);
+  std::this_thread::sleep_for(100ms);  // the read is under way
+  EXPECT_TRUE(watcher.allow_until(Clock::now() + 3s));
+  append(*store, "2");
+  const auto deadline = Clock::now() + 1500ms;
+  while (last.load() != 2 && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(last.load(), 2);
+  append(*store, "3");
+  std::this_thread::sleep_for(400ms);
+  EXPECT_EQ(reads.load(), 1) << "a read started without a grant after the first one";
+  EXPECT_EQ(last.load(), 2);
+  watcher.stop();
+  work.reset();
+  io.stop();
+  runner.join();
+}
+
 // A generation appended during a grant is read at once, not when the grant runs out.
 TEST(GenerationWatcher, AGenerationAppendedDuringAGrantIsReadAtOnce) {
   auto store = std::make_shared<elastic::MemoryStore>();

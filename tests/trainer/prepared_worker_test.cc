@@ -40,11 +40,9 @@ TEST(PreparedWorker, TheTrainerTakesThePreparedBuffersWhenItsPlacementMatches) {
 TEST(PreparedWorker, AnotherPrecisionOrNoneGetsANewModel) {
   TrainerConfig c = config();
   PreparedWorker prepared = prepare_worker(c);
-  const void* buffer = prepared.model->params().data<float>();
   c.precision = ops::model::Precision::kBF16;
   const ops::model::LlamaModel model = take_model(prepared.model, c);
-  EXPECT_NE(model.params().data<float>(), buffer);
-  EXPECT_EQ(model.precision(), ops::model::Precision::kBF16);
+  EXPECT_EQ(model.precision(), ops::model::Precision::kBF16) << "a model built for this slot, not the prepared f32 one";
   EXPECT_FALSE(prepared.model.has_value()) << "the unused buffers are freed";
 
   std::optional<ops::model::LlamaModel> none;

@@ -1,6 +1,8 @@
 #include "trainer/data/batch_source.h"
 
 #include <algorithm>
+#include <chrono>
+#include <system_error>
 #include <numeric>
 #include <random>
 #include <string>
@@ -53,21 +55,33 @@ BatchSource::BatchSource(std::shared_ptr<const PieceSource> pieces, std::uint64_
 
 void BatchSource::prefetch(std::uint64_t epoch) {
   if ((!order_.empty() && order_epoch_ == epoch) || prefetched_epoch_ == epoch) return;
-  prefetched_ = std::async(std::launch::async, [seed = seed_, epoch, count = count_] {
-    return epoch_order(seed, epoch, count);
-  });
-  prefetched_epoch_ = epoch;
+  try {
+    prefetched_ = std::async(std::launch::async, [seed = seed_, epoch, count = count_] {
+      return epoch_order(seed, epoch, count);
+    });
+    prefetched_epoch_ = epoch;
+  } catch (const std::system_error&) {  // no thread to be had: next() computes it when it comes
+    prefetched_epoch_.reset();
+  }
 }
 
 const std::vector<std::uint64_t>& BatchSource::order(std::uint64_t epoch) {
   if (order_.empty() || order_epoch_ != epoch) {
     if (prefetched_epoch_ == epoch) {
-      order_ = prefetched_.get();
       prefetched_epoch_.reset();
+      auto pending = std::move(prefetched_);
+      order_ = pending.get();  // what the thread threw (bad_alloc), thrown here, once
     } else {
       order_ = epoch_order(seed_, epoch, count_);
     }
     order_epoch_ = epoch;
+  }
+  // A prefetched epoch this source passed (a worker that resumed in a later one) is let go once
+  // its thread is done, rather than kept for the rest of the run.
+  if (prefetched_epoch_ && *prefetched_epoch_ < epoch &&
+      prefetched_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+    prefetched_epoch_.reset();
+    prefetched_ = {};
   }
   return order_;
 }

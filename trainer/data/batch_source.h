@@ -28,8 +28,8 @@
 // continues exactly where the saved run would have: no piece skipped or repeated, given the same
 // seed, source and budgets.
 //
-// Memory: the current epoch's permutation, 8 bytes a piece (and one more while prefetch()'s is
-// under way). Not thread-safe (next() replaces that permutation when the epoch changes); one object
+// Memory: the current epoch's permutation, 8 bytes a piece, and one more from prefetch() until
+// next() takes it or passes its epoch. Not thread-safe (next() replaces that permutation when the epoch changes); one object
 // per thread.
 #pragma once
 
@@ -79,8 +79,9 @@ class BatchSource {
   // in that epoch need not: a worker that joins a running job (or replaces a crashed one) would
   // otherwise shuffle the whole epoch in its first step, while every other rank waits for it
   // (1 M pieces: 30 ms of a core, 90-150 ms on two busy cores). A next() that needs it waits for
-  // it; one for another epoch computes its own. The thread owns copies of what it needs, so the
-  // object may be moved meanwhile.
+  // it; one for another epoch computes its own (and one past it lets it go once it is done). The
+  // thread owns copies of what it needs, so the object may be moved meanwhile. When no thread can
+  // be started, nothing is prefetched.
   void prefetch(std::uint64_t epoch);
 
   // Pieces refused since this object was built (for reporting; not part of the position).
