@@ -80,6 +80,14 @@ double seconds_to_generation_without(AgentCluster& cluster, const std::string& v
   return std::chrono::duration<double>(Clock::now() - signalled).count();
 }
 
+// A `leader` event took the leader lease over from an incarnation of `node`.
+void expect_leader_lease_taken_from(AgentCluster& cluster, const std::string& node) {
+  const auto leaders = events(cluster, "leader");
+  EXPECT_TRUE(std::any_of(leaders.begin(), leaders.end(), [&](const auto& e) {
+    return e.contains("from") && e.at("from").starts_with(node + "/");
+  })) << "the lease was not taken over from the dead leader";
+}
+
 // Both nodes are in the current generation, neither was called gone nor evicted, and no agent
 // registered again (which would have restarted its workers).
 void expect_both_nodes_kept(AgentCluster& cluster) {
@@ -110,12 +118,7 @@ class DataPlaneDetection : public ::testing::Test {
     const auto gone = events(cluster, "agent_gone");
     EXPECT_TRUE(std::any_of(gone.begin(), gone.end(), [&](const auto& e) { return e.at("node") == victim; }))
         << "no agent_gone event for " << victim;
-    if (the_leader) {
-      const auto leaders = events(cluster, "leader");
-      EXPECT_TRUE(std::any_of(leaders.begin(), leaders.end(), [&](const auto& e) {
-        return e.contains("from") && e.at("from").starts_with(victim + "/");
-      })) << "the lease was not taken over from the dead leader";
-    }
+    if (the_leader) expect_leader_lease_taken_from(cluster, victim);
     expect_progress(cluster, 5, 120s);  // the survivor trains on
     std::cout << (the_leader ? "leader's" : "follower's") << " node killed: generation without it "
               << seconds << " s later (lease " << kLease.count() << " ms)\n";
@@ -151,10 +154,7 @@ TEST_F(DataPlaneDetection, ALeadersAgentThatDiesJustAfterItsWorkersIsStillReplac
   ASSERT_GE(cluster.wait_for_members({survivor}, 60s), 0) << cluster.all_logs();
   const double seconds = std::chrono::duration<double>(Clock::now() - killed).count();
   EXPECT_LT(seconds, 0.3 + kBoundSeconds) << cluster.all_logs();
-  const auto leaders = events(cluster, "leader");
-  EXPECT_TRUE(std::any_of(leaders.begin(), leaders.end(), [&](const auto& e) {
-    return e.contains("from") && e.at("from").starts_with(victim + "/");
-  })) << "the lease was not taken over from the dead leader";
+  expect_leader_lease_taken_from(cluster, victim);
   expect_progress(cluster, 5, 120s);
   std::cout << "leader's workers killed, its agent 0.3 s later: generation without it " << seconds
             << " s after the workers (lease " << kLease.count() << " ms)\n";

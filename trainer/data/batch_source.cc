@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <system_error>
 #include <numeric>
 #include <random>
 #include <string>
+#include <system_error>
 #include <utility>
 
 #include "checkpoint/checksum.h"

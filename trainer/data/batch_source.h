@@ -29,8 +29,8 @@
 // seed, source and budgets.
 //
 // Memory: the current epoch's permutation, 8 bytes a piece, and one more from prefetch() until
-// next() takes it or passes its epoch. Not thread-safe (next() replaces that permutation when the epoch changes); one object
-// per thread.
+// next() takes it or passes its epoch. Not thread-safe (next() replaces that permutation when the
+// epoch changes); one object per thread.
 #pragma once
 
 #include <cstdint>
