@@ -269,7 +269,7 @@ void Recovery::report_restore(const Membership& m, const std::optional<checkpoin
 // --resume: always, except for a job that starts without it and has never reported a step, whose
 // checkpoint directory must then hold none (a later rollback would otherwise load another run's).
 void Recovery::check_data(const Membership& m, const checkpoint::RestoredProgress& restored) {
-  const std::string now = setup_.data->fingerprint();
+  const std::string now = data::order_fingerprint(*setup_.data);
   if (restored.data_fingerprint.empty() || restored.data_fingerprint == now) return;
   const std::string what = "the checkpoint " + restored.path.string() + " was written over other data than --data " +
                            quote_value(config_.data) + " (data fingerprint " + restored.data_fingerprint +

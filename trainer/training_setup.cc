@@ -24,16 +24,8 @@ ops::model::LlamaModel make_model(const TrainerConfig& config) {
   return ops::model::LlamaModel(config.model, ops::DType::kF32, config.device, config.precision);
 }
 
-data::BatchSource make_source(const TrainingSetup& setup, const TrainerConfig& config) {
-  data::BatchSource source(setup.data, config.seed);
-  source.prefetch(0);
-  return source;
-}
-
 PreparedWorker prepare_worker(const TrainerConfig& config) {
-  TrainingSetup setup = build_setup(config);
-  data::BatchSource source = make_source(setup, config);
-  PreparedWorker prepared{.setup = std::move(setup), .source = std::move(source), .model = std::nullopt};
+  PreparedWorker prepared{.setup = build_setup(config), .model = std::nullopt};
   if (config.device == ops::Device::kCpu) prepared.model.emplace(make_model(config));
   return prepared;
 }

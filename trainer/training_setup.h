@@ -31,24 +31,17 @@ struct TrainingSetup {
 // All of the below for `config` (its errors, unchanged).
 TrainingSetup build_setup(const TrainerConfig& config);
 
-// The worker's batch source over setup.data, its first epoch's order prefetched: a worker that
-// starts beside a running job (a joiner, a restarted or standby worker) computes it before its
-// first step rather than in it (most jobs never leave the first epoch; one that has does not wait
-// for it: BatchSource::prefetch).
-data::BatchSource make_source(const TrainingSetup& setup, const TrainerConfig& config);
-
 // The worker's model: its parameter and gradient buffers (zeros) on config.device, in
 // config.precision.
 ops::model::LlamaModel make_model(const TrainerConfig& config);
 
 // What a standby worker (elastic/worker_env.h) builds before it is given a slot, for local rank
-// 0's placement: the setup, the batch source with the first epoch's order computed (make_source),
-// and, on the CPU, the model's buffers (on a GPU they would belong to the slot's device, which a
-// standby does not open before its handover). The trainer takes what matches its slot's placement
-// (run_trainer) and builds the rest.
+// 0's placement: the setup (its data's index above all) and, on the CPU, the model's buffers (on
+// a GPU they would belong to the slot's device, which a standby does not open before its
+// handover). The trainer takes what matches its slot's placement (run_trainer) and builds the
+// rest; its batch source costs nothing to build (trainer/data/permutation.h).
 struct PreparedWorker {
   TrainingSetup setup;
-  data::BatchSource source;
   std::optional<ops::model::LlamaModel> model;  // on the CPU only
 };
 PreparedWorker prepare_worker(const TrainerConfig& config);

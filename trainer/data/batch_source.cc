@@ -1,11 +1,7 @@
 #include "trainer/data/batch_source.h"
 
 #include <algorithm>
-#include <chrono>
-#include <numeric>
-#include <random>
 #include <string>
-#include <system_error>
 #include <utility>
 
 #include "checkpoint/checksum.h"
@@ -24,6 +20,13 @@ namespace {
 // Refusals logged one by one; after these, a count at every power of ten.
 constexpr std::uint64_t kNamedRefusals = 5;
 
+std::uint64_t checked_count(const PieceSource* pieces) {
+  if (!pieces) throw InvalidArgument("batch source: no piece source");
+  const std::uint64_t count = pieces->piece_count();
+  if (count == 0) throw InvalidArgument("batch source: the piece source holds no piece");
+  return count;
+}
+
 bool power_of_ten(std::uint64_t n) {
   while (n >= 10 && n % 10 == 0) n /= 10;
   return n == 1;
@@ -31,12 +34,12 @@ bool power_of_ten(std::uint64_t n) {
 
 }  // namespace
 
-std::vector<std::uint64_t> epoch_order(std::uint64_t seed, std::uint64_t epoch, std::uint64_t count) {
-  std::vector<std::uint64_t> order(count);
-  std::iota(order.begin(), order.end(), std::uint64_t{0});
-  std::mt19937_64 rng(mix(seed, epoch));
-  for (std::uint64_t i = count; i > 1; --i) std::swap(order[i - 1], order[uniform_below(rng, i)]);
-  return order;
+KeyedPermutation epoch_order(std::uint64_t seed, std::uint64_t epoch, std::uint64_t count) {
+  return KeyedPermutation(mix(seed, epoch), count);
+}
+
+std::string order_fingerprint(const PieceSource& pieces) {
+  return fingerprint_of(std::string(kOrderScheme) + "\n" + pieces.fingerprint());
 }
 
 std::vector<std::int64_t> GlobalBatch::lengths() const {
@@ -47,41 +50,15 @@ std::vector<std::int64_t> GlobalBatch::lengths() const {
 }
 
 BatchSource::BatchSource(std::shared_ptr<const PieceSource> pieces, std::uint64_t seed)
-    : pieces_(std::move(pieces)), seed_(seed) {
-  if (!pieces_) throw InvalidArgument("batch source: no piece source");
-  count_ = pieces_->piece_count();
-  if (count_ == 0) throw InvalidArgument("batch source: the piece source holds no piece");
-}
+    : pieces_(std::move(pieces)),
+      seed_(seed),
+      count_(checked_count(pieces_.get())),
+      order_(epoch_order(seed_, 0, count_)) {}
 
-void BatchSource::prefetch(std::uint64_t epoch) {
-  if ((!order_.empty() && order_epoch_ == epoch) || prefetched_epoch_ == epoch) return;
-  try {
-    prefetched_ = std::async(std::launch::async, [seed = seed_, epoch, count = count_] {
-      return epoch_order(seed, epoch, count);
-    });
-    prefetched_epoch_ = epoch;
-  } catch (const std::system_error&) {  // no thread to be had: next() computes it when it comes
-    prefetched_epoch_.reset();
-  }
-}
-
-const std::vector<std::uint64_t>& BatchSource::order(std::uint64_t epoch) {
-  if (order_.empty() || order_epoch_ != epoch) {
-    if (prefetched_epoch_ == epoch) {
-      prefetched_epoch_.reset();
-      auto pending = std::move(prefetched_);
-      order_ = pending.get();  // what the thread threw (bad_alloc), thrown here, once
-    } else {
-      order_ = epoch_order(seed_, epoch, count_);
-    }
+const KeyedPermutation& BatchSource::order(std::uint64_t epoch) {
+  if (order_epoch_ != epoch) {
+    order_ = epoch_order(seed_, epoch, count_);
     order_epoch_ = epoch;
-  }
-  // A prefetched epoch this source passed (a worker that resumed in a later one) is let go once
-  // its thread is done, rather than kept for the rest of the run.
-  if (prefetched_epoch_ && *prefetched_epoch_ < epoch &&
-      prefetched_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
-    prefetched_epoch_.reset();
-    prefetched_ = {};
   }
   return order_;
 }
@@ -100,7 +77,7 @@ GlobalBatch BatchSource::next(checkpoint::DataPosition& position, std::int64_t t
   std::uint64_t refused_in_row = 0;
   while (batch.tokens < token_budget) {
     if (at.sample == count_) at = {at.epoch + 1, 0};
-    const std::uint64_t piece = order(at.epoch)[at.sample];
+    const std::uint64_t piece = order(at.epoch)(at.sample);
     ++at.sample;
     const std::int64_t length = pieces_->piece_length(piece);
     const std::int64_t take = std::min(length, token_budget - batch.tokens);

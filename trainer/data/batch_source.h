@@ -6,8 +6,10 @@
 // mesh/step/batch_builder.h).
 //
 // Order: epoch e visits the pieces of a PieceSource in the permutation epoch_order(seed, e, count),
-// a Fisher-Yates shuffle driven by std::mt19937_64 seeded with mix(seed, e). The position is
-// checkpoint::DataPosition {epoch, sample}: `sample` pieces of the epoch's permutation are behind it.
+// a KeyedPermutation (trainer/data/permutation.h) keyed with mix(seed, e), computed piece by piece
+// and stored nowhere. The position is checkpoint::DataPosition {epoch, sample}: `sample` pieces of
+// the epoch's permutation are behind it. Which permutation that is, kOrderScheme names: a
+// checkpoint's position means the same only under the same scheme (order_fingerprint).
 //
 // A step takes pieces in that order while they fit in the budget; the piece that does not fit is
 // cut to the budget's remaining tokens and its remainder is DROPPED (GlobalBatch::dropped_tokens):
@@ -28,24 +30,34 @@
 // continues exactly where the saved run would have: no piece skipped or repeated, given the same
 // seed, source and budgets.
 //
-// Memory: the current epoch's permutation, 8 bytes a piece, and one more from prefetch() until
-// next() takes it or passes its epoch. Not thread-safe (next() replaces that permutation when the
-// epoch changes); one object per thread.
+// Memory and time: nothing per piece, and no work at an epoch's start (a worker that starts,
+// restarts or crosses an epoch has no shuffle to compute first). Not thread-safe (next() replaces
+// the epoch's permutation when the epoch changes); one object per thread.
 #pragma once
 
 #include <cstdint>
-#include <future>
 #include <memory>
-#include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "checkpoint/state.h"
+#include "trainer/data/permutation.h"
 #include "trainer/data/piece_source.h"
 
 namespace hdp::trainer::data {
 
-// The order in which epoch `epoch` visits `count` pieces: a permutation of [0, count).
-std::vector<std::uint64_t> epoch_order(std::uint64_t seed, std::uint64_t epoch, std::uint64_t count);
+// The order in which epoch `epoch` visits `count` pieces (>= 1): a permutation of [0, count).
+KeyedPermutation epoch_order(std::uint64_t seed, std::uint64_t epoch, std::uint64_t count);
+
+// The name of the order above. A different order gives a saved data position another meaning, so
+// a change of it changes the name.
+inline constexpr std::string_view kOrderScheme = "feistel6-xxh3";
+
+// What a checkpoint records as the fingerprint of the data its position is in: of the pieces'
+// fingerprint and kOrderScheme, so that a position saved under another order is told apart as a
+// position over other data is (trainer/recovery.cc: refused unless --allow-data-change).
+std::string order_fingerprint(const PieceSource& pieces);
 
 // One training step's sequences.
 struct GlobalBatch {
@@ -75,15 +87,6 @@ class BatchSource {
   // read; `position` is left as it was when it throws.
   GlobalBatch next(checkpoint::DataPosition& position, std::int64_t token_budget);
 
-  // Starts computing epoch `epoch`'s permutation on a thread of its own, so that the first next()
-  // in that epoch need not: a worker that joins a running job (or replaces a crashed one) would
-  // otherwise shuffle the whole epoch in its first step, while every other rank waits for it
-  // (1 M pieces: 30 ms of a core, 90-150 ms on two busy cores). A next() that needs it waits for
-  // it; one for another epoch computes its own (and one past it lets it go once it is done). The
-  // thread owns copies of what it needs, so the object may be moved meanwhile. When no thread can
-  // be started, nothing is prefetched.
-  void prefetch(std::uint64_t epoch);
-
   // Pieces refused since this object was built (for reporting; not part of the position).
   std::uint64_t refused_pieces() const { return refused_; }
   // Whether refusals are logged (default true). Every process of a job refuses the same pieces,
@@ -91,15 +94,13 @@ class BatchSource {
   void log_refusals(bool on) { log_refusals_ = on; }
 
  private:
-  const std::vector<std::uint64_t>& order(std::uint64_t epoch);
+  const KeyedPermutation& order(std::uint64_t epoch);
 
   std::shared_ptr<const PieceSource> pieces_;
   std::uint64_t seed_ = 0;
   std::uint64_t count_ = 0;
   std::uint64_t order_epoch_ = 0;
-  std::vector<std::uint64_t> order_;  // epoch_order(seed_, order_epoch_, count_) once filled
-  std::optional<std::uint64_t> prefetched_epoch_;   // prefetch()'s epoch, until taken
-  std::future<std::vector<std::uint64_t>> prefetched_;
+  KeyedPermutation order_;  // epoch_order(seed_, order_epoch_, count_)
   std::uint64_t refused_ = 0;
   bool log_refusals_ = true;
 };

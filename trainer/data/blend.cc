@@ -18,8 +18,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Mixed into the seed of the members' permutations, so that they are not the batch source's epoch
-// orders (epoch_order(seed, e, n) seeds with mix(seed, e)) for the same n.
+// Mixed into the seed of the members' permutations, so that they are unrelated to the batch
+// source's epoch orders (epoch_order(seed, e, n) is keyed with mix(seed, e)).
 constexpr std::uint64_t kPermutationSalt = 0x626c656e64ULL;  // "blend"
 
 std::string format_double(double x) {
@@ -167,7 +167,7 @@ void spread_slots(const std::vector<std::uint64_t>& counts, std::uint64_t k_tota
   HDP_CHECK(given == counts, "blend slots differ from the counts");
 }
 
-// perm_d of each upsampled member (empty for the others): a Fisher-Yates shuffle as epoch_order's.
+// perm_d of each upsampled member (empty for the others): a Fisher-Yates shuffle, 4 bytes a piece.
 std::vector<std::vector<std::uint32_t>> upsampled_orders(const std::vector<std::uint64_t>& counts,
                                                          const std::vector<std::uint64_t>& sizes, std::uint64_t seed) {
   std::vector<std::vector<std::uint32_t>> orders(counts.size());

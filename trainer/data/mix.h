@@ -3,7 +3,8 @@
 // Bit mixing for the data module: SplitMix64's finalizer, and an unbiased draw in [0, n) from
 // std::mt19937_64. Both are fixed functions of their inputs (no std distribution, whose output the
 // C++ standard leaves to the library), so every process built from this source draws the same
-// values: the epoch orders and the synthetic tokens do not depend on the compiler or the host.
+// values: the epoch orders' keys, a blend's permutations and the synthetic tokens do not depend on
+// the compiler or the host.
 #pragma once
 
 #include <cstdint>

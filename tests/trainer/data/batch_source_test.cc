@@ -6,9 +6,11 @@
 #include "trainer/data/batch_source.h"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <numeric>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -32,6 +34,14 @@ using ::testing::HasSubstr;
 
 std::shared_ptr<const Corpus> index(const std::filesystem::path& root, std::int64_t context) {
   return std::make_shared<const Corpus>(root, CorpusOptions{.context = context});
+}
+
+// Epoch `epoch`'s order, every index looked up.
+std::vector<std::uint64_t> order_of(std::uint64_t seed, std::uint64_t epoch, std::uint64_t n) {
+  const KeyedPermutation order = epoch_order(seed, epoch, n);
+  std::vector<std::uint64_t> out(n);
+  for (std::uint64_t i = 0; i < n; ++i) out[i] = order(i);
+  return out;
 }
 
 // A step's budget that varies with the step, so that cuts fall everywhere.
@@ -84,7 +94,7 @@ TEST(BatchSource, RejectsBadBudgetsPositionsAndSources) {
   EXPECT_THAT(message(10), ::testing::AllOf(HasSubstr("sample 8"), HasSubstr("epoch of 7 pieces")));
   EXPECT_EQ(position, (DataPosition{3, 8}));  // untouched
   position = {3, 7};                          // the very end of epoch 3: rolls over
-  EXPECT_EQ(source.next(position, 5).pieces.front(), epoch_order(1, 4, 7)[0]);
+  EXPECT_EQ(source.next(position, 5).pieces.front(), order_of(1, 4, 7)[0]);
   EXPECT_THROW(BatchSource(nullptr, 1), InvalidArgument);
 }
 
@@ -137,31 +147,51 @@ TEST(BatchSource, IndependentSourcesAgreeFor100Steps) {
   EXPECT_NE(other.next(c, budget_of(0)).pieces, ra.batches[0].pieces);
 }
 
-// prefetch() computes an epoch's order ahead, on a thread: the batches are those of a source that
-// did not prefetch, whether the prefetched epoch is the one the steps start in, a later one they
-// reach, or one they never use; and a source moved while its prefetch runs gives them too.
-TEST(BatchSource, APrefetchedEpochGivesTheSameBatchesEvenWhenTheSourceMoves) {
-  TempDir dir("hdp-data");
-  make_text_tree(dir.path(), 60, 500, 7);
-  const auto corpus = index(dir.path(), 128);
-  BatchSource plain(corpus, 42);
-  DataPosition p;
-  StepRecord expected;
-  run_steps(plain, p, 0, 100, expected);
-  ASSERT_GE(p.epoch, 2u);
-  for (const std::uint64_t epoch : {0u, 1u, 9u}) {
-    BatchSource prefetched(corpus, 42);
-    prefetched.prefetch(epoch);
-    prefetched.prefetch(epoch);  // a second call for the same epoch changes nothing
-    BatchSource moved = std::move(prefetched);
-    DataPosition q;
-    StepRecord run;
-    run_steps(moved, q, 0, 100, run);
-    for (int step = 0; step < 100; ++step) {
-      expect_same_batch(run.batches[step], expected.batches[step], step);
-      EXPECT_EQ(run.positions[step], expected.positions[step]) << "prefetched epoch " << epoch << ", step " << step;
-    }
+// A source of a trillion pieces of 100 tokens each (the token of a piece is its number's low bits).
+class HugeSource final : public PieceSource {
+ public:
+  static constexpr std::uint64_t kPieces = 1'000'000'000'000;
+  std::uint64_t piece_count() const override { return kPieces; }
+  std::int64_t piece_length(std::uint64_t) const override { return 100; }
+  bool read(std::uint64_t piece, std::int64_t length, std::vector<std::int32_t>& tokens, std::string&) const override {
+    tokens.assign(static_cast<std::size_t>(length), static_cast<std::int32_t>(piece % 30000));
+    return true;
   }
+  std::string fingerprint() const override { return "0123456789abcdef"; }
+};
+
+// The order is looked up piece by piece, never stored: a source over a trillion pieces (a whole
+// epoch's permutation would be 8 TB) gives a step at once, at the start of an epoch and across
+// one, and two sources agree. The previous order, a shuffle of the whole epoch, could not be built.
+TEST(BatchSource, ATrillionPiecesNeedNoPerPieceMemoryNorWorkAtAnEpochsStart) {
+  const auto huge = std::make_shared<const HugeSource>();
+  BatchSource a(huge, 5), b(huge, 5);
+  for (const DataPosition start : {DataPosition{0, 0}, DataPosition{3, HugeSource::kPieces - 2}}) {
+    DataPosition p = start, q = start;
+    const auto began = std::chrono::steady_clock::now();
+    const GlobalBatch x = a.next(p, 4096);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    expect_same_batch(x, b.next(q, 4096), 0);
+    EXPECT_EQ(x.pieces.size(), 41u);  // 40 whole pieces and a cut one
+    EXPECT_LT(seconds, 0.5) << "a step of 41 lookups";
+    for (std::uint64_t piece : x.pieces) EXPECT_LT(piece, HugeSource::kPieces);
+    EXPECT_EQ(std::set<std::uint64_t>(x.pieces.begin(), x.pieces.end()).size(), x.pieces.size());
+    EXPECT_EQ(p, q);
+  }
+}
+
+// What a checkpoint records beside its data position: the pieces' fingerprint with the order's
+// name, so that the same data under another order (a position meaning other pieces) is told apart.
+TEST(BatchSource, TheDataFingerprintACheckpointRecordsNamesTheOrderToo) {
+  TempDir dir("hdp-data");
+  make_text_tree(dir.path(), 10, 100, 3);
+  const auto corpus = index(dir.path(), 64), same = index(dir.path(), 64), other = index(dir.path(), 32);
+  const HugeSource huge;
+  EXPECT_EQ(order_fingerprint(*corpus), order_fingerprint(*same));
+  EXPECT_NE(order_fingerprint(*corpus), order_fingerprint(*other));
+  EXPECT_NE(order_fingerprint(*corpus), corpus->fingerprint()) << "a checkpoint from before the order was named differs";
+  EXPECT_NE(order_fingerprint(huge), huge.fingerprint());
+  EXPECT_EQ(order_fingerprint(huge).size(), 16u);
 }
 
 TEST(BatchSource, ResumeContinuesExactlyWhereTheSavedRunStopped) {
@@ -214,7 +244,7 @@ TEST(BatchSource, AnEpochCoversEveryPieceOnceWhenNothingIsCut) {
   for (std::uint64_t epoch = 0; epoch < 3; ++epoch) {
     const std::vector<std::uint64_t> visited(taken.begin() + static_cast<std::ptrdiff_t>(epoch * n),
                                              taken.begin() + static_cast<std::ptrdiff_t>((epoch + 1) * n));
-    EXPECT_EQ(visited, epoch_order(99, epoch, n)) << "epoch " << epoch;
+    EXPECT_EQ(visited, order_of(99, epoch, n)) << "epoch " << epoch;
     std::vector<std::uint64_t> sorted = visited;
     std::sort(sorted.begin(), sorted.end());
     std::vector<std::uint64_t> all(n);
@@ -222,7 +252,7 @@ TEST(BatchSource, AnEpochCoversEveryPieceOnceWhenNothingIsCut) {
     EXPECT_EQ(sorted, all) << "epoch " << epoch;
     for (std::uint64_t i = 0; i < n; ++i) EXPECT_EQ(sequences[epoch * n + i], piece_tokens(*corpus, visited[i]));
   }
-  EXPECT_NE(epoch_order(99, 0, n), epoch_order(99, 1, n));
+  EXPECT_NE(order_of(99, 0, n), order_of(99, 1, n));
 }
 
 TEST(BatchSource, ACutPieceGivesAPrefixAndItsRemainderIsDropped) {
@@ -251,7 +281,7 @@ TEST(BatchSource, ACutPieceGivesAPrefixAndItsRemainderIsDropped) {
   }
   EXPECT_GT(cuts, 10);
   for (std::uint64_t epoch = 0; epoch < 2; ++epoch) {
-    const std::vector<std::uint64_t> order = epoch_order(5, epoch, n);
+    const std::vector<std::uint64_t> order = order_of(5, epoch, n);
     std::int64_t kept = 0, dropped = 0, total = 0;
     for (std::uint64_t i = 0; i < n; ++i) {
       const Taken& t = taken[epoch * n + i];
@@ -282,14 +312,14 @@ TEST(BatchSource, BudgetsAcrossAndBeyondEpochBoundaries) {
   // Exactly one epoch: the position rolls to the start of the next.
   DataPosition position;
   GlobalBatch batch = source.next(position, epoch_tokens);
-  EXPECT_EQ(batch.pieces, epoch_order(8, 0, n));
+  EXPECT_EQ(batch.pieces, order_of(8, 0, n));
   EXPECT_EQ(batch.dropped_tokens, 0);
   EXPECT_EQ(position, (DataPosition{1, 0}));
 
   // Two and a half epochs in one step: epochs 1 and 2 whole, then part of 3.
   batch = source.next(position, epoch_tokens * 5 / 2);
-  std::vector<std::uint64_t> expected = epoch_order(8, 1, n);
-  const std::vector<std::uint64_t> two = epoch_order(8, 2, n), three = epoch_order(8, 3, n);
+  std::vector<std::uint64_t> expected = order_of(8, 1, n);
+  const std::vector<std::uint64_t> two = order_of(8, 2, n), three = order_of(8, 3, n);
   expected.insert(expected.end(), two.begin(), two.end());
   expected.insert(expected.end(), three.begin(), three.begin() + static_cast<std::ptrdiff_t>(position.sample));
   EXPECT_EQ(position.epoch, 3u);
@@ -301,9 +331,9 @@ TEST(BatchSource, BudgetsAcrossAndBeyondEpochBoundaries) {
   position = {7, n - 2};
   batch = source.next(position, 3 * 32);
   ASSERT_GE(batch.pieces.size(), 3u);
-  EXPECT_EQ(batch.pieces[0], epoch_order(8, 7, n)[n - 2]);
-  EXPECT_EQ(batch.pieces[1], epoch_order(8, 7, n)[n - 1]);
-  EXPECT_EQ(batch.pieces[2], epoch_order(8, 8, n)[0]);
+  EXPECT_EQ(batch.pieces[0], order_of(8, 7, n)[n - 2]);
+  EXPECT_EQ(batch.pieces[1], order_of(8, 7, n)[n - 1]);
+  EXPECT_EQ(batch.pieces[2], order_of(8, 8, n)[0]);
   EXPECT_EQ(position.epoch, 8u);
 }
 
@@ -368,19 +398,21 @@ TEST(BatchSource, ThrowsWhenNoPieceCanBeRead) {
 
 TEST(BatchSource, EpochOrderIsAPinnedSeededPermutation) {
   for (std::uint64_t n : {1u, 2u, 10u, 1000u}) {
-    std::vector<std::uint64_t> order = epoch_order(7, 3, n);
-    EXPECT_EQ(order, epoch_order(7, 3, n));
+    std::vector<std::uint64_t> order = order_of(7, 3, n);
+    EXPECT_EQ(order, order_of(7, 3, n));
     std::sort(order.begin(), order.end());
     for (std::uint64_t i = 0; i < n; ++i) EXPECT_EQ(order[i], i);
   }
-  EXPECT_NE(epoch_order(7, 0, 1000), epoch_order(8, 0, 1000));
-  EXPECT_NE(epoch_order(7, 0, 1000), epoch_order(7, 1, 1000));
-  // Pinned: a change here changes every job's data order, and resuming across versions with it.
-  EXPECT_THAT(epoch_order(7, 0, 10), ::testing::ElementsAre(7, 8, 0, 4, 1, 6, 9, 5, 2, 3));
+  EXPECT_NE(order_of(7, 0, 1000), order_of(8, 0, 1000));
+  EXPECT_NE(order_of(7, 0, 1000), order_of(7, 1, 1000));
+  // Pinned: a change here changes every job's data order, and resuming across versions with it
+  // (kOrderScheme must then change too, which the next line checks beside it).
+  EXPECT_THAT(order_of(7, 0, 10), ::testing::ElementsAre(4, 6, 7, 5, 8, 9, 0, 3, 1, 2));
+  EXPECT_EQ(kOrderScheme, "feistel6-xxh3");
   // Each position is equally likely to hold each piece (chi-square, 20 x 20 cells, 20000 shuffles).
   std::vector<std::vector<int>> counts(20, std::vector<int>(20, 0));
   for (std::uint64_t epoch = 0; epoch < 20000; ++epoch) {
-    const std::vector<std::uint64_t> order = epoch_order(1, epoch, 20);
+    const std::vector<std::uint64_t> order = order_of(1, epoch, 20);
     for (std::size_t i = 0; i < 20; ++i) ++counts[i][order[i]];
   }
   double chi2 = 0;
