@@ -8,8 +8,9 @@
 // Order: epoch e visits the pieces of a PieceSource in the permutation epoch_order(seed, e, count),
 // a KeyedPermutation (trainer/data/permutation.h) keyed with mix(seed, e), computed piece by piece
 // and stored nowhere. The position is checkpoint::DataPosition {epoch, sample}: `sample` pieces of
-// the epoch's permutation are behind it. Which permutation that is, kOrderScheme names: a
-// checkpoint's position means the same only under the same scheme (order_fingerprint).
+// the epoch's permutation are behind it. Which permutation that is, kOrderScheme names
+// (permutation.h): a checkpoint's position means the same only under the same one
+// (order_fingerprint).
 //
 // A step takes pieces in that order while they fit in the budget; the piece that does not fit is
 // cut to the budget's remaining tokens and its remainder is DROPPED (GlobalBatch::dropped_tokens):
@@ -49,10 +50,6 @@ namespace hdp::trainer::data {
 
 // The order in which epoch `epoch` visits `count` pieces (>= 1): a permutation of [0, count).
 KeyedPermutation epoch_order(std::uint64_t seed, std::uint64_t epoch, std::uint64_t count);
-
-// The name of the order above. A different order gives a saved data position another meaning, so
-// a change of it changes the name.
-inline constexpr std::string_view kOrderScheme = "feistel6-xxh3";
 
 // What a checkpoint records as the fingerprint of the data its position is in: of the pieces'
 // fingerprint and kOrderScheme, so that a position saved under another order is told apart as a

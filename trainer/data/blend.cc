@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <numeric>
 #include <queue>
-#include <random>
 #include <system_error>
 
 #include "common/error.h"
@@ -167,17 +166,13 @@ void spread_slots(const std::vector<std::uint64_t>& counts, std::uint64_t k_tota
   HDP_CHECK(given == counts, "blend slots differ from the counts");
 }
 
-// perm_d of each upsampled member (empty for the others): a Fisher-Yates shuffle, 4 bytes a piece.
-std::vector<std::vector<std::uint32_t>> upsampled_orders(const std::vector<std::uint64_t>& counts,
-                                                         const std::vector<std::uint64_t>& sizes, std::uint64_t seed) {
-  std::vector<std::vector<std::uint32_t>> orders(counts.size());
+// perm_d of each upsampled member (none for the others).
+std::vector<std::optional<KeyedPermutation>> upsampled_orders(const std::vector<std::uint64_t>& counts,
+                                                              const std::vector<std::uint64_t>& sizes,
+                                                              std::uint64_t seed) {
+  std::vector<std::optional<KeyedPermutation>> orders(counts.size());
   for (std::size_t d = 0; d < counts.size(); ++d) {
-    if (counts[d] == sizes[d]) continue;
-    std::vector<std::uint32_t>& order = orders[d];
-    order.resize(sizes[d]);
-    std::iota(order.begin(), order.end(), std::uint32_t{0});
-    std::mt19937_64 rng(mix(mix(seed, kPermutationSalt), d));
-    for (std::uint64_t i = sizes[d]; i > 1; --i) std::swap(order[i - 1], order[uniform_below(rng, i)]);
+    if (counts[d] != sizes[d]) orders[d].emplace(mix(mix(seed, kPermutationSalt), d), sizes[d]);
   }
   return orders;
 }
@@ -192,7 +187,7 @@ BlendedPieces::BlendedPieces(std::vector<BlendMember> members, std::uint64_t see
   spread_slots(counts_, k_total, ids_, prefix_);
   order_ = upsampled_orders(counts_, sizes, seed);
 
-  std::string text = "blend\n" + std::to_string(seed) + "\n";
+  std::string text = "blend " + std::string(kOrderScheme) + "\n" + std::to_string(seed) + "\n";
   for (std::size_t d = 0; d < members_.size(); ++d) {
     text += format_double(weights_[d]) + " " + members_[d].source->fingerprint() + "\n";
   }
@@ -207,8 +202,8 @@ std::uint64_t BlendedPieces::member_piece(std::uint64_t piece) const {
   const auto end = ids_.begin() + static_cast<std::ptrdiff_t>(piece);
   const std::uint64_t slot = prefix_[block * members_.size() + d] +
                              static_cast<std::uint64_t>(std::count(begin, end, static_cast<std::uint8_t>(d)));
-  const std::vector<std::uint32_t>& order = order_[d];
-  return order.empty() ? slot : order[slot % order.size()];
+  const std::optional<KeyedPermutation>& order = order_[d];
+  return order ? (*order)(slot % order->count()) : slot;
 }
 
 std::int64_t BlendedPieces::piece_length(std::uint64_t piece) const {

@@ -21,8 +21,8 @@
 //     order). So any window of k holds each member's share within about one piece, before any
 //     shuffle, and exactly c_d slots in all;
 //   - member d's i-th slot (i = 0..c_d-1) reads its piece i when the member is not upsampled
-//     (c_d == n_d), else piece perm_d[i mod n_d], perm_d a Fisher-Yates permutation of [0, n_d)
-//     driven by mix(mix(seed, salt), d) (mix.h): every piece is used floor(c_d/n_d) or
+//     (c_d == n_d), else piece perm_d(i mod n_d), perm_d a KeyedPermutation of [0, n_d)
+//     (permutation.h) keyed with mix(mix(seed, salt), d) (mix.h): every piece is used floor(c_d/n_d) or
 //     ceil(c_d/n_d) times, the extra repeats a seeded random subset, each pass over the member in
 //     another order than index order.
 // All of it is a function of the members' piece counts, the weights and the seed: the contract of
@@ -31,9 +31,9 @@
 //
 // Memory: 1 byte a virtual piece (d(k)), a prefix count of every member each kBlendBlock virtual
 // pieces (4 * members / 4096 bytes a virtual piece) from which the slot index i of k is found by
-// counting d(k) in at most 4095 bytes, and 4 bytes a piece of each upsampled member (its
-// permutation; together fewer than K). So at most about 5 bytes a virtual piece, beside the batch
-// source's own 8 bytes a piece for the epoch's order. Building it is O(K log members).
+// counting d(k) in at most 4095 bytes; the upsampled members' permutations are computed, not
+// stored. So about 1 byte a virtual piece, and none in the batch source, whose epoch order is
+// computed too. Building it is O(K log members).
 //
 // Limits (InvalidArgument naming the member and its figures): K <= kMaxBlendPieces, at most
 // kMaxBlendMembers members, every weight positive and finite, every member non-empty.
@@ -45,11 +45,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "trainer/data/permutation.h"
 #include "trainer/data/piece_source.h"
 
 namespace hdp::trainer::data {
@@ -90,8 +92,8 @@ class BlendedPieces final : public PieceSource {
   // The member's read; a refusal's `why` is prefixed with "LABEL: ".
   bool read(std::uint64_t piece, std::int64_t length, std::vector<std::int32_t>& tokens,
             std::string& why) const override;
-  // Of the seed and, in order, each member's normalised weight (%.17g) and fingerprint: sees what
-  // the members see, and any change of weight, order or seed.
+  // Of kOrderScheme, the seed and, in order, each member's normalised weight (%.17g) and
+  // fingerprint: sees what the members see, and any change of weight, order, seed or permutation.
   std::string fingerprint() const override { return fingerprint_; }
 
  private:
@@ -100,7 +102,7 @@ class BlendedPieces final : public PieceSource {
   std::vector<std::uint64_t> counts_;                // c_d
   std::vector<std::uint8_t> ids_;                    // d(k), K of them
   std::vector<std::uint32_t> prefix_;                // [b * members + d]: slots of d before k = b * kBlendBlock
-  std::vector<std::vector<std::uint32_t>> order_;    // perm_d of the upsampled members; empty for the others
+  std::vector<std::optional<KeyedPermutation>> order_;  // perm_d of the upsampled members; none for the others
   std::string fingerprint_;
 };
 

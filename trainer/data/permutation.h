@@ -18,8 +18,14 @@
 
 #include <array>
 #include <cstdint>
+#include <string_view>
 
 namespace hdp::trainer::data {
+
+// The name of this permutation (network, rounds, round function). What the data's order depends
+// on names it (the fingerprint a checkpoint records, a blend's fingerprint), so that a change of it
+// changes the name and a position saved under the old order is not read under the new one.
+inline constexpr std::string_view kOrderScheme = "feistel6-xxh3";
 
 class KeyedPermutation {
  public:
