@@ -209,7 +209,8 @@ void add_train_command(CLI::App& app) {
   opt("--checkpoint-every", c.checkpoint_every, "Steps between checkpoints", "HDP_CHECKPOINT_EVERY");
   opt("--keep", c.keep, "Committed checkpoints kept", "HDP_KEEP");
   command->add_flag("--allow-data-change", c.allow_data_change,
-                    "Resume from a checkpoint written over other --data (its fingerprint differs) instead of refusing")
+                    "Resume from a checkpoint written over other --data, or in an earlier data order (its fingerprint "
+                    "differs), instead of refusing")
       ->envname("HDP_ALLOW_DATA_CHANGE");
   command->add_flag("--resume,!--no-resume", c.resume,
                     "Restore the newest valid checkpoint when the job starts (default on); --no-resume needs an "

@@ -24,7 +24,9 @@ find_package(Boost 1.74 REQUIRED)
 find_package(Protobuf REQUIRED)
 find_package(HDF5 REQUIRED COMPONENTS C)
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
-pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+# 0.8.0: XXH3's output is stable from it on, and the data's order (trainer/data/permutation.h) and
+# the checkpoints' checksums depend on it.
+pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash>=0.8.0)
 pkg_check_modules(SYSTEMD REQUIRED IMPORTED_TARGET libsystemd)
 # CPU compute: OpenMP for the kernel loops, OpenBLAS (cblas_sgemm) for the GEMMs.
 find_package(OpenMP REQUIRED COMPONENTS CXX)

@@ -16,6 +16,7 @@
 #include "common/text.h"
 #include "trainer/checkpoint_group.h"
 #include "trainer/checkpoint_reporting.h"
+#include "trainer/data/batch_source.h"
 
 namespace hdp::trainer {
 namespace {
@@ -269,14 +270,22 @@ void Recovery::report_restore(const Membership& m, const std::optional<checkpoin
 // --resume: always, except for a job that starts without it and has never reported a step, whose
 // checkpoint directory must then hold none (a later rollback would otherwise load another run's).
 void Recovery::check_data(const Membership& m, const checkpoint::RestoredProgress& restored) {
+  const data::RecordedData recorded = data::compare_recorded(restored.data_fingerprint, *setup_.data);
+  if (recorded == data::RecordedData::kSame || recorded == data::RecordedData::kNotRecorded) return;
   const std::string now = data::order_fingerprint(*setup_.data);
-  if (restored.data_fingerprint.empty() || restored.data_fingerprint == now) return;
-  const std::string what = "the checkpoint " + restored.path.string() + " was written over other data than --data " +
-                           quote_value(config_.data) + " (data fingerprint " + restored.data_fingerprint +
-                           ", now " + now + ")";
+  const bool earlier_order = recorded == data::RecordedData::kEarlierOrder;
+  const std::string what =
+      "the checkpoint " + restored.path.string() +
+      (earlier_order ? " was written over --data " + quote_value(config_.data) + " in an earlier data order (" +
+                           "a shuffle of each epoch; now " + std::string(data::kOrderScheme) + ")"
+                     : " was written over other data than --data " + quote_value(config_.data)) +
+      " (data fingerprint " + restored.data_fingerprint + ", now " + now + ")";
   if (!config_.allow_data_change) {
-    throw InvalidArgument(what + ": its data position would not mean the same here; train on the data it was "
-                          "written over, or resume anyway with --allow-data-change");
+    throw InvalidArgument(what + (earlier_order
+                                      ? ": its data position would mean other pieces in this order; resume with "
+                                        "--allow-data-change (the rest of the epoch then follows this order)"
+                                      : ": its data position would not mean the same here; train on the data it was "
+                                        "written over, or resume anyway with --allow-data-change"));
   }
   const checkpoint::DataPosition saved = position_;
   if (position_.sample > setup_.data->piece_count()) position_ = {position_.epoch + 1, 0};

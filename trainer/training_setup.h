@@ -14,7 +14,7 @@
 #include "mesh/step/zero.h"
 #include "ops/model/llama_config.h"
 #include "ops/model/llama_model.h"
-#include "trainer/data/batch_source.h"
+#include "trainer/data/piece_source.h"
 #include "trainer/data/piece_source.h"
 #include "trainer/trainer_config.h"
 

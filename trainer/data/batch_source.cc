@@ -42,6 +42,12 @@ std::string order_fingerprint(const PieceSource& pieces) {
   return fingerprint_of(std::string(kOrderScheme) + "\n" + pieces.fingerprint());
 }
 
+RecordedData compare_recorded(const std::string& recorded, const PieceSource& pieces) {
+  if (recorded.empty()) return RecordedData::kNotRecorded;
+  if (recorded == order_fingerprint(pieces)) return RecordedData::kSame;
+  return recorded == pieces.fingerprint() ? RecordedData::kEarlierOrder : RecordedData::kOther;
+}
+
 std::vector<std::int64_t> GlobalBatch::lengths() const {
   std::vector<std::int64_t> out;
   out.reserve(sequences.size());

@@ -56,6 +56,13 @@ KeyedPermutation epoch_order(std::uint64_t seed, std::uint64_t epoch, std::uint6
 // position over other data is (trainer/recovery.cc: refused unless --allow-data-change).
 std::string order_fingerprint(const PieceSource& pieces);
 
+// What a checkpoint's recorded fingerprint says of `pieces`: the same data in the same order; none
+// recorded (a checkpoint from before the fingerprint); the same data under the order before
+// kOrderScheme (those checkpoints recorded pieces.fingerprint() alone: a Fisher-Yates shuffle of
+// each epoch, so the position means other pieces here); or other data.
+enum class RecordedData { kSame, kNotRecorded, kEarlierOrder, kOther };
+RecordedData compare_recorded(const std::string& recorded, const PieceSource& pieces);
+
 // One training step's sequences.
 struct GlobalBatch {
   // Token ids, one vector per sequence, in the order taken: what mesh::build_rank_micro_batch reads.

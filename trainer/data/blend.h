@@ -56,8 +56,8 @@
 
 namespace hdp::trainer::data {
 
-// K at most 2^30: the batch source holds an epoch's order at 8 bytes a piece (8 GiB here), the
-// blend about 1 GiB more.
+// K at most 2^30: the blend holds d(k) at 1 byte a virtual piece (1 GiB here) and its prefix
+// counts as 32-bit integers.
 inline constexpr std::uint64_t kMaxBlendPieces = std::uint64_t{1} << 30;
 // d(k) is held in one byte.
 inline constexpr std::size_t kMaxBlendMembers = 255;

@@ -14,7 +14,7 @@ namespace hdp::trainer::data {
 
 KeyedPermutation::KeyedPermutation(std::uint64_t key, std::uint64_t count) : count_(count) {
   if (count == 0) throw InvalidArgument("keyed permutation: count must be >= 1");
-  // 2h bits, 2h >= bit_width(count - 1): 2^(2h) >= count, and 2^(2h) < 4 * count.
+  // 2h bits, 2h >= bit_width(count - 1): 2^(2h) >= count, and 2^(2h) <= 4 * count.
   const int bits = std::max(2, static_cast<int>(std::bit_width(count - 1)));
   half_bits_ = (bits + 1) / 2;
   half_mask_ = (std::uint64_t{1} << half_bits_) - 1;

@@ -4,7 +4,7 @@
 // Feistel network over the smallest even number of bits that holds count - 1, its round function
 // xxh3-64 seeded with a key of the round, and cycle walking (an output >= count is encrypted again
 // until it falls inside; every cycle through an index inside holds it, so the walk ends). The
-// domain is under 4 * count, so a lookup takes fewer than four passes on average.
+// domain is at most 4 * count, so a lookup takes at most four passes on average.
 //
 // What it replaces: a Fisher-Yates shuffle of the whole epoch, 8 bytes a piece held per worker
 // and computed before the epoch's first step (30 ms of a core at a million pieces; at the billions
@@ -12,8 +12,10 @@
 // restarts and at every epoch's boundary). Here construction is a few multiplications and a
 // lookup costs about 6 * 4 short hashes.
 //
-// The order is a fixed function of (key, count): xxh3 and the Feistel network are defined bit by
-// bit, so every process built from this source visits the same order.
+// The order is a fixed function of (key, count): xxh3 (stable from libxxhash 0.8.0, which the build
+// requires) and the Feistel network are defined bit by bit, so every process built from this
+// source visits the same order. It is a well-mixed order, not a uniform draw over all orders: a
+// Feistel network of more than one bit a half gives only even permutations of its domain.
 #pragma once
 
 #include <array>
@@ -22,9 +24,11 @@
 
 namespace hdp::trainer::data {
 
-// The name of this permutation (network, rounds, round function). What the data's order depends
-// on names it (the fingerprint a checkpoint records, a blend's fingerprint), so that a change of it
-// changes the name and a position saved under the old order is not read under the new one.
+// The name of the data's orders: this permutation (the network, its rounds, its round function,
+// the bytes it hashes, the domain's width) and how their keys are derived (batch_source.cc's
+// mix(seed, epoch), blend.cc's salted keys). What depends on the order names it (the fingerprint a
+// checkpoint records, a blend's fingerprint), so a change of any of it must change the name, and
+// a position saved under the old order is then not read under the new one.
 inline constexpr std::string_view kOrderScheme = "feistel6-xxh3";
 
 class KeyedPermutation {
@@ -41,10 +45,10 @@ class KeyedPermutation {
  private:
   std::uint64_t encrypt(std::uint64_t x) const;
 
-  std::uint64_t count_ = 1;
-  int half_bits_ = 1;
-  std::uint64_t half_mask_ = 1;
-  std::array<std::uint64_t, kRounds> round_keys_{};
+  std::uint64_t count_;
+  int half_bits_;
+  std::uint64_t half_mask_;
+  std::array<std::uint64_t, kRounds> round_keys_;
 };
 
 }  // namespace hdp::trainer::data

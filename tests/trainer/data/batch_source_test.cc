@@ -6,7 +6,6 @@
 #include "trainer/data/batch_source.h"
 
 #include <algorithm>
-#include <chrono>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -147,7 +146,7 @@ TEST(BatchSource, IndependentSourcesAgreeFor100Steps) {
   EXPECT_NE(other.next(c, budget_of(0)).pieces, ra.batches[0].pieces);
 }
 
-// A source of a trillion pieces of 100 tokens each (the token of a piece is its number's low bits).
+// A source of a trillion pieces of 100 tokens each (every token of a piece is its number mod 30,000).
 class HugeSource final : public PieceSource {
  public:
   static constexpr std::uint64_t kPieces = 1'000'000'000'000;
@@ -161,19 +160,18 @@ class HugeSource final : public PieceSource {
 };
 
 // The order is looked up piece by piece, never stored: a source over a trillion pieces (a whole
-// epoch's permutation would be 8 TB) gives a step at once, at the start of an epoch and across
-// one, and two sources agree. The previous order, a shuffle of the whole epoch, could not be built.
+// epoch's permutation would be 8 TB) gives a step at the start of an epoch and across one, and two
+// sources agree. The previous order, a shuffle of the whole epoch, could not be allocated. (The
+// pieces of the step across the boundary, from two epochs' orders, are distinct for this seed; the
+// design does not promise it, the fixed order makes it so every time.)
 TEST(BatchSource, ATrillionPiecesNeedNoPerPieceMemoryNorWorkAtAnEpochsStart) {
   const auto huge = std::make_shared<const HugeSource>();
   BatchSource a(huge, 5), b(huge, 5);
   for (const DataPosition start : {DataPosition{0, 0}, DataPosition{3, HugeSource::kPieces - 2}}) {
     DataPosition p = start, q = start;
-    const auto began = std::chrono::steady_clock::now();
     const GlobalBatch x = a.next(p, 4096);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
     expect_same_batch(x, b.next(q, 4096), 0);
     EXPECT_EQ(x.pieces.size(), 41u);  // 40 whole pieces and a cut one
-    EXPECT_LT(seconds, 0.5) << "a step of 41 lookups";
     for (std::uint64_t piece : x.pieces) EXPECT_LT(piece, HugeSource::kPieces);
     EXPECT_EQ(std::set<std::uint64_t>(x.pieces.begin(), x.pieces.end()).size(), x.pieces.size());
     EXPECT_EQ(p, q);
@@ -192,6 +190,13 @@ TEST(BatchSource, TheDataFingerprintACheckpointRecordsNamesTheOrderToo) {
   EXPECT_NE(order_fingerprint(*corpus), corpus->fingerprint()) << "a checkpoint from before the order was named differs";
   EXPECT_NE(order_fingerprint(huge), huge.fingerprint());
   EXPECT_EQ(order_fingerprint(huge).size(), 16u);
+  // What the restore makes of a recorded fingerprint (trainer/recovery.cc, check_data).
+  EXPECT_EQ(compare_recorded(order_fingerprint(*same), *corpus), RecordedData::kSame);
+  EXPECT_EQ(compare_recorded("", *corpus), RecordedData::kNotRecorded);
+  EXPECT_EQ(compare_recorded(corpus->fingerprint(), *corpus), RecordedData::kEarlierOrder)
+      << "a checkpoint written before the order was named: the same data, another order";
+  EXPECT_EQ(compare_recorded(order_fingerprint(*other), *corpus), RecordedData::kOther);
+  EXPECT_EQ(compare_recorded(other->fingerprint(), *corpus), RecordedData::kOther);
 }
 
 TEST(BatchSource, ResumeContinuesExactlyWhereTheSavedRunStopped) {

