@@ -15,7 +15,6 @@
 #include "ops/model/llama_config.h"
 #include "ops/model/llama_model.h"
 #include "trainer/data/piece_source.h"
-#include "trainer/data/piece_source.h"
 #include "trainer/trainer_config.h"
 
 namespace hdp::trainer {

@@ -22,9 +22,9 @@
 //     shuffle, and exactly c_d slots in all;
 //   - member d's i-th slot (i = 0..c_d-1) reads its piece i when the member is not upsampled
 //     (c_d == n_d), else piece perm_d(i mod n_d), perm_d a KeyedPermutation of [0, n_d)
-//     (permutation.h) keyed with mix(mix(seed, salt), d) (mix.h): every piece is used floor(c_d/n_d) or
-//     ceil(c_d/n_d) times, the extra repeats a seeded random subset, each pass over the member in
-//     another order than index order.
+//     (permutation.h) keyed with mix(mix(seed, salt), d) (mix.h): every piece is used
+//     floor(c_d/n_d) or ceil(c_d/n_d) times, the extra repeats a seeded random subset, each pass
+//     over the member in another order than index order.
 // All of it is a function of the members' piece counts, the weights and the seed: the contract of
 // piece_source.h holds when the members keep it. The weights are compared and rounded in IEEE
 // double arithmetic, which every x86-64 and ARM64 host evaluates alike.

@@ -7,8 +7,8 @@
 // domain is at most 4 * count, so a lookup takes at most four passes on average.
 //
 // What it replaces: a Fisher-Yates shuffle of the whole epoch, 8 bytes a piece held per worker
-// and computed before the epoch's first step (62 ms of a core at a million pieces, bench_data_order;
-// at the billions of pieces of a pre-training corpus, gigabytes and minutes, in every worker that
+// and computed before the epoch's first step (62 ms of a core at a million pieces,
+// bench_data_order; at the billions of pieces of a pre-training corpus, gigabytes and minutes, in every worker that
 // starts or restarts and at every epoch's boundary). Here construction is a few multiplications
 // and a lookup at most 6 short hashes a pass (about 120 ns at a million pieces).
 //

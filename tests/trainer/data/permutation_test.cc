@@ -55,7 +55,8 @@ TEST(KeyedPermutation, KeysGiveDifferentOrdersAndTheSameKeyTheSame) {
 }
 
 TEST(KeyedPermutation, HugeCountsAreLookedUpWithoutATable) {
-  const std::uint64_t counts[] = {1'000'000'000'000, (std::uint64_t{1} << 62) + 3, std::numeric_limits<std::uint64_t>::max()};
+  const std::uint64_t counts[] = {1'000'000'000'000, (std::uint64_t{1} << 62) + 3,
+                                  std::numeric_limits<std::uint64_t>::max()};
   for (const std::uint64_t n : counts) {
     const KeyedPermutation p(11, n);
     std::set<std::uint64_t> images;
