@@ -17,6 +17,7 @@
 #include "trainer/checkpoint_group.h"
 #include "trainer/checkpoint_reporting.h"
 #include "trainer/data/batch_source.h"
+#include "trainer/step_boundary.h"
 
 namespace hdp::trainer {
 namespace {
@@ -53,11 +54,13 @@ Recovery::Recovery(elastic::ElasticContext& ctx, const TrainerConfig& config, co
       reporter_(reporter),
       events_(events),
       speeds_(speeds),
-      job_(ctx.store()) {}
+      job_(ctx.store()),
+      identity_(job_identity(config, setup)) {}
 
 std::int64_t Recovery::start(const Membership& m, Communicator& comm) {
   const auto began = SteadyClock::now();
   const std::vector<mesh::HeldState> states = mesh::exchange_states(held_state(), comm, config_.timeout);
+  check_identities(m, states);
   const mesh::ReshardPlan plan = mesh::plan_reshard(states, setup_.layout.total());
   const std::int64_t furthest = std::max<std::int64_t>(plan.furthest, 0);
   if (plan.possible) {
@@ -73,10 +76,26 @@ std::int64_t Recovery::start(const Membership& m, Communicator& comm) {
   return furthest;
 }
 
+static_assert(std::tuple_size_v<decltype(mesh::HeldState::job)> == JobIdentity::kPartCount,
+              "the held state carries every part of the job's identity");
+
+// Every rank refused that differs from the job (trainer/job_identity.h); a rank holds the job's
+// state when its shards belong to a layout.
+void Recovery::check_identities(const Membership& m, const std::vector<mesh::HeldState>& states) const {
+  std::vector<JobIdentity> ids(states.size());
+  std::vector<bool> holds(states.size());
+  for (std::size_t r = 0; r < states.size(); ++r) {
+    ids[r].digest = states[r].job;
+    holds[r] = states[r].layout >= 0;
+  }
+  check_one_job(ids, holds, node_of_rank(m), m.rank);
+}
+
 // What this rank holds for the agreement of start(): every (shard, step) of its optimizer, the
 // step its parameters hold whole, and the data positions it knows.
 mesh::HeldState Recovery::held_state() const {
   mesh::HeldState s;
+  s.job = identity_.digest;
   s.completed = zero_ ? step_ : -1;
   if (!zero_ || layout_generation_ < 0) return s;
   s.layout = layout_generation_;

@@ -6,7 +6,8 @@
 // cut for, the last step saved, and what the step in flight had computed when it failed.
 //
 // start() is the generation's agreement: two all-gathers of what every rank holds
-// (mesh/step/reshard.h). When every shard of the newest layout survives at a common step T, the new
+// (mesh/step/reshard.h), which carry what every rank must share to train one job: a rank that
+// differs is refused first (trainer/job_identity.h). When every shard of the newest layout survives at a common step T, the new
 // world's shards (and, where a buffer is not whole at T, the parameters) are rebuilt from memory,
 // point to point: nothing is read from disk and no completed step is lost (event `continue`). Else
 // every rank restores its shard from the newest valid checkpoint, resharded to the new world size,
@@ -30,6 +31,7 @@
 #include "mesh/step/zero.h"
 #include "ops/model/llama_model.h"
 #include "trainer/host_shard.h"
+#include "trainer/job_identity.h"
 #include "trainer/step_reporter.h"
 #include "trainer/straggler_monitor.h"
 #include "trainer/trainer_config.h"
@@ -67,6 +69,7 @@ class Recovery {
 
  private:
   mesh::HeldState held_state() const;
+  void check_identities(const elastic::Membership& m, const std::vector<mesh::HeldState>& states) const;
   void from_memory(const elastic::Membership& m, mesh::Communicator& comm, const mesh::ReshardPlan& plan,
                    SteadyClock::time_point began);
   void report_rolled_forward(const elastic::Membership& m);
@@ -97,6 +100,7 @@ class Recovery {
   EventLog& events_;
   const StragglerMonitor& speeds_;
   elastic::JobState job_;
+  const JobIdentity identity_;  // of the command line's configuration, once
 
   std::unique_ptr<mesh::ZeroOptimizer> zero_;
   HostShard host_;

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include <xxhash.h>
+
 #include "mesh/comm/communicator.h"
 #include "mesh/comm/reductions.h"
 #include "ops/dtype.h"
@@ -20,14 +22,7 @@ const char* kind_name(std::uint32_t kind) {
 }
 
 std::uint64_t hash_counts(const std::vector<std::int64_t>& counts) {
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (std::int64_t c : counts) {
-    for (int b = 0; b < 8; ++b) {
-      h ^= static_cast<std::uint64_t>(c >> (8 * b)) & 0xff;
-      h *= 0x100000001b3ULL;
-    }
-  }
-  return h;
+  return XXH3_64bits(counts.data(), counts.size() * sizeof(std::int64_t));
 }
 
 std::string describe(const Descriptor& d) {

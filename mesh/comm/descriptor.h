@@ -27,7 +27,7 @@ struct Descriptor {
   std::int32_t op = -1;     // -1: no reduction
   std::int32_t root = -1;   // broadcast only
   std::int64_t elements = 0;       // numel, or sum(counts)
-  std::uint64_t counts_hash = 0;   // reduce_scatter and allgather: FNV-1a of the counts
+  std::uint64_t counts_hash = 0;   // reduce_scatter and allgather: xxh3-64 of the counts
 
   static constexpr std::uint64_t kMagic = 0x6864702d636f6c6cULL;  // "hdp-coll"
 

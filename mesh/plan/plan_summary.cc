@@ -2,22 +2,21 @@
 
 #include <algorithm>
 #include <limits>
+#include <vector>
+
+#include <xxhash.h>
 
 namespace hdp::mesh {
 namespace {
 
-class Fnv1a {
+// The plan's numbers in order, hashed once (xxh3-64 of their bytes).
+class PlanWords {
  public:
-  void add(std::uint64_t value) {
-    for (int i = 0; i < 8; ++i) {
-      hash_ ^= (value >> (8 * i)) & 0xffU;
-      hash_ *= 0x100000001b3ULL;
-    }
-  }
-  std::uint64_t value() const { return hash_; }
+  void add(std::uint64_t value) { words_.push_back(value); }
+  std::uint64_t value() const { return XXH3_64bits(words_.data(), words_.size() * sizeof(std::uint64_t)); }
 
  private:
-  std::uint64_t hash_ = 0xcbf29ce484222325ULL;
+  std::vector<std::uint64_t> words_;
 };
 
 class SpreadBuilder {
@@ -56,7 +55,7 @@ std::vector<double> rank_work_ms(const PlanRequest& request, const Plan& plan) {
 }
 
 std::uint64_t plan_digest(const Plan& plan) {
-  Fnv1a hash;
+  PlanWords hash;
   hash.add(static_cast<std::uint64_t>(plan.strategy));
   for (const MicroBatch& batch : plan.micro_batches) {
     hash.add(batch.slot);

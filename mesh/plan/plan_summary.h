@@ -28,7 +28,7 @@ struct PlanSummary {
   Spread ranks_per_sharded;            // ring sizes of the sharded sequences (zeros when none)
   Spread micro_batches_per_rank;
   double ring_bytes = 0;               // bytes sent over all rings in the step
-  std::uint64_t digest = 0;            // FNV-1a of the plan's structure, equal iff the plans are
+  std::uint64_t digest = 0;            // xxh3-64 of the plan's structure, equal iff the plans are
 };
 
 PlanSummary summarize(const PlanRequest& request, const Plan& plan);
@@ -39,7 +39,7 @@ PlanSummary summarize(const PlanRequest& request, const Plan& plan);
 // compared with to find its speed (SpeedTracker); 0 for a rank with nothing to run.
 std::vector<double> rank_work_ms(const PlanRequest& request, const Plan& plan);
 
-// FNV-1a 64 over every micro-batch (slot, ring, sequences, local sequences) and every rank's queue.
+// xxh3-64 over every micro-batch (slot, ring, sequences, local sequences) and every rank's queue.
 std::uint64_t plan_digest(const Plan& plan);
 
 }  // namespace hdp::mesh

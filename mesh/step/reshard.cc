@@ -17,8 +17,8 @@ std::vector<std::int64_t> offsets_of(const std::vector<std::int64_t>& counts) {
 }
 
 // The fixed part of a HeldState on the wire: layout, old world, old rank, completed, params step,
-// 3 x (step, epoch, sample), the number of pairs.
-constexpr std::int64_t kFixed = 15;
+// 3 x (step, epoch, sample), the number of pairs, the 4 job digests.
+constexpr std::int64_t kFixed = 19;
 
 // Tags of shard k's transfers: exp_avg, exp_avg_sq, parameters.
 Tag tag_of(int shard, int which) { return kReshardTag + 3 * static_cast<Tag>(shard) + static_cast<Tag>(which); }
@@ -163,6 +163,7 @@ std::vector<HeldState> exchange_states(const HeldState& mine, Communicator& comm
     fixed.push_back(static_cast<std::int64_t>(p.sample));
   }
   fixed.push_back(static_cast<std::int64_t>(mine.held.size()));
+  for (const std::uint64_t d : mine.job) fixed.push_back(static_cast<std::int64_t>(d));
   // On the communicator's home device (NCCL takes device tensors only), read back on the host.
   const ops::Tensor own = ops::Tensor::from_vector<std::int64_t>(fixed, {kFixed}).to(comm.home());
   const ops::Tensor all = ops::Tensor::zeros({kFixed * world}, ops::DType::kI64, comm.home());
@@ -184,6 +185,7 @@ std::vector<HeldState> exchange_states(const HeldState& mine, Communicator& comm
       s.positions[static_cast<std::size_t>(i)] = {x[5 + 3 * i], static_cast<std::uint64_t>(x[6 + 3 * i]),
                                                   static_cast<std::uint64_t>(x[7 + 3 * i])};
     }
+    for (std::size_t i = 0; i < s.job.size(); ++i) s.job[i] = static_cast<std::uint64_t>(x[15 + i]);
     if (x[14] < 0 || x[14] > (std::int64_t{1} << 24)) {
       throw InvalidArgument("exchange_states: rank " + std::to_string(r) + " reports " + std::to_string(x[14]) + " shards");
     }

@@ -59,6 +59,9 @@ struct HeldState {
   std::int64_t completed = -1;    // the last step it completed; -1: none
   std::int64_t params_step = -1;  // the step its full parameter buffer holds whole; -1: mixed or none
   std::array<DataMark, 3> positions{};
+  // The caller's digests of what every rank must share (the trainer's: trainer/job_identity.h),
+  // carried by the all-gather and compared by the caller, not by plan_reshard.
+  std::array<std::uint64_t, 4> job{};
   struct Held {
     int owner = 0;
     std::int64_t step = 0;
@@ -87,8 +90,8 @@ struct ReshardPlan {
 // that cannot be (a shard outside its layout's world).
 ReshardPlan plan_reshard(const std::vector<HeldState>& ranks, std::int64_t n);
 
-// Every rank's HeldState, by rank (two all-gathers: the fixed part with the number of pairs, then
-// the pairs).
+// Every rank's HeldState, by rank (two all-gathers: the fixed part, with the number of pairs and
+// the job's digests, then the pairs).
 std::vector<HeldState> exchange_states(const HeldState& mine, Communicator& comm, std::chrono::milliseconds timeout);
 
 struct ReshardTraffic {

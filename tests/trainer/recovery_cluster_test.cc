@@ -26,6 +26,8 @@
 //     only 4-rank steps equals R's bitwise, the final state equals R's bitwise when every step ran
 //     on 4 ranks, and steps after a 3-rank step stay within relative 1e-4 of R's loss (the bound
 //     of trainer_cluster_test: the same batches summed in another order);
+//   - a node started over other data, joining, is refused and the job goes on as R, bit for bit;
+//     started with the others, every rank refuses;
 //   - a double failure (worker 0 and the node holding the copy of its shard, in the same step)
 //     falls back to the newest checkpoint, and the `restore` event says which shard was lost.
 #include <gtest/gtest.h>
@@ -728,6 +730,67 @@ void RecoveryCluster::standby_replaces(bool drained) {
   expect_equals_reference(dir.path(), run);
   std::cout << victim << (drained ? " drained" : " killed") << "; n3 a member " << took << " s later (bound " << bound << " s); went on from step " << t
             << "\n";
+}
+
+// A node started over other data (HDP_DATA naming another directory: the same command line, other
+// files) joins the running job (--nnodes 2:3) while it is held at the fault step: at the start of
+// the generation with it, its workers are refused (trainer/job_identity.h: each exits 2 naming
+// what differs; its agent leaves the job and exits 3, not to be requeued) and the others abandon
+// that generation and go on without it, from memory, on the same 4 ranks: every step and the
+// final state equal the fault-free run's bit for bit, and no step is lost.
+TEST_F(RecoveryCluster, ANodeOverOtherDataIsRefusedAndTheJobGoesOnAsTheFaultFreeRun) {
+  TempDir dir, other;
+  for (int i = 0; i < 4; ++i) {
+    std::ofstream(other.path() / ("doc" + std::to_string(i) + ".txt")) << std::string(500 + 97 * i, 'a' + i);
+  }
+  std::cout << "n3 joins at step " << fault_step() << " (HDP_FAULT_STEP)\n";
+  AgentCluster cluster(options(dir.path(), "2:3", 1000, held_after(fault_step())));
+  ASSERT_TRUE(reach_fault_step(cluster));
+  cluster.start_agent("n3", {}, {"HDP_DATA=" + other.path().string()});
+  EXPECT_EQ(exit_code(cluster, "n3", 60s), 3) << cluster.all_logs();
+  EXPECT_EQ(exit_code(cluster, "n1", 240s), 0) << cluster.all_logs();
+  EXPECT_EQ(exit_code(cluster, "n2", 240s), 0) << cluster.all_logs();
+  EXPECT_EQ(cluster.state()["status"], "completed");
+  const std::string refused = cluster.agent_log("n3");
+  for (const std::string part : {"node n3) differs from the running job (node ", "(ranks 0, 1), node ",
+                                  "(ranks 2, 3)) in its data (its pieces or their order): it is refused, and its node "
+                                  "leaves the job"}) {
+    EXPECT_NE(refused.find(part), std::string::npos) << part << "\n" << refused;
+  }
+  const std::string kept = cluster.agent_log("n1") + cluster.agent_log("n2");
+  EXPECT_NE(kept.find("node n3 (ranks 4, 5) differs from the running job in data (its pieces or their order): "
+                      "refused; the job goes on without it"),
+            std::string::npos)
+      << kept;
+  const std::vector<StepLine> run = read_metrics(dir.path() / "metrics.jsonl");
+  ASSERT_EQ(run.size(), static_cast<std::size_t>(kSteps));
+  const std::int64_t t = expect_continued_from_memory(cluster, run);
+  expect_equals_reference(dir.path(), run);
+  std::cout << "n3 refused; the job went on from step " << t << " on 4 ranks\n";
+}
+
+// The same from the start: nothing says which node is the job, so every rank refuses (exit 2) and
+// every agent exits 3, each log naming both sides and what differs; no step is run.
+TEST_F(RecoveryCluster, NodesStartedOverOtherDataRefuseToStartNamingBothSides) {
+  TempDir dir, other;
+  for (int i = 0; i < 4; ++i) {
+    std::ofstream(other.path() / ("doc" + std::to_string(i) + ".txt")) << std::string(500 + 97 * i, 'a' + i);
+  }
+  AgentCluster cluster(options(dir.path(), "2:2", 1000));
+  cluster.start_agent("n1");
+  cluster.start_agent("n2", {}, {"HDP_DATA=" + other.path().string()});
+  EXPECT_EQ(exit_code(cluster, "n1", 60s), 3) << cluster.all_logs();
+  EXPECT_EQ(exit_code(cluster, "n2", 60s), 3) << cluster.all_logs();
+  for (const std::string node : {"n1", "n2"}) {
+    const std::string log = cluster.agent_log(node);
+    for (const std::string part : {"the ranks were not started for one job: node ", " (ranks 0, 1); node ",
+                                   " (ranks 2, 3) differs from them in data (its pieces or their order) (no rank "
+                                   "holds the job's state to say which is the job): every rank refuses"}) {
+      EXPECT_NE(log.find(part), std::string::npos) << node << ": " << part << "\n" << log;
+    }
+  }
+  EXPECT_FALSE(fs::exists(dir.path() / "metrics.jsonl") && !read_metrics(dir.path() / "metrics.jsonl").empty())
+      << "no step ran";
 }
 
 TEST_F(RecoveryCluster, AWorkerCrashedInTheOptimizerIsRecoveredFromMemory) {

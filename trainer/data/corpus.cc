@@ -246,6 +246,9 @@ Corpus::Corpus(std::filesystem::path root, const CorpusOptions& options) : root_
     first_piece_.push_back(stats_.pieces);
     stats_.pieces += static_cast<std::uint64_t>((size + context_ - 1) / context_);
   }
+  std::string listing = "corpus " + std::to_string(context_) + "\n";
+  for (std::size_t d = 0; d < paths_.size(); ++d) listing += paths_[d] + '\0' + std::to_string(sizes_[d]) + '\n';
+  fingerprint_ = fingerprint_of(listing);
   stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   std::string skipped = skipped_summary(stats_);
@@ -317,12 +320,6 @@ bool Corpus::read(std::uint64_t piece, std::int64_t length, std::vector<std::int
   std::transform(bytes.begin(), bytes.end(), tokens.begin(),
                  [](char c) { return static_cast<std::int32_t>(static_cast<unsigned char>(c)); });
   return true;
-}
-
-std::string Corpus::fingerprint() const {
-  std::string listing = "corpus " + std::to_string(context_) + "\n";
-  for (std::size_t d = 0; d < paths_.size(); ++d) listing += paths_[d] + '\0' + std::to_string(sizes_[d]) + '\n';
-  return fingerprint_of(listing);
 }
 
 }  // namespace hdp::trainer::data

@@ -93,8 +93,9 @@ class Corpus final : public PieceSource {
   bool read(std::uint64_t piece, std::int64_t length, std::vector<std::int32_t>& tokens,
             std::string& why) const override;
   // Of every document's relative path and size, and the context: an edit that keeps a file's size
-  // is not seen (reading every byte at each start would cost more than the walk).
-  std::string fingerprint() const override;
+  // is not seen (reading every byte at each start would cost more than the walk). Computed once,
+  // with the index.
+  std::string fingerprint() const override { return fingerprint_; }
 
  private:
   std::filesystem::path root_;
@@ -103,6 +104,7 @@ class Corpus final : public PieceSource {
   std::vector<std::string> paths_;          // relative, bytewise ascending
   std::vector<std::int64_t> sizes_;         // bytes, >= 1
   std::vector<std::uint64_t> first_piece_;  // first piece of each document; ascending
+  std::string fingerprint_;
 };
 
 }  // namespace hdp::trainer::data

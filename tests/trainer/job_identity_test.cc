@@ -1,0 +1,165 @@
+// What the ranks of one job must share (trainer/job_identity.h): which settings change which part
+// of a worker's identity and which do not, and the check at a generation's start: a rank that
+// differs from the ranks holding the job's state is refused alone, the others go on without it; with
+// no such ranks (or holders that disagree) every rank refuses, naming the nodes on each side.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/error.h"
+#include "tests/support/temp_dir.h"
+#include "trainer/job_identity.h"
+
+namespace hdp::trainer {
+namespace {
+
+TrainerConfig config() {
+  TrainerConfig c;
+  c.model = model_preset("tiny");
+  c.context = 128;
+  c.capacity = 128;
+  c.batch_tokens = 1024;
+  c.data = "synthetic:github";
+  return c;
+}
+
+JobIdentity identity(const TrainerConfig& c) { return job_identity(c, build_setup(c)); }
+
+// The parts in which a changed configuration's identity differs from the default's.
+std::vector<std::size_t> changed_parts(const TrainerConfig& changed) {
+  const JobIdentity a = identity(config()), b = identity(changed);
+  std::vector<std::size_t> parts;
+  for (std::size_t p = 0; p < JobIdentity::kPartCount; ++p) {
+    if (a.digest[p] != b.digest[p]) parts.push_back(p);
+  }
+  return parts;
+}
+
+TEST(JobIdentity, EachSettingThatMakesAnotherJobChangesItsPart) {
+  using P = std::vector<std::size_t>;
+  EXPECT_EQ(identity(config()), identity(config())) << "a function of the configuration";
+  TrainerConfig c = config();
+  c.data = "synthetic:byted";
+  EXPECT_EQ(changed_parts(c), P{JobIdentity::kData});
+  c = config();
+  c.model.n_layers += 1;
+  EXPECT_EQ(changed_parts(c), P{JobIdentity::kModel});
+  c = config();
+  c.precision = ops::model::Precision::kBF16;
+  EXPECT_EQ(changed_parts(c), P{JobIdentity::kModel});
+  for (auto change : std::vector<void (*)(TrainerConfig&)>{
+           [](TrainerConfig& x) { x.batch_tokens *= 2; },
+           [](TrainerConfig& x) { x.steps += 1; }, [](TrainerConfig& x) { x.lr.peak *= 2; },
+           [](TrainerConfig& x) { x.beta2 = 0.99f; }, [](TrainerConfig& x) { x.max_grad_norm = 0; },
+           [](TrainerConfig& x) { x.speed_aware = false; }, [](TrainerConfig& x) { x.redundant_shards = false; },
+           [](TrainerConfig& x) { x.checkpoint_dir = "ckpt"; }}) {
+    c = config();
+    change(c);
+    EXPECT_EQ(changed_parts(c), P{JobIdentity::kTraining});
+  }
+  // The seed: the training's, and here the data's too (synthetic documents are drawn from it).
+  c = config();
+  c.seed += 1;
+  EXPECT_EQ(changed_parts(c), (P{JobIdentity::kData, JobIdentity::kTraining}));
+}
+
+TEST(JobIdentity, WhatAWorkerSetsForItselfAndTheLiveSettingsDoNotCount) {
+  TrainerConfig c = config();
+  c.threads = 7;
+  c.timeout = std::chrono::milliseconds(1234);
+  c.metrics_file = "elsewhere.jsonl";
+  c.max_rank_memory_bytes = 1 << 30;
+  c.faults.push_back(parse_fault("crash:1@3"));
+  c.checkpoint_every = 7;  // live (hdp config set)
+  c.straggler_threshold = 0.5;
+  EXPECT_EQ(identity(c), identity(config()));
+}
+
+// A corpus directory is known by its files' names and sizes (data::Corpus::fingerprint): the
+// same files under another root are the same data; a file that grew is not.
+TEST(JobIdentity, TheSameFilesAtAnotherPathAreTheSameDataAndOtherFilesAreNot) {
+  test::TempDir a, b, other;
+  for (const auto* dir : {&a, &b, &other}) {
+    for (int i = 0; i < 3; ++i) {
+      std::ofstream(dir->path() / ("doc" + std::to_string(i) + ".txt"))
+          << std::string(300 + (dir == &other && i == 2 ? 1 : 0), static_cast<char>('a' + i));
+    }
+  }
+  TrainerConfig c = config();
+  c.data = a.path().string();
+  const JobIdentity at_a = identity(c);
+  c.data = b.path().string();
+  EXPECT_EQ(identity(c), at_a);
+  c.data = other.path().string();
+  EXPECT_NE(identity(c).digest[JobIdentity::kData], at_a.digest[JobIdentity::kData]);
+}
+
+JobIdentity with(std::size_t part, std::uint64_t value) {
+  JobIdentity id;
+  id.digest[part] = value;
+  return id;
+}
+
+// The outcome of check_one_job on rank `me`: "ok", "refused: <message>" or "abandon: <message>".
+std::string verdict(const std::vector<JobIdentity>& ids, const std::vector<bool>& holds,
+                    const std::vector<std::string>& nodes, int me) {
+  try {
+    check_one_job(ids, holds, nodes, me);
+    return "ok";
+  } catch (const InvalidArgument& e) {
+    return std::string("refused: ") + e.what();
+  } catch (const RecoverableError& e) {
+    return std::string("abandon: ") + e.what();
+  }
+}
+
+TEST(JobIdentity, AJoinerThatDiffersFromTheRunningJobIsRefusedAloneAndTheOthersGoOnWithoutIt) {
+  const JobIdentity job, other = with(JobIdentity::kData, 5);
+  const std::vector<JobIdentity> ids = {job, job, job, job, other, other};
+  const std::vector<bool> holds = {true, true, true, true, false, false};
+  const std::vector<std::string> nodes = {"n1", "n1", "n2", "n2", "n3", "n3"};
+  for (int me : {4, 5}) {
+    const std::string v = verdict(ids, holds, nodes, me);
+    EXPECT_EQ(v.rfind("refused: ", 0), 0u) << v;
+    EXPECT_NE(v.find("node n3"), std::string::npos) << v;
+    EXPECT_NE(v.find("in its data (its pieces or their order)"), std::string::npos) << v;
+    EXPECT_NE(v.find("node n1 (ranks 0, 1), node n2 (ranks 2, 3)"), std::string::npos) << v;
+    EXPECT_NE(v.find("leaves the job"), std::string::npos) << v;
+  }
+  for (int me : {0, 1, 2, 3}) {
+    EXPECT_EQ(verdict(ids, holds, nodes, me),
+              "abandon: node n3 (ranks 4, 5) differs from the running job in data (its pieces or their order): "
+              "refused; the job goes on without it");
+  }
+  // A worker restarted with nothing (its state lost) that matches is no reason to refuse anyone.
+  EXPECT_EQ(verdict({job, job, job}, {true, false, true}, {"n1", "n2", "n3"}, 1), "ok");
+  // The job's side need not be the larger one: two joiners do not outvote one holder.
+  const std::string v = verdict({job, other, other}, {true, false, false}, {"n1", "n2", "n3"}, 0);
+  EXPECT_EQ(v.rfind("abandon: node n2 (rank 1), node n3 (rank 2) differ from the running job", 0), 0u) << v;
+}
+
+TEST(JobIdentity, WithNoRankHoldingTheJobEveryRankRefusesNamingBothSides) {
+  const JobIdentity job, other = with(JobIdentity::kTraining, 9);
+  const std::vector<JobIdentity> ids = {job, job, other, other};
+  const std::vector<std::string> nodes = {"n1", "n1", "n2", "n2"};
+  for (int me = 0; me < 4; ++me) {
+    const std::string v = verdict(ids, {false, false, false, false}, nodes, me);
+    EXPECT_EQ(v,
+              "refused: the ranks were not started for one job: node n1 (ranks 0, 1); node n2 (ranks 2, 3) differs "
+              "from them in training settings (no rank holds the job's state to say which is the job): every rank "
+              "refuses; start every node with the same data, model and settings");
+  }
+  // Holders that disagree: nothing says which is the job either.
+  const std::string v = verdict(ids, {true, false, true, false}, nodes, 1);
+  EXPECT_NE(v.find("the ranks that hold the job's state disagree among themselves"), std::string::npos) << v;
+  EXPECT_EQ(v.rfind("refused: ", 0), 0u) << v;
+  // Several parts are all named.
+  JobIdentity both = with(JobIdentity::kModel, 1);
+  both.digest[JobIdentity::kBuild] = 2;
+  EXPECT_EQ(differing_parts(both, job), "model (shape or precision), hdp version");
+  EXPECT_EQ(verdict({job, job}, {false, false}, {"n1", "n2"}, 0), "ok");
+}
+
+}  // namespace
+}  // namespace hdp::trainer

@@ -1,0 +1,137 @@
+#include "trainer/job_identity.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+#include <span>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/checksum.h"
+#include "common/error.h"
+#include "common/text.h"
+#include "hdp/config.h"
+#include "trainer/data/batch_source.h"
+
+namespace hdp::trainer {
+namespace {
+
+std::uint64_t digest_of(const std::string& text) {
+  return checkpoint::xxh3(std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(text.data()), text.size()));
+}
+
+// "node n3 (ranks 4, 5)", one entry a node, in rank order.
+std::string ranks_by_node(const std::vector<int>& ranks, const std::vector<std::string>& nodes) {
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<int>> by_node;
+  for (const int r : ranks) {
+    const std::string& node = nodes[static_cast<std::size_t>(r)];
+    if (!by_node.contains(node)) order.push_back(node);
+    by_node[node].push_back(r);
+  }
+  return join(order, ", ", [&](const std::string& node) {
+    const auto& rs = by_node.at(node);
+    return "node " + node + " (rank" + (rs.size() > 1 ? "s " : " ") + join(rs, ", ", [](int r) { return std::to_string(r); }) +
+           ")";
+  });
+}
+
+std::size_t node_count(const std::vector<int>& ranks, const std::vector<std::string>& nodes) {
+  std::set<std::string> distinct;
+  for (const int r : ranks) distinct.insert(nodes[static_cast<std::size_t>(r)]);
+  return distinct.size();
+}
+
+}  // namespace
+
+JobIdentity job_identity(const TrainerConfig& config, const TrainingSetup& setup) {
+  JobIdentity id;
+  id.digest[JobIdentity::kData] = digest_of(data::order_fingerprint(*setup.data) + "\neval " +
+                                            (setup.eval ? data::order_fingerprint(*setup.eval) : std::string()));
+  id.digest[JobIdentity::kModel] =
+      digest_of(config.model_json().dump() + "\nprecision " + ops::model::precision_name(config.precision));
+  const nlohmann::json training = {{"context", config.context},
+                                   {"capacity", config.capacity},
+                                   {"batch_tokens", config.batch_tokens},
+                                   {"steps", config.steps},
+                                   {"lr", {config.lr.peak, config.lr.min, config.lr.warmup, config.lr.total}},
+                                   {"beta1", config.beta1},
+                                   {"beta2", config.beta2},
+                                   {"weight_decay", config.weight_decay},
+                                   {"decay_norms", config.decay_norms},
+                                   {"max_grad_norm", config.max_grad_norm},
+                                   {"seed", config.seed},
+                                   {"speed_aware", config.speed_aware},
+                                   {"redundant_shards", config.redundant_shards},
+                                   {"verify_replicas_every", config.verify_replicas_every},
+                                   {"eval_every", config.eval_every},
+                                   {"eval_tokens", config.eval_tokens},
+                                   {"checkpoints", !config.checkpoint_dir.empty()},
+                                   {"resume", config.resume}};
+  id.digest[JobIdentity::kTraining] = digest_of(training.dump());
+  id.digest[JobIdentity::kBuild] = digest_of(HDP_VERSION);
+  return id;
+}
+
+std::string differing_parts(const JobIdentity& a, const JobIdentity& b) {
+  std::vector<std::string_view> parts;
+  for (std::size_t p = 0; p < JobIdentity::kPartCount; ++p) {
+    if (a.digest[p] != b.digest[p]) parts.push_back(kIdentityParts[p]);
+  }
+  return join(parts, ", ", [](std::string_view part) { return std::string(part); });
+}
+
+void check_one_job(const std::vector<JobIdentity>& ids, const std::vector<bool>& holds_state,
+                   const std::vector<std::string>& nodes, int me) {
+  const std::size_t n = ids.size();
+  HDP_CHECK(holds_state.size() == n && nodes.size() == n && me >= 0 && static_cast<std::size_t>(me) < n,
+            "check_one_job: one identity, one state and one node a rank");
+  if (std::all_of(ids.begin(), ids.end(), [&](const JobIdentity& id) { return id == ids[0]; })) return;
+
+  std::optional<JobIdentity> job;
+  bool holders_agree = true;
+  for (std::size_t r = 0; r < n; ++r) {
+    if (!holds_state[r]) continue;
+    if (!job) job = ids[r];
+    holders_agree = holders_agree && ids[r] == *job;
+  }
+  if (job && holders_agree) {
+    std::vector<int> refused, kept;
+    for (std::size_t r = 0; r < n; ++r) (ids[r] == *job ? kept : refused).push_back(static_cast<int>(r));
+    const std::string parts = differing_parts(ids[static_cast<std::size_t>(refused.front())], *job);
+    if (ids[static_cast<std::size_t>(me)] != *job) {
+      throw InvalidArgument("this worker (rank " + std::to_string(me) + ", node " + nodes[static_cast<std::size_t>(me)] +
+                            ") differs from the running job (" + ranks_by_node(kept, nodes) + ") in its " +
+                            differing_parts(ids[static_cast<std::size_t>(me)], *job) +
+                            ": it is refused, and its node leaves the job");
+    }
+    const bool one = node_count(refused, nodes) == 1;
+    throw RecoverableError(ranks_by_node(refused, nodes) + (one ? " differs" : " differ") + " from the running job in " +
+                           parts + ": refused; the job goes on without " + (one ? "it" : "them"));
+  }
+
+  // Nothing says which side is the job: every rank refuses, naming the sides.
+  std::vector<JobIdentity> kinds;
+  std::vector<std::vector<int>> sides;
+  for (std::size_t r = 0; r < n; ++r) {
+    const auto at = std::find(kinds.begin(), kinds.end(), ids[r]);
+    if (at == kinds.end()) {
+      kinds.push_back(ids[r]);
+      sides.push_back({static_cast<int>(r)});
+    } else {
+      sides[static_cast<std::size_t>(at - kinds.begin())].push_back(static_cast<int>(r));
+    }
+  }
+  std::string text = "the ranks were not started for one job: " + ranks_by_node(sides[0], nodes);
+  for (std::size_t k = 1; k < kinds.size(); ++k) {
+    text += "; " + ranks_by_node(sides[k], nodes) + (node_count(sides[k], nodes) == 1 ? " differs" : " differ") +
+            " from them in " +
+            differing_parts(kinds[k], kinds[0]);
+  }
+  text += job ? " (and the ranks that hold the job's state disagree among themselves)"
+              : " (no rank holds the job's state to say which is the job)";
+  throw InvalidArgument(text + ": every rank refuses; start every node with the same data, model and settings");
+}
+
+}  // namespace hdp::trainer

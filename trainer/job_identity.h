@@ -1,0 +1,67 @@
+// File: trainer/job_identity.h
+//
+// What the ranks of one job must share to train it as one, and what becomes of a rank that does
+// not (docs/architecture.md, "One job: checked at every generation's start"). Four digests (xxh3-64):
+//   data      the pieces and their order (data::order_fingerprint), and the held-out data's: a node
+//             whose files differ as PieceSource::fingerprint sees them (a corpus's file names and
+//             sizes, an indexed dataset's index and first and last MiB), or whose hdp orders an
+//             epoch another way, would train on other batches than its peers, and nothing else
+//             would notice;
+//   model     the model's shape (TrainerConfig::model_json) and precision;
+//   training  the settings that enter a step's arithmetic or the ranks' collectives: context,
+//             capacity, batch tokens, steps, the learning-rate schedule, AdamW's betas and weight
+//             decay, the norms' decay, clipping, the seed, speed-aware plans, redundant shards and
+//             their verification, validation, checkpoints on or off, resume;
+//   build     the hdp version (HDP_VERSION).
+// Not in them, by design: what each worker may set for itself (device, threads, timeouts, paths:
+// the data is compared by its content; metrics and TensorBoard files, the memory limit, injected
+// faults, the cost model file, which the plans' digest checks every step) and the live settings
+// (`hdp config set`), which rank 0 hands to every rank at a step boundary.
+//
+// The check (check_one_job) runs at every generation's start on what the ranks' held state
+// already carries (Recovery::start, mesh::exchange_states: no message of its own):
+//   - every rank the same: the generation goes on;
+//   - some ranks hold the running job's state (they trained in an earlier generation) and agree:
+//     they are the job. A rank that differs from them (a node that joins, a worker restarted from
+//     a binary or files changed under it) is refused: it throws InvalidArgument (`hdp train` exits
+//     2; its agent stops its node, leaves the job and exits 3, not to be requeued), and the others
+//     abandon the generation (RecoverableError) to go on in the next one without it, from memory;
+//   - no rank holds state (the job starts, or restarts from its checkpoint), or the holders
+//     disagree: nothing says which side is the job, so every rank refuses (exit 2 on all), the
+//     message naming the nodes on each side and what differs.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "trainer/trainer_config.h"
+#include "trainer/training_setup.h"
+
+namespace hdp::trainer {
+
+struct JobIdentity {
+  enum Part : std::size_t { kData, kModel, kTraining, kBuild, kPartCount };
+  std::array<std::uint64_t, kPartCount> digest{};
+  bool operator==(const JobIdentity&) const = default;
+};
+
+// What each part is, as the refusal names it.
+inline constexpr std::array<std::string_view, JobIdentity::kPartCount> kIdentityParts = {
+    "data (its pieces or their order)", "model (shape or precision)", "training settings", "hdp version"};
+
+// This worker's identity, from its command line's configuration and what it built from it.
+JobIdentity job_identity(const TrainerConfig& config, const TrainingSetup& setup);
+
+// The parts in which `a` and `b` differ, named and joined by ", " (empty when equal).
+std::string differing_parts(const JobIdentity& a, const JobIdentity& b);
+
+// The check above, on every rank alike. `ids` and `holds_state` by rank, `nodes` each rank's node,
+// `me` this rank. Returns when the generation may go on; throws InvalidArgument on a rank refused
+// (or on every rank when none can be told the job), RecoverableError on the others.
+void check_one_job(const std::vector<JobIdentity>& ids, const std::vector<bool>& holds_state,
+                   const std::vector<std::string>& nodes, int me);
+
+}  // namespace hdp::trainer
