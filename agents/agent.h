@@ -71,7 +71,8 @@ struct AgentOptions {
 
 enum class AgentOutcome {
   kCompleted,  // the job completed (every worker exited 0)
-  kJobFailed,  // a worker reported that the job failed permanently (exit 3): do not requeue
+  kJobFailed,  // a worker reported that the job failed permanently (exit 3), or that it cannot run
+               // (exit 2: its configuration, or one the running job refused): do not requeue
   kDrained,    // stopped by a signal after draining
 };
 

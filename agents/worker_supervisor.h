@@ -35,7 +35,8 @@ namespace hdp::agents {
 // What a worker's exit status (waitpid's) says of the job.
 enum class WorkerExit {
   kClean,      // exit 0: the job completed, or its ranks agreed to stop
-  kJobFailed,  // exit 3 (the job failed permanently) or 2 (its configuration cannot run):
+  kJobFailed,  // exit 3 (the job failed permanently) or 2 (its configuration cannot run, or the
+               // running job refused it: trainer/job_identity.h):
                // restarting the worker would fail the same way
   kFailed,     // anything else (another exit code, a signal): a restart may help
 };

@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/text.h"
 #include "hdp/config.h"
+#include "mesh/plan/cost_model_json.h"
 #include "trainer/data/batch_source.h"
 
 namespace hdp::trainer {
@@ -68,7 +69,10 @@ JobIdentity job_identity(const TrainerConfig& config, const TrainingSetup& setup
                                    {"eval_every", config.eval_every},
                                    {"eval_tokens", config.eval_tokens},
                                    {"checkpoints", !config.checkpoint_dir.empty()},
-                                   {"resume", config.resume}};
+                                   {"resume", config.resume},
+                                   {"allow_data_change", config.allow_data_change},
+                                   {"cost_model", mesh::cost_model_to_json(setup.cost)},
+                                   {"offload", plans_offload(config, setup.cost)}};
   id.digest[JobIdentity::kTraining] = digest_of(training.dump());
   id.digest[JobIdentity::kBuild] = digest_of(HDP_VERSION);
   return id;
@@ -82,12 +86,13 @@ std::string differing_parts(const JobIdentity& a, const JobIdentity& b) {
   return join(parts, ", ", [](std::string_view part) { return std::string(part); });
 }
 
-void check_one_job(const std::vector<JobIdentity>& ids, const std::vector<bool>& holds_state,
-                   const std::vector<std::string>& nodes, int me) {
+JobCheck check_one_job(const std::vector<JobIdentity>& ids, const std::vector<bool>& holds_state,
+                       const std::vector<std::string>& nodes, int me) {
   const std::size_t n = ids.size();
   HDP_CHECK(holds_state.size() == n && nodes.size() == n && me >= 0 && static_cast<std::size_t>(me) < n,
             "check_one_job: one identity, one state and one node a rank");
-  if (std::all_of(ids.begin(), ids.end(), [&](const JobIdentity& id) { return id == ids[0]; })) return;
+  JobCheck check;
+  if (std::all_of(ids.begin(), ids.end(), [&](const JobIdentity& id) { return id == ids[0]; })) return check;
 
   std::optional<JobIdentity> job;
   bool holders_agree = true;
@@ -98,17 +103,29 @@ void check_one_job(const std::vector<JobIdentity>& ids, const std::vector<bool>&
   }
   if (job && holders_agree) {
     std::vector<int> refused, kept;
-    for (std::size_t r = 0; r < n; ++r) (ids[r] == *job ? kept : refused).push_back(static_cast<int>(r));
-    const std::string parts = differing_parts(ids[static_cast<std::size_t>(refused.front())], *job);
-    if (ids[static_cast<std::size_t>(me)] != *job) {
-      throw InvalidArgument("this worker (rank " + std::to_string(me) + ", node " + nodes[static_cast<std::size_t>(me)] +
-                            ") differs from the running job (" + ranks_by_node(kept, nodes) + ") in its " +
-                            differing_parts(ids[static_cast<std::size_t>(me)], *job) +
-                            ": it is refused, and its node leaves the job");
+    JobIdentity differs;  // a digest is non-zero where some refused rank differs
+    for (std::size_t r = 0; r < n; ++r) {
+      (ids[r] == *job ? kept : refused).push_back(static_cast<int>(r));
+      for (std::size_t p = 0; p < JobIdentity::kPartCount; ++p) differs.digest[p] |= ids[r].digest[p] != job->digest[p];
     }
-    const bool one = node_count(refused, nodes) == 1;
-    throw RecoverableError(ranks_by_node(refused, nodes) + (one ? " differs" : " differ") + " from the running job in " +
-                           parts + ": refused; the job goes on without " + (one ? "it" : "them"));
+    if (ids[static_cast<std::size_t>(me)] != *job) {
+      check.outcome = JobCheck::Outcome::kRefused;
+      check.message = "this worker (rank " + std::to_string(me) + ", node " + nodes[static_cast<std::size_t>(me)] +
+                      ") differs from the running job (" + ranks_by_node(kept, nodes) + ") in its " +
+                      differing_parts(ids[static_cast<std::size_t>(me)], *job) +
+                      ": it is refused, and its node leaves the job";
+      return check;
+    }
+    check.outcome = JobCheck::Outcome::kOthersRefused;
+    check.parts = differing_parts(differs, JobIdentity{});
+    std::set<std::string> seen;
+    for (const int r : refused) {
+      if (seen.insert(nodes[static_cast<std::size_t>(r)]).second) check.refused_nodes.push_back(nodes[static_cast<std::size_t>(r)]);
+    }
+    const bool one = check.refused_nodes.size() == 1;
+    check.message = ranks_by_node(refused, nodes) + (one ? " differs" : " differ") + " from the running job in " +
+                    check.parts + ": refused; the job goes on without " + (one ? "it" : "them");
+    return check;
   }
 
   // Nothing says which side is the job: every rank refuses, naming the sides.
@@ -126,12 +143,13 @@ void check_one_job(const std::vector<JobIdentity>& ids, const std::vector<bool>&
   std::string text = "the ranks were not started for one job: " + ranks_by_node(sides[0], nodes);
   for (std::size_t k = 1; k < kinds.size(); ++k) {
     text += "; " + ranks_by_node(sides[k], nodes) + (node_count(sides[k], nodes) == 1 ? " differs" : " differ") +
-            " from them in " +
-            differing_parts(kinds[k], kinds[0]);
+            " from them in " + differing_parts(kinds[k], kinds[0]);
   }
   text += job ? " (and the ranks that hold the job's state disagree among themselves)"
               : " (no rank holds the job's state to say which is the job)";
-  throw InvalidArgument(text + ": every rank refuses; start every node with the same data, model and settings");
+  check.outcome = JobCheck::Outcome::kNoJob;
+  check.message = text + ": every rank refuses; start every node with the same data, model and settings";
+  return check;
 }
 
 }  // namespace hdp::trainer

@@ -8,24 +8,28 @@
 //             epoch another way, would train on other batches than its peers, and nothing else
 //             would notice;
 //   model     the model's shape (TrainerConfig::model_json) and precision;
-//   training  the settings that enter a step's arithmetic or the ranks' collectives: context,
-//             capacity, batch tokens, steps, the learning-rate schedule, AdamW's betas and weight
-//             decay, the norms' decay, clipping, the seed, speed-aware plans, redundant shards and
-//             their verification, validation, checkpoints on or off, resume;
-//   build     the hdp version (HDP_VERSION).
-// Not in them, by design: what each worker may set for itself (device, threads, timeouts, paths:
-// the data is compared by its content; metrics and TensorBoard files, the memory limit, injected
-// faults, the cost model file, which the plans' digest checks every step) and the live settings
-// (`hdp config set`), which rank 0 hands to every rank at a step boundary.
+//   training  the settings that enter a step's arithmetic, its plan or the ranks' collectives:
+//             context, capacity, batch tokens, steps, the learning-rate schedule, AdamW's betas and
+//             weight decay, the norms' decay, clipping, the seed, the planner's cost model (from
+//             --cost-model, or estimated for the device: a CPU rank and a GPU rank would plan the
+//             same step differently) and whether it may offload, speed-aware plans, redundant
+//             shards and their verification, validation, checkpoints on or off, resume, a data
+//             change allowed on restore;
+//   build     the hdp release (HDP_VERSION). Two builds of one release that changed the ranks'
+//             wire format fail earlier, in the all-gather that carries the digests, on every rank.
+// Not in them, by design: what each worker may set for itself (threads, timeouts, paths: the data
+// is compared by its content; metrics and TensorBoard files, the memory limit, injected faults)
+// and the live settings (`hdp config set`), which rank 0 hands to every rank at a step boundary.
 //
 // The check (check_one_job) runs at every generation's start on what the ranks' held state
 // already carries (Recovery::start, mesh::exchange_states: no message of its own):
 //   - every rank the same: the generation goes on;
 //   - some ranks hold the running job's state (they trained in an earlier generation) and agree:
 //     they are the job. A rank that differs from them (a node that joins, a worker restarted from
-//     a binary or files changed under it) is refused: it throws InvalidArgument (`hdp train` exits
-//     2; its agent stops its node, leaves the job and exits 3, not to be requeued), and the others
-//     abandon the generation (RecoverableError) to go on in the next one without it, from memory;
+//     files changed under it) is refused: it throws InvalidArgument (`hdp train` exits 2; its agent
+//     stops its node, leaves the job and exits 3, not to be requeued), and the others abandon the
+//     generation (RecoverableError; rank 0 records a `node_refused` event) to go on in the next
+//     one without it, from memory;
 //   - no rank holds state (the job starts, or restarts from its checkpoint), or the holders
 //     disagree: nothing says which side is the job, so every rank refuses (exit 2 on all), the
 //     message naming the nodes on each side and what differs.
@@ -50,7 +54,9 @@ struct JobIdentity {
 
 // What each part is, as the refusal names it.
 inline constexpr std::array<std::string_view, JobIdentity::kPartCount> kIdentityParts = {
-    "data (its pieces or their order)", "model (shape or precision)", "training settings", "hdp version"};
+    "data (its pieces or their order)", "model (its shape, or its precision: --dtype)",
+    "training settings (including the planner's cost model, which follows --device and --cost-model)",
+    "hdp version"};
 
 // This worker's identity, from its command line's configuration and what it built from it.
 JobIdentity job_identity(const TrainerConfig& config, const TrainingSetup& setup);
@@ -58,10 +64,22 @@ JobIdentity job_identity(const TrainerConfig& config, const TrainingSetup& setup
 // The parts in which `a` and `b` differ, named and joined by ", " (empty when equal).
 std::string differing_parts(const JobIdentity& a, const JobIdentity& b);
 
-// The check above, on every rank alike. `ids` and `holds_state` by rank, `nodes` each rank's node,
-// `me` this rank. Returns when the generation may go on; throws InvalidArgument on a rank refused
-// (or on every rank when none can be told the job), RecoverableError on the others.
-void check_one_job(const std::vector<JobIdentity>& ids, const std::vector<bool>& holds_state,
-                   const std::vector<std::string>& nodes, int me);
+// The check above on one rank: a pure function of every rank's identity, so every rank reaches
+// the same verdict with no further message.
+struct JobCheck {
+  enum class Outcome {
+    kSame,           // the generation goes on
+    kRefused,        // this rank differs from the job's: InvalidArgument(message)
+    kOthersRefused,  // this rank is the job's, others differ: RecoverableError(message)
+    kNoJob,          // nothing says which side is the job: InvalidArgument(message) on every rank
+  };
+  Outcome outcome = Outcome::kSame;
+  std::string message;
+  std::vector<std::string> refused_nodes;  // kOthersRefused: the nodes of the refused ranks
+  std::string parts;                       // kOthersRefused: what they differ in (every part any differs in)
+};
+// `ids` and `holds_state` by rank, `nodes` each rank's node, `me` this rank.
+JobCheck check_one_job(const std::vector<JobIdentity>& ids, const std::vector<bool>& holds_state,
+                       const std::vector<std::string>& nodes, int me);
 
 }  // namespace hdp::trainer

@@ -79,16 +79,27 @@ std::int64_t Recovery::start(const Membership& m, Communicator& comm) {
 static_assert(std::tuple_size_v<decltype(mesh::HeldState::job)> == JobIdentity::kPartCount,
               "the held state carries every part of the job's identity");
 
-// Every rank refused that differs from the job (trainer/job_identity.h); a rank holds the job's
-// state when its shards belong to a layout.
-void Recovery::check_identities(const Membership& m, const std::vector<mesh::HeldState>& states) const {
+// A rank that differs from the job is refused (trainer/job_identity.h); a rank holds the job's
+// state when its shards belong to a layout. Rank 0 of the job records whom it refused.
+void Recovery::check_identities(const Membership& m, const std::vector<mesh::HeldState>& states) {
   std::vector<JobIdentity> ids(states.size());
   std::vector<bool> holds(states.size());
   for (std::size_t r = 0; r < states.size(); ++r) {
     ids[r].digest = states[r].job;
     holds[r] = states[r].layout >= 0;
   }
-  check_one_job(ids, holds, node_of_rank(m), m.rank);
+  const JobCheck check = check_one_job(ids, holds, node_of_rank(m), m.rank);
+  switch (check.outcome) {
+    case JobCheck::Outcome::kSame: return;
+    case JobCheck::Outcome::kRefused:
+    case JobCheck::Outcome::kNoJob: throw InvalidArgument(check.message);
+    case JobCheck::Outcome::kOthersRefused:
+      if (m.rank == 0) {
+        log()->error("generation {}: {}", m.generation, check.message);
+        events_.record(m, "node_refused", {{"nodes", join(check.refused_nodes)}, {"differs_in", check.parts}});
+      }
+      throw RecoverableError(check.message);
+  }
 }
 
 // What this rank holds for the agreement of start(): every (shard, step) of its optimizer, the

@@ -69,7 +69,7 @@ class Recovery {
 
  private:
   mesh::HeldState held_state() const;
-  void check_identities(const elastic::Membership& m, const std::vector<mesh::HeldState>& states) const;
+  void check_identities(const elastic::Membership& m, const std::vector<mesh::HeldState>& states);
   void from_memory(const elastic::Membership& m, mesh::Communicator& comm, const mesh::ReshardPlan& plan,
                    SteadyClock::time_point began);
   void report_rolled_forward(const elastic::Membership& m);

@@ -313,6 +313,36 @@ Full with_failure(const Scenario& sc, std::int64_t* chosen) {
   return gather(next, next_params[0].to_vector<float>());
 }
 
+// The caller's job digests (HeldState::job) come back as sent, by rank, all 64 bits of each.
+TEST(ExchangeStates, CarriesEachRanksJobDigestsWhole) {
+  constexpr int kWorld = 3;
+  auto comms = connect_local(kWorld, 5s);
+  std::vector<std::vector<HeldState>> seen(kWorld);
+  std::vector<std::thread> threads;
+  auto digests_of = [](int r) {
+    return std::array<std::uint64_t, 4>{0xffffffffffffffffULL - static_cast<std::uint64_t>(r), 0x8000000000000000ULL,
+                                        static_cast<std::uint64_t>(r), 0x0123456789abcdefULL * static_cast<std::uint64_t>(r + 1)};
+  };
+  for (int r = 0; r < kWorld; ++r) {
+    threads.emplace_back([&, r] {
+      HeldState mine;
+      mine.job = digests_of(r);
+      mine.held = {{r, 7}};
+      seen[static_cast<std::size_t>(r)] = exchange_states(mine, *comms[static_cast<std::size_t>(r)], 5s);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int me = 0; me < kWorld; ++me) {
+    ASSERT_EQ(seen[static_cast<std::size_t>(me)].size(), static_cast<std::size_t>(kWorld));
+    for (int r = 0; r < kWorld; ++r) {
+      const HeldState& s = seen[static_cast<std::size_t>(me)][static_cast<std::size_t>(r)];
+      EXPECT_EQ(s.job, digests_of(r)) << "rank " << me << " reading rank " << r;
+      ASSERT_EQ(s.held.size(), 1u);
+      EXPECT_EQ(s.held[0].owner, r);
+    }
+  }
+}
+
 class ReshardEquivalence : public ::testing::TestWithParam<Scenario> {};
 
 TEST_P(ReshardEquivalence, RecoveredRunEqualsTheFaultFreeRunOnTheNewWorldBitwise) {

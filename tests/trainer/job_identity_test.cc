@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "common/error.h"
+#include "mesh/plan/cost_model_json.h"
 #include "tests/support/temp_dir.h"
 #include "trainer/job_identity.h"
 
@@ -44,7 +45,8 @@ TEST(JobIdentity, EachSettingThatMakesAnotherJobChangesItsPart) {
   EXPECT_EQ(changed_parts(c), P{JobIdentity::kData});
   c = config();
   c.model.n_layers += 1;
-  EXPECT_EQ(changed_parts(c), P{JobIdentity::kModel});
+  // The planner's estimated cost model follows the model's FLOPs: the training part moves too.
+  EXPECT_EQ(changed_parts(c), (P{JobIdentity::kModel, JobIdentity::kTraining}));
   c = config();
   c.precision = ops::model::Precision::kBF16;
   EXPECT_EQ(changed_parts(c), P{JobIdentity::kModel});
@@ -58,6 +60,19 @@ TEST(JobIdentity, EachSettingThatMakesAnotherJobChangesItsPart) {
     change(c);
     EXPECT_EQ(changed_parts(c), P{JobIdentity::kTraining});
   }
+  // The planner's cost model: from a file, or estimated for the device (a CPU and a GPU rank would
+  // plan a step differently).
+  test::TempDir dir;
+  mesh::CostModel calibrated = build_setup(config()).cost;
+  calibrated.gamma_ms *= 2;
+  mesh::save_cost_model(calibrated, (dir.path() / "cost.json").string());
+  c = config();
+  c.cost_model = (dir.path() / "cost.json").string();
+  EXPECT_EQ(changed_parts(c), P{JobIdentity::kTraining});
+  c = config();
+  c.device = ops::Device::kCuda;
+  c.device_ordinal = 0;
+  EXPECT_EQ(changed_parts(c), P{JobIdentity::kTraining});
   // The seed: the training's, and here the data's too (synthetic documents are drawn from it).
   c = config();
   c.seed += 1;
@@ -101,17 +116,18 @@ JobIdentity with(std::size_t part, std::uint64_t value) {
   return id;
 }
 
-// The outcome of check_one_job on rank `me`: "ok", "refused: <message>" or "abandon: <message>".
+// The outcome of check_one_job on rank `me`: "ok", "refused: <message>", "abandon: <message>" (the
+// others refused) or "no job: <message>".
 std::string verdict(const std::vector<JobIdentity>& ids, const std::vector<bool>& holds,
                     const std::vector<std::string>& nodes, int me) {
-  try {
-    check_one_job(ids, holds, nodes, me);
-    return "ok";
-  } catch (const InvalidArgument& e) {
-    return std::string("refused: ") + e.what();
-  } catch (const RecoverableError& e) {
-    return std::string("abandon: ") + e.what();
+  const JobCheck c = check_one_job(ids, holds, nodes, me);
+  switch (c.outcome) {
+    case JobCheck::Outcome::kSame: return "ok";
+    case JobCheck::Outcome::kRefused: return "refused: " + c.message;
+    case JobCheck::Outcome::kOthersRefused: return "abandon: " + c.message;
+    case JobCheck::Outcome::kNoJob: return "no job: " + c.message;
   }
+  return "?";
 }
 
 TEST(JobIdentity, AJoinerThatDiffersFromTheRunningJobIsRefusedAloneAndTheOthersGoOnWithoutIt) {
@@ -137,6 +153,12 @@ TEST(JobIdentity, AJoinerThatDiffersFromTheRunningJobIsRefusedAloneAndTheOthersG
   // The job's side need not be the larger one: two joiners do not outvote one holder.
   const std::string v = verdict({job, other, other}, {true, false, false}, {"n1", "n2", "n3"}, 0);
   EXPECT_EQ(v.rfind("abandon: node n2 (rank 1), node n3 (rank 2) differ from the running job", 0), 0u) << v;
+  // The refused nodes, once each, and every part any of them differs in.
+  const JobCheck c = check_one_job({job, other, with(JobIdentity::kModel, 3), other}, {true, false, false, false},
+                                   {"n1", "n2", "n2", "n3"}, 0);
+  EXPECT_EQ(c.outcome, JobCheck::Outcome::kOthersRefused);
+  EXPECT_EQ(c.refused_nodes, (std::vector<std::string>{"n2", "n3"}));
+  EXPECT_EQ(c.parts, "data (its pieces or their order), model (its shape, or its precision: --dtype)");
 }
 
 TEST(JobIdentity, WithNoRankHoldingTheJobEveryRankRefusesNamingBothSides) {
@@ -146,18 +168,19 @@ TEST(JobIdentity, WithNoRankHoldingTheJobEveryRankRefusesNamingBothSides) {
   for (int me = 0; me < 4; ++me) {
     const std::string v = verdict(ids, {false, false, false, false}, nodes, me);
     EXPECT_EQ(v,
-              "refused: the ranks were not started for one job: node n1 (ranks 0, 1); node n2 (ranks 2, 3) differs "
-              "from them in training settings (no rank holds the job's state to say which is the job): every rank "
+              "no job: the ranks were not started for one job: node n1 (ranks 0, 1); node n2 (ranks 2, 3) differs "
+              "from them in training settings (including the planner's cost model, which follows --device and "
+              "--cost-model) (no rank holds the job's state to say which is the job): every rank "
               "refuses; start every node with the same data, model and settings");
   }
   // Holders that disagree: nothing says which is the job either.
   const std::string v = verdict(ids, {true, false, true, false}, nodes, 1);
   EXPECT_NE(v.find("the ranks that hold the job's state disagree among themselves"), std::string::npos) << v;
-  EXPECT_EQ(v.rfind("refused: ", 0), 0u) << v;
+  EXPECT_EQ(v.rfind("no job: ", 0), 0u) << v;
   // Several parts are all named.
   JobIdentity both = with(JobIdentity::kModel, 1);
   both.digest[JobIdentity::kBuild] = 2;
-  EXPECT_EQ(differing_parts(both, job), "model (shape or precision), hdp version");
+  EXPECT_EQ(differing_parts(both, job), "model (its shape, or its precision: --dtype), hdp version");
   EXPECT_EQ(verdict({job, job}, {false, false}, {"n1", "n2"}, 0), "ok");
 }
 

@@ -762,6 +762,14 @@ TEST_F(RecoveryCluster, ANodeOverOtherDataIsRefusedAndTheJobGoesOnAsTheFaultFree
                       "refused; the job goes on without it"),
             std::string::npos)
       << kept;
+  int refusals = 0;
+  for (const Event& e : events(cluster)) {
+    if (e.at("type") != "node_refused") continue;
+    ++refusals;
+    EXPECT_EQ(e.count("nodes") ? e.at("nodes") : "", "n3");
+    EXPECT_EQ(e.count("differs_in") ? e.at("differs_in") : "", "data (its pieces or their order)");
+  }
+  EXPECT_GE(refusals, 1) << "rank 0 records whom it refused";
   const std::vector<StepLine> run = read_metrics(dir.path() / "metrics.jsonl");
   ASSERT_EQ(run.size(), static_cast<std::size_t>(kSteps));
   const std::int64_t t = expect_continued_from_memory(cluster, run);
