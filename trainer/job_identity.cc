@@ -44,6 +44,22 @@ std::size_t node_count(const std::vector<int>& ranks, const std::vector<std::str
   return distinct.size();
 }
 
+using PartSet = std::array<bool, JobIdentity::kPartCount>;
+
+PartSet parts_differing(const JobIdentity& a, const JobIdentity& b) {
+  PartSet set{};
+  for (std::size_t p = 0; p < JobIdentity::kPartCount; ++p) set[p] = a.digest[p] != b.digest[p];
+  return set;
+}
+
+std::string named(const PartSet& set) {
+  std::vector<std::string> parts;
+  for (std::size_t p = 0; p < JobIdentity::kPartCount; ++p) {
+    if (set[p]) parts.emplace_back(kIdentityParts[p]);
+  }
+  return join(parts, ", ");
+}
+
 }  // namespace
 
 JobIdentity job_identity(const TrainerConfig& config, const TrainingSetup& setup) {
@@ -78,13 +94,7 @@ JobIdentity job_identity(const TrainerConfig& config, const TrainingSetup& setup
   return id;
 }
 
-std::string differing_parts(const JobIdentity& a, const JobIdentity& b) {
-  std::vector<std::string_view> parts;
-  for (std::size_t p = 0; p < JobIdentity::kPartCount; ++p) {
-    if (a.digest[p] != b.digest[p]) parts.push_back(kIdentityParts[p]);
-  }
-  return join(parts, ", ", [](std::string_view part) { return std::string(part); });
-}
+std::string differing_parts(const JobIdentity& a, const JobIdentity& b) { return named(parts_differing(a, b)); }
 
 JobCheck check_one_job(const std::vector<JobIdentity>& ids, const std::vector<bool>& holds_state,
                        const std::vector<std::string>& nodes, int me) {
@@ -103,10 +113,11 @@ JobCheck check_one_job(const std::vector<JobIdentity>& ids, const std::vector<bo
   }
   if (job && holders_agree) {
     std::vector<int> refused, kept;
-    JobIdentity differs;  // a digest is non-zero where some refused rank differs
+    PartSet differs{};  // every part some refused rank differs in
     for (std::size_t r = 0; r < n; ++r) {
       (ids[r] == *job ? kept : refused).push_back(static_cast<int>(r));
-      for (std::size_t p = 0; p < JobIdentity::kPartCount; ++p) differs.digest[p] |= ids[r].digest[p] != job->digest[p];
+      const PartSet mine = parts_differing(ids[r], *job);
+      for (std::size_t p = 0; p < JobIdentity::kPartCount; ++p) differs[p] = differs[p] || mine[p];
     }
     if (ids[static_cast<std::size_t>(me)] != *job) {
       check.outcome = JobCheck::Outcome::kRefused;
@@ -117,7 +128,7 @@ JobCheck check_one_job(const std::vector<JobIdentity>& ids, const std::vector<bo
       return check;
     }
     check.outcome = JobCheck::Outcome::kOthersRefused;
-    check.parts = differing_parts(differs, JobIdentity{});
+    check.parts = named(differs);
     std::set<std::string> seen;
     for (const int r : refused) {
       if (seen.insert(nodes[static_cast<std::size_t>(r)]).second) check.refused_nodes.push_back(nodes[static_cast<std::size_t>(r)]);

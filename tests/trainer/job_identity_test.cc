@@ -10,20 +10,13 @@
 #include "common/error.h"
 #include "mesh/plan/cost_model_json.h"
 #include "tests/support/temp_dir.h"
+#include "tests/trainer/tiny_config.h"
 #include "trainer/job_identity.h"
 
 namespace hdp::trainer {
 namespace {
 
-TrainerConfig config() {
-  TrainerConfig c;
-  c.model = model_preset("tiny");
-  c.context = 128;
-  c.capacity = 128;
-  c.batch_tokens = 1024;
-  c.data = "synthetic:github";
-  return c;
-}
+TrainerConfig config() { return tiny_config(); }
 
 JobIdentity identity(const TrainerConfig& c) { return job_identity(c, build_setup(c)); }
 

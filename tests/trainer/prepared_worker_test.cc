@@ -3,20 +3,13 @@
 // slot's placement matches and replaces otherwise.
 #include <gtest/gtest.h>
 
+#include "tests/trainer/tiny_config.h"
 #include "trainer/training_setup.h"
 
 namespace hdp::trainer {
 namespace {
 
-TrainerConfig config() {
-  TrainerConfig c;
-  c.model = model_preset("tiny");
-  c.context = 128;
-  c.capacity = 128;
-  c.batch_tokens = 1024;
-  c.data = "synthetic:github";
-  return c;
-}
+TrainerConfig config() { return tiny_config(); }
 
 TEST(PreparedWorker, OnTheCpuTheModelsBuffersArePreparedWithTheSetup) {
   const TrainerConfig c = config();

@@ -15,6 +15,7 @@
 #include "mesh/comm/communicator_factory.h"
 #include "mesh/step/distributed_step.h"
 #include "mesh/plan/plan.h"
+#include "tests/trainer/tiny_config.h"
 #include "trainer/data/batch_source.h"
 #include "trainer/trainer_config.h"
 #include "trainer/training_setup.h"
@@ -33,11 +34,7 @@ struct Trained {
 };
 
 TrainerConfig config() {
-  TrainerConfig c;
-  c.model = model_preset("tiny");
-  c.context = 128;
-  c.capacity = 128;
-  c.batch_tokens = 1024;
+  TrainerConfig c = tiny_config();
   c.data = "/usr/include";
   c.seed = 77;
   c.lr = {.peak = 3e-3, .min = 3e-4, .warmup = 1, .total = 10};
