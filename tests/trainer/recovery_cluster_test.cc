@@ -441,13 +441,22 @@ TEST_F(RecoveryCluster, TheLastNodeDrainedWhileTheJobReformsStopsTheJobWithAFina
       },
       60s);
   ASSERT_GE(took, 0) << cluster.all_logs();
-  const std::int64_t generation = cluster.generation();
+  const std::int64_t left_generation = cluster.generation();
   cluster.agent("n1").signal(SIGTERM);
   for (const pid_t pid : workers) kill(pid, SIGTERM);
+  // Read after the signals: when it is still the generation n2 left, the one without n2 came after
+  // them, and n1's ranks stop at its first boundary, before any step in it. Otherwise (under load
+  // the generation without n2 may be published, and its first step begun, before the test sends
+  // the signals) they stop at one of its boundaries like any drain.
+  const std::int64_t generation = cluster.generation();
   EXPECT_EQ(exit_code(cluster, "n2", 60s), 4) << cluster.all_logs();
   EXPECT_EQ(exit_code(cluster, "n1", 60s), 4) << cluster.all_logs();
   const std::int64_t step = expect_stopped(cluster, dir.path());
-  EXPECT_EQ(step, left_at) << "n1's ranks trained in the generation they stopped in";
+  if (generation == left_generation) {
+    EXPECT_EQ(step, left_at) << "n1's ranks trained in the generation they stopped in";
+  } else {
+    EXPECT_GE(step, left_at);
+  }
   // Whether the signal came before the generation without n2 was published (the race this test
   // is for: the test cannot hold the leader back, so it reports which it drew), and whether n1's
   // ranks then waited out a slice of their wait (LoopOptions::stop_wait) before it came.
