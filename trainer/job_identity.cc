@@ -163,4 +163,27 @@ JobCheck check_one_job(const std::vector<JobIdentity>& ids, const std::vector<bo
   return check;
 }
 
+std::string initial_weights_differ(const std::vector<std::uint64_t>& weights, const std::vector<std::string>& nodes) {
+  HDP_CHECK(weights.size() == nodes.size() && !weights.empty(), "initial_weights_differ: one digest and one node a rank");
+  std::vector<std::uint64_t> kinds;
+  std::vector<std::vector<int>> sides;
+  for (std::size_t r = 0; r < weights.size(); ++r) {
+    const auto at = std::find(kinds.begin(), kinds.end(), weights[r]);
+    if (at == kinds.end()) {
+      kinds.push_back(weights[r]);
+      sides.push_back({static_cast<int>(r)});
+    } else {
+      sides[static_cast<std::size_t>(at - kinds.begin())].push_back(static_cast<int>(r));
+    }
+  }
+  if (kinds.size() == 1) return {};
+  auto source = [](std::uint64_t digest) {
+    return digest == 0 ? std::string("the seed's weights") : "weights of xxh3 " + checkpoint::to_hex(digest);
+  };
+  std::string text = "the ranks did not start from the same weights: " + ranks_by_node(sides[0], nodes) + " from " +
+                     source(kinds[0]);
+  for (std::size_t k = 1; k < kinds.size(); ++k) text += "; " + ranks_by_node(sides[k], nodes) + " from " + source(kinds[k]);
+  return text + ": every rank refuses; give every node the same --init-from weights";
+}
+
 }  // namespace hdp::trainer

@@ -16,6 +16,7 @@
 #include "common/text.h"
 #include "trainer/checkpoint_group.h"
 #include "trainer/checkpoint_reporting.h"
+#include "mesh/comm/gather_rows.h"
 #include "trainer/data/batch_source.h"
 #include "trainer/step_boundary.h"
 
@@ -230,6 +231,13 @@ void Recovery::restore(const Membership& m, Communicator& comm, std::int64_t fur
     comm.allgather(model_.params().view(zero_->offset(), {zero_->count()}), model_.params(), zero_->counts());
   } else {
     initialise(m);
+    // The digests travel as i64 (the communicator's integer type), their bits unchanged.
+    const std::vector<std::int64_t> rows =
+        mesh::allgather_rows<std::int64_t>(comm, {static_cast<std::int64_t>(init_weights_)}, config_.timeout);
+    const std::vector<std::uint64_t> weights(rows.begin(), rows.end());
+    if (const std::string differ = initial_weights_differ(weights, node_of_rank(m)); !differ.empty()) {
+      throw InvalidArgument(differ);
+    }
   }
   reporter_.restored_from(restored ? "checkpoint" : (config_.init_from.empty() ? "seed" : "init_from"));
   last_saved_step_ = restored ? step_ : -1;
@@ -246,6 +254,7 @@ void Recovery::restore(const Membership& m, Communicator& comm, std::int64_t fur
 // No checkpoint to restore: the seed's weights, or --init-from's (trainer/hf_model.h; a job that
 // resumes from its own checkpoint ignores them), at step 0.
 void Recovery::initialise(const Membership& m) {
+  init_weights_ = 0;
   if (config_.init_from.empty()) {
     model_.init(config_.seed);
   } else {
@@ -255,9 +264,9 @@ void Recovery::initialise(const Membership& m) {
     const std::span<float> flat(host.data<float>(), static_cast<std::size_t>(host.numel()));
     load_hf_weights(config_.init_from, config_.model, flat);
     if (host.raw() != params.raw()) params.copy_from(host);
-    init_digest_ = checkpoint::to_hex(checkpoint::xxh3(std::span<const float>(flat)));
+    init_weights_ = checkpoint::xxh3(std::span<const float>(flat));
     if (m.rank == 0) {
-      log()->info("initial weights from {} (xxh3 {} of {} parameters)", config_.init_from.string(), init_digest_,
+      log()->info("initial weights from {} (xxh3 {} of {} parameters)", config_.init_from.string(), checkpoint::to_hex(init_weights_),
                   flat.size());
     }
   }
@@ -292,7 +301,7 @@ void Recovery::report_restore(const Membership& m, const std::optional<checkpoin
   if (!why.empty()) fields.emplace_back("reason", why);
   if (!restored && !config_.init_from.empty()) {
     fields.emplace_back("init_from", config_.init_from.string());
-    fields.emplace_back("weights_xxh3", init_digest_);
+    fields.emplace_back("weights_xxh3", checkpoint::to_hex(init_weights_));
   }
   events_.record(m, "restore", std::move(fields));
 }

@@ -121,7 +121,9 @@ class Recovery {
   };
   std::optional<InFlight> in_flight_;
   bool save_rolled_forward_ = false;  // the generation starts by saving step_ (from_memory)
-  std::string init_digest_;  // xxh3 of the weights --init-from loaded (hex), for the restore event
+  // xxh3 of the weights --init-from loaded (0: the seed's), for the restore event and the check
+  // that every rank started from the same (initial_weights_differ)
+  std::uint64_t init_weights_ = 0;
 };
 
 }  // namespace hdp::trainer

@@ -1,7 +1,8 @@
 // What the ranks of one job must share (trainer/job_identity.h): which settings change which part
 // of a worker's identity and which do not, and the check at a generation's start: a rank that
 // differs from the ranks holding the job's state is refused alone, the others go on without it; with
-// no such ranks (or holders that disagree) every rank refuses, naming the nodes on each side.
+// no such ranks (or holders that disagree) every rank refuses, naming the nodes on each side; ranks
+// that start from other initial weights all refuse, each side named with its weights' digest.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -175,6 +176,20 @@ TEST(JobIdentity, WithNoRankHoldingTheJobEveryRankRefusesNamingBothSides) {
   both.digest[JobIdentity::kBuild] = 2;
   EXPECT_EQ(differing_parts(both, job), "model (its shape, or its precision: --dtype), hdp version");
   EXPECT_EQ(verdict({job, job}, {false, false}, {"n1", "n2"}, 0), "ok");
+}
+
+// Where a job starts without a checkpoint: ranks that read other --init-from weights (or none, the
+// seed's: digest 0) than the others are named with their digest; agreeing ranks pass, whatever
+// their weights.
+TEST(JobIdentity, RanksStartedFromOtherWeightsAreNamedAndEveryRankRefuses) {
+  const std::vector<std::string> nodes = {"n1", "n1", "n2", "n2", "n3"};
+  EXPECT_EQ(initial_weights_differ({7, 7, 7, 7, 7}, nodes), "");
+  EXPECT_EQ(initial_weights_differ({0, 0, 0, 0, 0}, nodes), "");
+  EXPECT_EQ(initial_weights_differ({0x11, 0x11, 0x22, 0x22, 0}, nodes),
+            "the ranks did not start from the same weights: node n1 (ranks 0, 1) from weights of xxh3 "
+            "0000000000000011; node n2 (ranks 2, 3) from weights of xxh3 0000000000000022; node n3 (rank 4) from "
+            "the seed's weights: every rank refuses; give every node the same --init-from weights");
+  EXPECT_THROW(initial_weights_differ({1, 2}, {"n1"}), Error);
 }
 
 }  // namespace

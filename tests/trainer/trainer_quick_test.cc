@@ -17,7 +17,8 @@
 //    `restore` event's xxh3 equals the checkpoint's parameters') and completes; exported in bf16,
 //    the weights loaded are the parameters rounded to bf16, bit for bit; a --context above the
 //    export's max_position_embeddings runs and is recorded; a job resuming from its own checkpoint
-//    ignores --init-from;
+//    ignores --init-from; two nodes started from other --init-from weights both refuse, naming each
+//    side's weights;
 //  - a Megatron indexed dataset (written by an independent Python writer) as `--data`: the job
 //    trains on it and completes; resumed over a rewritten dataset it is refused (the checkpoint's
 //    data fingerprint differs), and goes on with --allow-data-change; one holding a token id outside the model's vocabulary stops the
@@ -267,6 +268,48 @@ TEST(TrainerQuick, ABf16ExportStartsANewJobFromTheRoundedWeightsAndAResumeIgnore
   EXPECT_EQ(events[0].at("source"), "checkpoint") << "a job with checkpoints of its own took --init-from";
   EXPECT_EQ(events[0].at("step"), "8");
   EXPECT_EQ(events[0].count("weights_xxh3"), 0u);
+}
+
+// Two nodes started from other --init-from weights (one node's export f32, the other's bf16 of the
+// same checkpoint: the same model, other bits) would stitch two models into one at the first step
+// (trainer/job_identity.h, initial_weights_differ): every worker refuses before any step (exit 2,
+// each agent exits 3), each log naming both nodes with the digest of the weights it read.
+TEST(TrainerQuick, NodesStartedFromOtherWeightsAllRefuseNamingEachSidesWeights) {
+  TempDir dir;
+  const Final trained = train_to_completion(dir.path());
+  ASSERT_EQ(trained.step, 24);
+  const std::string hdp = std::string(std::getenv("HDP_BIN_DIR")) + "/hdp";
+  const auto f32 = dir.path() / "f32", bf16 = dir.path() / "bf16";
+  ASSERT_EQ(run_command({hdp, "export", (dir.path() / "ckpt").string(), "--out", f32.string()}).exit_code, 0);
+  ASSERT_EQ(run_command({hdp, "export", (dir.path() / "ckpt").string(), "--out", bf16.string(), "--dtype", "bf16"}).exit_code, 0);
+  std::vector<float> rounded(trained.params.size());
+  for (std::size_t i = 0; i < rounded.size(); ++i) {
+    rounded[i] = kernels::cpu::bf16_to_f32(kernels::cpu::f32_to_bf16(trained.params[i]));
+  }
+  ASSERT_NE(rounded, trained.params) << "the two exports would hold the same weights: the case would prove nothing";
+
+  TempDir second;
+  ClusterOptions o = quick(second.path(), {"--model-config", (f32 / "config.json").string()});
+  o.nnodes = "2:2";
+  AgentCluster cluster(o);
+  cluster.start_agent("n1", {}, {"HDP_INIT_FROM=" + f32.string()});
+  cluster.start_agent("n2", {}, {"HDP_INIT_FROM=" + bf16.string()});
+  for (const std::string node : {"n1", "n2"}) {
+    const auto status = cluster.agent(node).wait_for(120s);
+    ASSERT_TRUE(status.has_value()) << cluster.all_logs();
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 3) << node << ": " << *status << "\n" << cluster.all_logs();
+  }
+  const std::string f32_digest = checkpoint::to_hex(checkpoint::xxh3(std::span<const float>(trained.params)));
+  const std::string bf16_digest = checkpoint::to_hex(checkpoint::xxh3(std::span<const float>(rounded)));
+  for (const std::string node : {"n1", "n2"}) {
+    const std::string log = cluster.agent_log(node);
+    for (const std::string& part : {std::string("the ranks did not start from the same weights: node n"),
+                                   "from weights of xxh3 " + f32_digest, "from weights of xxh3 " + bf16_digest,
+                                   std::string(": every rank refuses; give every node the same --init-from weights")}) {
+      EXPECT_NE(log.find(part), std::string::npos) << node << ": " << part << "\n" << log;
+    }
+  }
+  EXPECT_EQ(cluster.state().count("step"), 0u) << "no step ran";
 }
 
 // PREFIX.{idx,bin} of `documents` (token ids below `vocab`, plus one `bad` id when asked), written by
