@@ -384,6 +384,7 @@ class Agent {
     }
     switch (classify_exit(status)) {
       case WorkerExit::kJobFailed: return begin_stop(AgentOutcome::kJobFailed, SIGTERM);
+      case WorkerExit::kRefused: return begin_stop(AgentOutcome::kRefused, SIGTERM);
       case WorkerExit::kClean:
         // The job completed, or its ranks agreed to stop (a signal reached a worker but not this
         // agent); the job's outcome tells which.

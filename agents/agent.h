@@ -72,7 +72,9 @@ struct AgentOptions {
 enum class AgentOutcome {
   kCompleted,  // the job completed (every worker exited 0)
   kJobFailed,  // a worker reported that the job failed permanently (exit 3), or that it cannot run
-               // (exit 2: its configuration, or one the running job refused): do not requeue
+               // (exit 2: its configuration): do not requeue
+  kRefused,    // a worker was refused by the running job (exit 5: it differs from the job,
+               // trainer/job_identity.h), which goes on without this node
   kDrained,    // stopped by a signal after draining
 };
 

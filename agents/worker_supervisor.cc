@@ -22,6 +22,7 @@ WorkerExit classify_exit(int status) {
   const int code = WEXITSTATUS(status);
   if (code == 0) return WorkerExit::kClean;
   if (code == kExitJobFailed || code == kExitUsage) return WorkerExit::kJobFailed;
+  if (code == kExitRefused) return WorkerExit::kRefused;
   return WorkerExit::kFailed;
 }
 
@@ -125,9 +126,9 @@ void WorkerSupervisor::standby_exited(int status) {
   close_standby_input();
   signal_group(pid, SIGKILL);
   if (standby_.stopping) return;
-  if (classify_exit(status) == WorkerExit::kJobFailed) {
-    // Its configuration cannot run (exit 2) or the job failed (exit 3): the slots' own workers
-    // report it; another standby would fail the same way.
+  if (const WorkerExit kind = classify_exit(status); kind == WorkerExit::kJobFailed || kind == WorkerExit::kRefused) {
+    // Its configuration cannot run (exit 2), the job failed (exit 3) or refused it (exit 5): the
+    // slots' own workers report it; another standby would fail the same way.
     log()->error("the standby worker (pid {}) ended: {}; no standby from now on", pid, describe_status(status));
     standby_.stopping = true;
     return;
@@ -166,6 +167,9 @@ bool WorkerSupervisor::on_exit(pid_t pid, int status) {
       on_final_exit_(slot, status, true);
     } else if (kind == WorkerExit::kJobFailed) {
       log()->error("worker {} (pid {}) reports the job failed ({})", slot, pid, describe_status(status));
+      on_final_exit_(slot, status, false);
+    } else if (kind == WorkerExit::kRefused) {
+      log()->error("worker {} (pid {}) was refused by the running job ({})", slot, pid, describe_status(status));
       on_final_exit_(slot, status, false);
     } else {
       ++s.restarts;

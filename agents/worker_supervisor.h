@@ -35,9 +35,10 @@ namespace hdp::agents {
 // What a worker's exit status (waitpid's) says of the job.
 enum class WorkerExit {
   kClean,      // exit 0: the job completed, or its ranks agreed to stop
-  kJobFailed,  // exit 3 (the job failed permanently) or 2 (its configuration cannot run, or the
-               // running job refused it: trainer/job_identity.h):
+  kJobFailed,  // exit 3 (the job failed permanently) or 2 (its configuration cannot run):
                // restarting the worker would fail the same way
+  kRefused,    // exit 5: the running job refused it (trainer/job_identity.h) and goes on without
+               // this node; restarting it would be refused the same way
   kFailed,     // anything else (another exit code, a signal): a restart may help
 };
 WorkerExit classify_exit(int status);

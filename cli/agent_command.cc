@@ -191,6 +191,7 @@ void add_agent_command(CLI::App& app) {
       case agents::AgentOutcome::kCompleted: throw CLI::RuntimeError(kExitOk);
       case agents::AgentOutcome::kJobFailed: throw CLI::RuntimeError(kExitJobFailed);
       case agents::AgentOutcome::kDrained: throw CLI::RuntimeError(kExitDrained);
+      case agents::AgentOutcome::kRefused: throw CLI::RuntimeError(kExitRefused);
     }
   });
 }

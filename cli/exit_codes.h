@@ -15,13 +15,16 @@ using hdp::kExitDrained;
 using hdp::kExitFailure;
 using hdp::kExitJobFailed;
 using hdp::kExitOk;
+using hdp::kExitRefused;
 using hdp::kExitUsage;
 
 // An hdp::Error that escaped a command, as every hdp binary reports it: one line
-// "hdp: error: ..." on stderr, then kExitUsage for InvalidArgument (bad usage or input, which a
-// restart would not fix) and kExitFailure for the others.
+// "hdp: error: ..." on stderr, then kExitRefused for RefusedByJob (a worker the running job
+// refused), kExitUsage for any other InvalidArgument (bad usage or input, which a restart would not
+// fix) and kExitFailure for the others.
 inline int report_error(const hdp::Error& e) {
   std::cerr << "hdp: error: " << e.what() << "\n";
+  if (dynamic_cast<const hdp::RefusedByJob*>(&e) != nullptr) return kExitRefused;
   return dynamic_cast<const hdp::InvalidArgument*>(&e) != nullptr ? kExitUsage : kExitFailure;
 }
 

@@ -50,6 +50,12 @@ class InvalidArgument : public FatalError {
  public:
   using FatalError::FatalError;
 };
+// A worker the running job refused (it differs from the ranks that hold the job's state:
+// trainer/job_identity.h). The job goes on without its node; `hdp train` exits kExitRefused.
+class RefusedByJob : public InvalidArgument {
+ public:
+  using InvalidArgument::InvalidArgument;
+};
 class AuthError : public FatalError {
  public:
   using FatalError::FatalError;

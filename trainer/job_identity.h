@@ -29,8 +29,8 @@
 //   - every rank the same: the generation goes on;
 //   - some ranks hold the running job's state (they trained in an earlier generation) and agree:
 //     they are the job. A rank that differs from them (a node that joins, a worker restarted from
-//     files changed under it) is refused: it throws InvalidArgument (`hdp train` exits 2; its agent
-//     stops its node, leaves the job and exits 3, not to be requeued), and the others abandon the
+//     files changed under it) is refused: it throws RefusedByJob (`hdp train` exits 5; its agent
+//     stops its node, leaves the job and exits 5, not to be restarted), and the others abandon the
 //     generation (RecoverableError; rank 0 records a `node_refused` event) to go on in the next
 //     one without it, from memory;
 //   - no rank holds state (the job starts, or restarts from its checkpoint), or the holders
@@ -72,7 +72,7 @@ std::string differing_parts(const JobIdentity& a, const JobIdentity& b);
 struct JobCheck {
   enum class Outcome {
     kSame,           // the generation goes on
-    kRefused,        // this rank differs from the job's: InvalidArgument(message)
+    kRefused,        // this rank differs from the job's: RefusedByJob(message)
     kOthersRefused,  // this rank is the job's, others differ: RecoverableError(message)
     kNoJob,          // nothing says which side is the job: InvalidArgument(message) on every rank
   };

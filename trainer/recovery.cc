@@ -92,7 +92,7 @@ void Recovery::check_identities(const Membership& m, const std::vector<mesh::Hel
   const JobCheck check = check_one_job(ids, holds, node_of_rank(m), m.rank);
   switch (check.outcome) {
     case JobCheck::Outcome::kSame: return;
-    case JobCheck::Outcome::kRefused:
+    case JobCheck::Outcome::kRefused: throw RefusedByJob(check.message);
     case JobCheck::Outcome::kNoJob: throw InvalidArgument(check.message);
     case JobCheck::Outcome::kOthersRefused:
       if (m.rank == 0) {

@@ -1,8 +1,9 @@
 // File: tests/agents/worker_exit_test.cc
 //
 // classify_exit() (agents/worker_supervisor.h) over the statuses of real child processes: exit 0
-// is clean, exits 3 and 2 (common/exit_codes.h) say the job failed for good, any other exit code
-// or a death by signal may be helped by a restart. And the supervisor's restart count, over real
+// is clean, exits 3 and 2 (common/exit_codes.h) say the job failed for good, exit 5 that the
+// running job refused the worker, any other exit code or a death by signal may be helped by a
+// restart. And the supervisor's restart count, over real
 // workers (/bin/sh) that fail: a crash loop gives its slot up after max_restarts, a worker that
 // fails after running healthy_run starts the count afresh. Bounds: each case's workers run for at
 // most 3 s in all; the supervisor is asked to reap every 10 ms.
@@ -43,6 +44,7 @@ TEST(WorkerExit, ExitCodesAndSignals) {
   EXPECT_EQ(classify_exit(status_of_child(kExitUsage)), WorkerExit::kJobFailed);
   EXPECT_EQ(classify_exit(status_of_child(kExitFailure)), WorkerExit::kFailed);
   EXPECT_EQ(classify_exit(status_of_child(kExitDrained)), WorkerExit::kFailed);
+  EXPECT_EQ(classify_exit(status_of_child(kExitRefused)), WorkerExit::kRefused);
   EXPECT_EQ(classify_exit(status_of_child(-1)), WorkerExit::kFailed);
 }
 

@@ -45,7 +45,8 @@ const std::map<int, std::string> kExpected = {{kExitOk, "success"},
                                               {kExitFailure, "runtime failure"},
                                               {kExitUsage, "usage error"},
                                               {kExitJobFailed, "job failed permanently"},
-                                              {kExitDrained, "drained"}};
+                                              {kExitDrained, "drained"},
+                                              {kExitRefused, "refused by the running job"}};
 
 TEST(ExitCodes, ErrorsDocListsExactlyTheCodesOfTheHeader) {
   const auto table = exit_table(read_doc("errors.md"), "## Exit codes of `hdp`");

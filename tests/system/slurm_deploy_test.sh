@@ -13,6 +13,9 @@
 #    the job ends with exit code 4 and is not requeued.
 # 4. Two agents complete after the third failed: the job completed (exit 0), no requeue.
 # 5. Without HDP_REDIS_URL: exit code 2, requeue flag cleared, no agent started.
+# 6. A node the running job refused (agent exit 5) while the others complete: the job completed
+#    (exit 0), no requeue. Every node refused (a job running elsewhere refused them all): exit code
+#    5, requeue flag cleared, not requeued.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -159,5 +162,26 @@ expect_eq "job $job exit code" "$(cluster_job_field "$job" ExitCode)" "2:0"
 expect_eq "job $job requeue flag" "$(cluster_job_field "$job" Requeue)" 0
 expect_in_file "$jobs_dir/hdp-$job.out" 'HDP_REDIS_URL is not set' "the batch script names the missing setting"
 [[ ! -e $reports/$job.0.n1 ]] || cluster_fail "an agent started without a Redis URL"
+
+# ---- 6. a refused node decides nothing ----------------------------------------------------------
+cluster_log "test 6: the job completes on two nodes after the running job refused the third"
+export FAKE_AGENT_PLAN="*:n3:exit5 *:*:exit0"
+job=$(sbatch --parsable --nodes=3 --output="$jobs_dir/hdp-%j.out" "$sbatch_script")
+log_file=$jobs_dir/hdp-$job.out
+wait_final "$job" 20
+expect_in_file "$log_file" 'node n3: agent exited with 5' "n3's agent exits 5"
+expect_eq "job $job state" "$(cluster_job_field "$job" JobState)" COMPLETED
+expect_eq "job $job exit code" "$(cluster_job_field "$job" ExitCode)" "0:0"
+expect_eq "job $job restarts" "$(cluster_job_field "$job" Restarts)" 0
+expect_in_file "$log_file" "^hdp\.sbatch: job $job completed" "the batch script reports completion"
+
+export FAKE_AGENT_PLAN="*:*:exit5"
+job=$(sbatch --parsable --nodes=3 --output="$jobs_dir/hdp-%j.out" "$sbatch_script")
+log_file=$jobs_dir/hdp-$job.out
+wait_final "$job" 20
+expect_eq "job $job exit code, every node refused" "$(cluster_job_field "$job" ExitCode)" "5:0"
+expect_eq "job $job requeue flag" "$(cluster_job_field "$job" Requeue)" 0
+expect_eq "job $job restarts" "$(cluster_job_field "$job" Restarts)" 0
+expect_in_file "$log_file" 'the running job refused every node of this allocation: not requeued' "the batch script says why"
 
 cluster_log "PASS"

@@ -58,8 +58,8 @@ expect_directive EnvironmentFile /etc/hdp/%i.env
 watchdog=$(seconds "$(directive WatchdogSec)")
 [[ -n $watchdog && $watchdog -gt 0 ]] || fail "WatchdogSec is '$(directive WatchdogSec)', expected a positive time span"
 prevent=" $(directive RestartPreventExitStatus) "
-[[ $prevent == *" 2 "* && $prevent == *" 3 "* ]] ||
-  fail "RestartPreventExitStatus is '$(directive RestartPreventExitStatus)', expected it to hold 2 (usage) and 3 (failed)"
+[[ $prevent == *" 2 "* && $prevent == *" 3 "* && $prevent == *" 5 "* ]] ||
+  fail "RestartPreventExitStatus is '$(directive RestartPreventExitStatus)', expected it to hold 2 (usage), 3 (failed) and 5 (refused)"
 for hides_gpus in PrivateDevices DevicePolicy DeviceAllow ProtectClock ProtectKernelLogs MemoryDenyWriteExecute; do
   value=$(directive "$hides_gpus")
   [[ -z $value || $value == no || $value == false || $value == auto ]] ||

@@ -743,8 +743,8 @@ void RecoveryCluster::standby_replaces(bool drained) {
 
 // A node started over other data (HDP_DATA naming another directory: the same command line, other
 // files) joins the running job (--nnodes 2:3) while it is held at the fault step: at the start of
-// the generation with it, its workers are refused (trainer/job_identity.h: each exits 2 naming
-// what differs; its agent leaves the job and exits 3, not to be requeued) and the others abandon
+// the generation with it, its workers are refused (trainer/job_identity.h: each exits 5 naming
+// what differs; its agent leaves the job and exits 5, not to be restarted) and the others abandon
 // that generation and go on without it, from memory, on the same 4 ranks: every step and the
 // final state equal the fault-free run's bit for bit, and no step is lost.
 TEST_F(RecoveryCluster, ANodeOverOtherDataIsRefusedAndTheJobGoesOnAsTheFaultFreeRun) {
@@ -756,7 +756,7 @@ TEST_F(RecoveryCluster, ANodeOverOtherDataIsRefusedAndTheJobGoesOnAsTheFaultFree
   AgentCluster cluster(options(dir.path(), "2:3", 1000, held_after(fault_step())));
   ASSERT_TRUE(reach_fault_step(cluster));
   cluster.start_agent("n3", {}, {"HDP_DATA=" + other.path().string()});
-  EXPECT_EQ(exit_code(cluster, "n3", 60s), 3) << cluster.all_logs();
+  EXPECT_EQ(exit_code(cluster, "n3", 60s), 5) << cluster.all_logs();
   EXPECT_EQ(exit_code(cluster, "n1", 240s), 0) << cluster.all_logs();
   EXPECT_EQ(exit_code(cluster, "n2", 240s), 0) << cluster.all_logs();
   EXPECT_EQ(cluster.state()["status"], "completed");
