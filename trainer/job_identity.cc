@@ -111,6 +111,15 @@ JobCheck check_one_job(const std::vector<JobIdentity>& ids, const std::vector<bo
     if (!job) job = ids[r];
     holders_agree = holders_agree && ids[r] == *job;
   }
+  // No rank holds state (the job starts, or restarts from its checkpoint): the identity of more
+  // than half the ranks is the job's, so that one node started wrongly does not stop the others.
+  const bool by_majority = !job;
+  if (by_majority) {
+    for (std::size_t r = 0; r < n && !job; ++r) {
+      if (2 * static_cast<std::size_t>(std::count(ids.begin(), ids.end(), ids[r])) > n) job = ids[r];
+    }
+  }
+  const std::string the_job = by_majority ? "the job's majority" : "the running job";
   if (job && holders_agree) {
     std::vector<int> refused, kept;
     PartSet differs{};  // every part some refused rank differs in
@@ -122,19 +131,20 @@ JobCheck check_one_job(const std::vector<JobIdentity>& ids, const std::vector<bo
     if (ids[static_cast<std::size_t>(me)] != *job) {
       check.outcome = JobCheck::Outcome::kRefused;
       check.message = "this worker (rank " + std::to_string(me) + ", node " + nodes[static_cast<std::size_t>(me)] +
-                      ") differs from the running job (" + ranks_by_node(kept, nodes) + ") in its " +
+                      ") differs from " + the_job + " (" + ranks_by_node(kept, nodes) + ") in its " +
                       differing_parts(ids[static_cast<std::size_t>(me)], *job) +
                       ": it is refused, and its node leaves the job";
       return check;
     }
     check.outcome = JobCheck::Outcome::kOthersRefused;
     check.parts = named(differs);
+    check.recorder = kept.front();
     std::set<std::string> seen;
     for (const int r : refused) {
       if (seen.insert(nodes[static_cast<std::size_t>(r)]).second) check.refused_nodes.push_back(nodes[static_cast<std::size_t>(r)]);
     }
     const bool one = check.refused_nodes.size() == 1;
-    check.message = ranks_by_node(refused, nodes) + (one ? " differs" : " differ") + " from the running job in " +
+    check.message = ranks_by_node(refused, nodes) + (one ? " differs" : " differ") + " from " + the_job + " in " +
                     check.parts + ": refused; the job goes on without " + (one ? "it" : "them");
     return check;
   }
@@ -156,8 +166,9 @@ JobCheck check_one_job(const std::vector<JobIdentity>& ids, const std::vector<bo
     text += "; " + ranks_by_node(sides[k], nodes) + (node_count(sides[k], nodes) == 1 ? " differs" : " differ") +
             " from them in " + differing_parts(kinds[k], kinds[0]);
   }
-  text += job ? " (and the ranks that hold the job's state disagree among themselves)"
-              : " (no rank holds the job's state to say which is the job)";
+  text += !holders_agree ? " (and the ranks that hold the job's state disagree among themselves)"
+                         : " (no rank holds the job's state, and no side has more than half the ranks, to say "
+                           "which is the job)";
   check.outcome = JobCheck::Outcome::kNoJob;
   check.message = text + ": every rank refuses; start every node with the same data, model and settings";
   return check;

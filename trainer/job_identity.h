@@ -31,11 +31,15 @@
 //     they are the job. A rank that differs from them (a node that joins, a worker restarted from
 //     files changed under it) is refused: it throws RefusedByJob (`hdp train` exits 5; its agent
 //     stops its node, leaves the job and exits 5, not to be restarted), and the others abandon the
-//     generation (RecoverableError; rank 0 records a `node_refused` event) to go on in the next
-//     one without it, from memory;
-//   - no rank holds state (the job starts, or restarts from its checkpoint), or the holders
-//     disagree: nothing says which side is the job, so every rank refuses (exit 2 on all), the
-//     message naming the nodes on each side and what differs.
+//     generation (RecoverableError; the lowest rank of their side records a `node_refused` event)
+//     to go on in the next one without it, from memory;
+//   - no rank holds state (the job starts, or restarts from its checkpoint) and more than half the
+//     ranks agree: they are the job, and the others are refused as above (one node started with
+//     stale files or flags does not stop a job of many); the job's side starts in the next
+//     generation without them;
+//   - no rank holds state and no side has more than half the ranks (one node against one), or
+//     the holders disagree: nothing says which side is the job, so every rank refuses (exit 2 on
+//     all), the message naming the nodes on each side and what differs.
 #pragma once
 
 #include <array>
@@ -80,6 +84,7 @@ struct JobCheck {
   std::string message;
   std::vector<std::string> refused_nodes;  // kOthersRefused: the nodes of the refused ranks
   std::string parts;                       // kOthersRefused: what they differ in (every part any differs in)
+  int recorder = -1;                       // kOthersRefused: the lowest rank of the job's side, which records it
 };
 // `ids` and `holds_state` by rank, `nodes` each rank's node, `me` this rank.
 JobCheck check_one_job(const std::vector<JobIdentity>& ids, const std::vector<bool>& holds_state,

@@ -81,7 +81,8 @@ static_assert(std::tuple_size_v<decltype(mesh::HeldState::job)> == JobIdentity::
               "the held state carries every part of the job's identity");
 
 // A rank that differs from the job is refused (trainer/job_identity.h); a rank holds the job's
-// state when its shards belong to a layout. Rank 0 of the job records whom it refused.
+// state when its shards belong to a layout. The lowest rank of the job's side records whom it
+// refused.
 void Recovery::check_identities(const Membership& m, const std::vector<mesh::HeldState>& states) {
   std::vector<JobIdentity> ids(states.size());
   std::vector<bool> holds(states.size());
@@ -95,7 +96,7 @@ void Recovery::check_identities(const Membership& m, const std::vector<mesh::Hel
     case JobCheck::Outcome::kRefused: throw RefusedByJob(check.message);
     case JobCheck::Outcome::kNoJob: throw InvalidArgument(check.message);
     case JobCheck::Outcome::kOthersRefused:
-      if (m.rank == 0) {
+      if (m.rank == check.recorder) {
         log()->error("generation {}: {}", m.generation, check.message);
         events_.record(m, "node_refused", {{"nodes", join(check.refused_nodes)}, {"differs_in", check.parts}});
       }

@@ -1,7 +1,8 @@
 // What the ranks of one job must share (trainer/job_identity.h): which settings change which part
 // of a worker's identity and which do not, and the check at a generation's start: a rank that
 // differs from the ranks holding the job's state is refused alone, the others go on without it; with
-// no such ranks (or holders that disagree) every rank refuses, naming the nodes on each side; ranks
+// no such ranks more than half the ranks are the job, and with no majority either (or holders that
+// disagree) every rank refuses, naming the nodes on each side; ranks
 // that start from other initial weights all refuse, each side named with its weights' digest.
 #include <gtest/gtest.h>
 
@@ -152,10 +153,11 @@ TEST(JobIdentity, AJoinerThatDiffersFromTheRunningJobIsRefusedAloneAndTheOthersG
                                    {"n1", "n2", "n2", "n3"}, 0);
   EXPECT_EQ(c.outcome, JobCheck::Outcome::kOthersRefused);
   EXPECT_EQ(c.refused_nodes, (std::vector<std::string>{"n2", "n3"}));
+  EXPECT_EQ(c.recorder, 0);
   EXPECT_EQ(c.parts, "data (its pieces or their order), model (its shape, or its precision: --dtype)");
 }
 
-TEST(JobIdentity, WithNoRankHoldingTheJobEveryRankRefusesNamingBothSides) {
+TEST(JobIdentity, WithNoRankHoldingTheJobAndNoMajorityEveryRankRefusesNamingBothSides) {
   const JobIdentity job, other = with(JobIdentity::kTraining, 9);
   const std::vector<JobIdentity> ids = {job, job, other, other};
   const std::vector<std::string> nodes = {"n1", "n1", "n2", "n2"};
@@ -164,9 +166,13 @@ TEST(JobIdentity, WithNoRankHoldingTheJobEveryRankRefusesNamingBothSides) {
     EXPECT_EQ(v,
               "no job: the ranks were not started for one job: node n1 (ranks 0, 1); node n2 (ranks 2, 3) differs "
               "from them in training settings (including the planner's cost model, which follows --device and "
-              "--cost-model) (no rank holds the job's state to say which is the job): every rank "
-              "refuses; start every node with the same data, model and settings");
+              "--cost-model) (no rank holds the job's state, and no side has more than half the ranks, to say "
+              "which is the job): every rank refuses; start every node with the same data, model and settings");
   }
+  // Three kinds, none above half: no job either.
+  EXPECT_EQ(verdict({job, other, with(JobIdentity::kModel, 1)}, {false, false, false}, {"n1", "n2", "n3"}, 0)
+                .rfind("no job: ", 0),
+            0u);
   // Holders that disagree: nothing says which is the job either.
   const std::string v = verdict(ids, {true, false, true, false}, nodes, 1);
   EXPECT_NE(v.find("the ranks that hold the job's state disagree among themselves"), std::string::npos) << v;
@@ -176,6 +182,33 @@ TEST(JobIdentity, WithNoRankHoldingTheJobEveryRankRefusesNamingBothSides) {
   both.digest[JobIdentity::kBuild] = 2;
   EXPECT_EQ(differing_parts(both, job), "model (its shape, or its precision: --dtype), hdp version");
   EXPECT_EQ(verdict({job, job}, {false, false}, {"n1", "n2"}, 0), "ok");
+}
+
+// A job that starts (no rank holds state): more than half the ranks are the job, and a node that
+// differs from them is refused alone, even when it holds rank 0 (the lowest rank of the job's side
+// records the refusal).
+TEST(JobIdentity, AtAStartTheMajorityIsTheJobAndANodeThatDiffersIsRefusedAlone) {
+  const JobIdentity job, other = with(JobIdentity::kData, 4);
+  const std::vector<JobIdentity> ids = {other, other, job, job, job, job};
+  const std::vector<bool> none(6, false);
+  const std::vector<std::string> nodes = {"n1", "n1", "n2", "n2", "n3", "n3"};
+  for (int me : {0, 1}) {
+    const JobCheck c = check_one_job(ids, none, nodes, me);
+    EXPECT_EQ(c.outcome, JobCheck::Outcome::kRefused);
+    EXPECT_EQ(c.message, "this worker (rank " + std::to_string(me) +
+                             ", node n1) differs from the job's majority (node n2 (ranks 2, 3), node n3 (ranks 4, 5)) in "
+                             "its data (its pieces or their order): it is refused, and its node leaves the job");
+  }
+  for (int me : {2, 3, 4, 5}) {
+    const JobCheck c = check_one_job(ids, none, nodes, me);
+    EXPECT_EQ(c.outcome, JobCheck::Outcome::kOthersRefused);
+    EXPECT_EQ(c.message, "node n1 (ranks 0, 1) differs from the job's majority in data (its pieces or their order): "
+                         "refused; the job goes on without it");
+    EXPECT_EQ(c.refused_nodes, std::vector<std::string>{"n1"});
+    EXPECT_EQ(c.recorder, 2);
+  }
+  // Exactly half is no majority.
+  EXPECT_EQ(verdict({job, job, other, other, job, other}, none, nodes, 0).rfind("no job: ", 0), 0u);
 }
 
 // Where a job starts without a checkpoint: ranks that read other --init-from weights (or none, the

@@ -27,7 +27,8 @@
 //     on 4 ranks, and steps after a 3-rank step stay within relative 1e-4 of R's loss (the bound
 //     of trainer_cluster_test: the same batches summed in another order);
 //   - a node started over other data, joining, is refused and the job goes on as R, bit for bit;
-//     started with the others, every rank refuses;
+//     started with one other, every rank refuses; started with two others, it alone is refused and
+//     the job trains on the two and a fourth node;
 //   - a double failure (worker 0 and the node holding the copy of its shard, in the same step)
 //     falls back to the newest checkpoint, and the `restore` event says which shard was lost.
 #include <gtest/gtest.h>
@@ -786,8 +787,9 @@ TEST_F(RecoveryCluster, ANodeOverOtherDataIsRefusedAndTheJobGoesOnAsTheFaultFree
   std::cout << "n3 refused; the job went on from step " << t << " on 4 ranks\n";
 }
 
-// The same from the start: nothing says which node is the job, so every rank refuses (exit 2) and
-// every agent exits 3, each log naming both sides and what differs; no step is run.
+// The same from the start, one node against one: nothing says which node is the job, so every
+// rank refuses (exit 2) and every agent exits 3, each log naming both sides and what differs; no
+// step is run.
 TEST_F(RecoveryCluster, NodesStartedOverOtherDataRefuseToStartNamingBothSides) {
   TempDir dir, other;
   for (int i = 0; i < 4; ++i) {
@@ -802,12 +804,53 @@ TEST_F(RecoveryCluster, NodesStartedOverOtherDataRefuseToStartNamingBothSides) {
     const std::string log = cluster.agent_log(node);
     for (const std::string part : {"the ranks were not started for one job: node ", " (ranks 0, 1); node ",
                                    " (ranks 2, 3) differs from them in data (its pieces or their order) (no rank "
-                                   "holds the job's state to say which is the job): every rank refuses"}) {
+                                   "holds the job's state, and no side has more than half the ranks, to say which "
+                                   "is the job): every rank refuses"}) {
       EXPECT_NE(log.find(part), std::string::npos) << node << ": " << part << "\n" << log;
     }
   }
   EXPECT_FALSE(fs::exists(dir.path() / "metrics.jsonl") && !read_metrics(dir.path() / "metrics.jsonl").empty())
       << "no step ran";
+}
+
+// From the start, three nodes (--nnodes 3:3, so all three are in the first generation), one over
+// other data: the two that agree are more than half the ranks, so they are the job; the third is
+// refused (its workers and its agent exit 5) and the job's side, holding no state yet, waits for a
+// third node; a fourth node started over the right data makes up the job, which trains to its end.
+// The refusal is recorded once by the lowest rank of the job's side, whichever ranks n3 held.
+TEST_F(RecoveryCluster, AtAStartANodeOverOtherDataIsRefusedAloneAndTheOthersTrainWithoutIt) {
+  TempDir dir, other;
+  for (int i = 0; i < 4; ++i) {
+    std::ofstream(other.path() / ("doc" + std::to_string(i) + ".txt")) << std::string(500 + 97 * i, 'a' + i);
+  }
+  AgentCluster cluster(options(dir.path(), "3:3", 1000));
+  cluster.start_agent("n1");
+  cluster.start_agent("n2");
+  cluster.start_agent("n3", {}, {"HDP_DATA=" + other.path().string()});
+  EXPECT_EQ(exit_code(cluster, "n3", 60s), 5) << cluster.all_logs();
+  const std::string refused = cluster.agent_log("n3");
+  EXPECT_NE(refused.find("node n3) differs from the job's majority (node "), std::string::npos) << refused;
+  EXPECT_NE(refused.find("in its data (its pieces or their order): it is refused, and its node leaves the job"),
+            std::string::npos)
+      << refused;
+  cluster.start_agent("n4");
+  for (const std::string node : {"n1", "n2", "n4"}) EXPECT_EQ(exit_code(cluster, node, 240s), 0) << node << "\n" << cluster.all_logs();
+  EXPECT_EQ(cluster.state()["status"], "completed");
+  const std::string kept = cluster.agent_log("n1") + cluster.agent_log("n2");
+  EXPECT_NE(kept.find(") differs from the job's majority in data (its pieces or their order): refused; the job goes "
+                      "on without it"),
+            std::string::npos)
+      << kept;
+  int refusals = 0;
+  for (const Event& e : events(cluster)) {
+    if (e.at("type") != "node_refused") continue;
+    ++refusals;
+    EXPECT_EQ(e.count("nodes") ? e.at("nodes") : "", "n3");
+  }
+  EXPECT_EQ(refusals, 1) << "the lowest rank of the job's side records the refusal, once";
+  const std::vector<StepLine> run = read_metrics(dir.path() / "metrics.jsonl");
+  ASSERT_EQ(run.size(), static_cast<std::size_t>(kSteps)) << "every step reported once";
+  for (const StepLine& l : run) EXPECT_EQ(l.world, 6) << "step " << l.step << " ran on n1, n2 and n4 only";
 }
 
 TEST_F(RecoveryCluster, AWorkerCrashedInTheOptimizerIsRecoveredFromMemory) {
