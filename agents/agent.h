@@ -78,7 +78,7 @@ enum class AgentOutcome {
   kDrained,    // stopped by a signal after draining
 };
 
-// Runs until the job completes, fails or the agent is drained. Throws for agent errors:
+// Runs until the job completes, fails, refuses this node or the agent is drained. Throws for agent errors:
 // elastic::NodeIdInUse for a node id held by another live agent (also when found on re-registering
 // after an eviction), hdp::Error when every slot is out of restarts (`hdp agent` exits 1 for both),
 // InvalidArgument for a job configuration that conflicts with the job's, or a metrics port in use (exit 2).

@@ -2,7 +2,7 @@
 //
 // One worker process per slot: started with its slot's environment, restarted when it crashes (at
 // once the first time, then with backoff; up to max_restarts per slot in a row, a worker that ran
-// for healthy_run before it failed counting as the first of a new row; never after exit 3 or 2,
+// for healthy_run before it failed counting as the first of a new row; never after exit 3, 2 or 5,
 // common/exit_codes.h: see classify_exit()), never left behind (process groups + PDEATHSIG, see agents/process.h). The
 // agent calls reap() on SIGCHLD, which hands each exit to on_exit().
 //
@@ -13,7 +13,7 @@
 // written on that input, StandbyAssignment) instead of starting a process from nothing; the next
 // standby is started standby_delay later. A standby that fails before it is needed is started
 // again after the delay, up to max_restarts times in a row (a handover starts a new row), never
-// after exit 2 or 3; it never counts as a slot's restart nor as a running worker. None is kept
+// after exit 2, 3 or 5; it never counts as a slot's restart nor as a running worker. None is kept
 // with max_restarts 0 (no slot is ever handed over).
 // Single-threaded: every call runs on the agent's io_context thread.
 #pragma once

@@ -1,6 +1,7 @@
 // `hdp agent`: the per-node daemon (agents/agent.h). Exit codes (cli/exit_codes.h): 0 job
 // completed, 1 agent error (a node id held by another live agent, every slot out of restarts),
-// 2 usage error, 3 job failed permanently (do not requeue), 4 drained on a signal.
+// 2 usage error, 3 job failed permanently (do not requeue), 4 drained on a signal, 5 this node
+// refused by the running job.
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <sys/socket.h>

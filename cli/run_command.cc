@@ -282,7 +282,10 @@ int run_job(const RunFlags& flags) {
                                                           elastic::keys::job_namespace(job));
   ProgressLine progress(job_store);
   std::set<pid_t> killed_on_purpose;
+  // The first agent's non-zero code decides when the job did not complete, but a node the running
+  // job refused (kExitRefused) decides nothing while another agent has something to say.
   int exit_code = kExitOk, forwarded = 0, agents_failed = 0;
+  bool refused = false;
   while (!agents_running.empty()) {
     if (signals_received > forwarded) {
       forwarded = signals_received;
@@ -306,7 +309,11 @@ int run_job(const RunFlags& flags) {
       if (killed_on_purpose.count(done)) continue;
       if (code != kExitOk) {
         ++agents_failed;
-        if (exit_code == kExitOk) exit_code = code;
+        if (code == kExitRefused) {
+          refused = true;
+        } else if (exit_code == kExitOk) {
+          exit_code = code;
+        }
       }
       continue;
     }
@@ -347,7 +354,7 @@ int run_job(const RunFlags& flags) {
     std::cout << std::endl;
     return kExitOk;
   }
-  if (exit_code == kExitOk) exit_code = kExitFailure;  // every agent exited 0, yet no outcome
+  if (exit_code == kExitOk) exit_code = refused ? kExitRefused : kExitFailure;  // or every agent exited 0, yet no outcome
   std::optional<std::string> status;
   try {
     auto fields = job_store->hash_get_all(elastic::keys::kState);

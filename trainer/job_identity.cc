@@ -44,6 +44,46 @@ std::size_t node_count(const std::vector<int>& ranks, const std::vector<std::str
   return distinct.size();
 }
 
+// The distinct values of `ids` in order of first appearance, and the ranks holding each.
+template <class T>
+struct Sides {
+  std::vector<T> kinds;
+  std::vector<std::vector<int>> ranks;
+  // The side holding more than half the ranks, or -1.
+  int majority() const {
+    std::size_t n = 0;
+    for (const auto& r : ranks) n += r.size();
+    for (std::size_t k = 0; k < ranks.size(); ++k) {
+      if (2 * ranks[k].size() > n) return static_cast<int>(k);
+    }
+    return -1;
+  }
+};
+template <class T>
+Sides<T> sides_of(const std::vector<T>& ids) {
+  Sides<T> s;
+  for (std::size_t r = 0; r < ids.size(); ++r) {
+    const auto at = std::find(s.kinds.begin(), s.kinds.end(), ids[r]);
+    if (at == s.kinds.end()) {
+      s.kinds.push_back(ids[r]);
+      s.ranks.push_back({static_cast<int>(r)});
+    } else {
+      s.ranks[static_cast<std::size_t>(at - s.kinds.begin())].push_back(static_cast<int>(r));
+    }
+  }
+  return s;
+}
+
+// The distinct nodes of `ranks`, in rank order.
+std::vector<std::string> nodes_of(const std::vector<int>& ranks, const std::vector<std::string>& nodes) {
+  std::vector<std::string> out;
+  std::set<std::string> seen;
+  for (const int r : ranks) {
+    if (seen.insert(nodes[static_cast<std::size_t>(r)]).second) out.push_back(nodes[static_cast<std::size_t>(r)]);
+  }
+  return out;
+}
+
 using PartSet = std::array<bool, JobIdentity::kPartCount>;
 
 PartSet parts_differing(const JobIdentity& a, const JobIdentity& b) {
@@ -113,12 +153,9 @@ JobCheck check_one_job(const std::vector<JobIdentity>& ids, const std::vector<bo
   }
   // No rank holds state (the job starts, or restarts from its checkpoint): the identity of more
   // than half the ranks is the job's, so that one node started wrongly does not stop the others.
+  const Sides<JobIdentity> sides = sides_of(ids);
   const bool by_majority = !job;
-  if (by_majority) {
-    for (std::size_t r = 0; r < n && !job; ++r) {
-      if (2 * static_cast<std::size_t>(std::count(ids.begin(), ids.end(), ids[r])) > n) job = ids[r];
-    }
-  }
+  if (by_majority && sides.majority() >= 0) job = sides.kinds[static_cast<std::size_t>(sides.majority())];
   const std::string the_job = by_majority ? "the job's majority" : "the running job";
   if (job && holders_agree) {
     std::vector<int> refused, kept;
@@ -139,10 +176,7 @@ JobCheck check_one_job(const std::vector<JobIdentity>& ids, const std::vector<bo
     check.outcome = JobCheck::Outcome::kOthersRefused;
     check.parts = named(differs);
     check.recorder = kept.front();
-    std::set<std::string> seen;
-    for (const int r : refused) {
-      if (seen.insert(nodes[static_cast<std::size_t>(r)]).second) check.refused_nodes.push_back(nodes[static_cast<std::size_t>(r)]);
-    }
+    check.refused_nodes = nodes_of(refused, nodes);
     const bool one = check.refused_nodes.size() == 1;
     check.message = ranks_by_node(refused, nodes) + (one ? " differs" : " differ") + " from " + the_job + " in " +
                     check.parts + ": refused; the job goes on without " + (one ? "it" : "them");
@@ -150,21 +184,11 @@ JobCheck check_one_job(const std::vector<JobIdentity>& ids, const std::vector<bo
   }
 
   // Nothing says which side is the job: every rank refuses, naming the sides.
-  std::vector<JobIdentity> kinds;
-  std::vector<std::vector<int>> sides;
-  for (std::size_t r = 0; r < n; ++r) {
-    const auto at = std::find(kinds.begin(), kinds.end(), ids[r]);
-    if (at == kinds.end()) {
-      kinds.push_back(ids[r]);
-      sides.push_back({static_cast<int>(r)});
-    } else {
-      sides[static_cast<std::size_t>(at - kinds.begin())].push_back(static_cast<int>(r));
-    }
-  }
-  std::string text = "the ranks were not started for one job: " + ranks_by_node(sides[0], nodes);
-  for (std::size_t k = 1; k < kinds.size(); ++k) {
-    text += "; " + ranks_by_node(sides[k], nodes) + (node_count(sides[k], nodes) == 1 ? " differs" : " differ") +
-            " from them in " + differing_parts(kinds[k], kinds[0]);
+  std::string text = "the ranks were not started for one job: " + ranks_by_node(sides.ranks[0], nodes);
+  for (std::size_t k = 1; k < sides.kinds.size(); ++k) {
+    text += "; " + ranks_by_node(sides.ranks[k], nodes) +
+            (node_count(sides.ranks[k], nodes) == 1 ? " differs" : " differ") + " from them in " +
+            differing_parts(sides.kinds[k], sides.kinds[0]);
   }
   text += !holders_agree ? " (and the ranks that hold the job's state disagree among themselves)"
                          : " (no rank holds the job's state, and no side has more than half the ranks, to say "
@@ -174,27 +198,52 @@ JobCheck check_one_job(const std::vector<JobIdentity>& ids, const std::vector<bo
   return check;
 }
 
-std::string initial_weights_differ(const std::vector<std::uint64_t>& weights, const std::vector<std::string>& nodes) {
-  HDP_CHECK(weights.size() == nodes.size() && !weights.empty(), "initial_weights_differ: one digest and one node a rank");
-  std::vector<std::uint64_t> kinds;
-  std::vector<std::vector<int>> sides;
-  for (std::size_t r = 0; r < weights.size(); ++r) {
-    const auto at = std::find(kinds.begin(), kinds.end(), weights[r]);
-    if (at == kinds.end()) {
-      kinds.push_back(weights[r]);
-      sides.push_back({static_cast<int>(r)});
-    } else {
-      sides[static_cast<std::size_t>(at - kinds.begin())].push_back(static_cast<int>(r));
-    }
-  }
-  if (kinds.size() == 1) return {};
+JobCheck check_initial_weights(const std::vector<std::uint64_t>& weights, const std::vector<std::string>& nodes,
+                               int me) {
+  const std::size_t n = weights.size();
+  HDP_CHECK(nodes.size() == n && me >= 0 && static_cast<std::size_t>(me) < n,
+            "check_initial_weights: one digest and one node a rank");
+  JobCheck check;
+  const Sides<std::uint64_t> sides = sides_of(weights);
+  if (sides.kinds.size() == 1) return check;
   auto source = [](std::uint64_t digest) {
     return digest == 0 ? std::string("the seed's weights") : "weights of xxh3 " + checkpoint::to_hex(digest);
   };
-  std::string text = "the ranks did not start from the same weights: " + ranks_by_node(sides[0], nodes) + " from " +
-                     source(kinds[0]);
-  for (std::size_t k = 1; k < kinds.size(); ++k) text += "; " + ranks_by_node(sides[k], nodes) + " from " + source(kinds[k]);
-  return text + ": every rank refuses; give every node the same --init-from weights";
+  if (const int m = sides.majority(); m >= 0) {
+    const std::uint64_t job = sides.kinds[static_cast<std::size_t>(m)];
+    const std::vector<int>& kept = sides.ranks[static_cast<std::size_t>(m)];
+    const std::uint64_t mine = weights[static_cast<std::size_t>(me)];
+    if (mine != job) {
+      check.outcome = JobCheck::Outcome::kRefused;
+      check.message = "this worker (rank " + std::to_string(me) + ", node " + nodes[static_cast<std::size_t>(me)] +
+                      ") started from " + source(mine) + ", the job's majority (" + ranks_by_node(kept, nodes) +
+                      ") from " + source(job) + ": it is refused, and its node leaves the job; give it the same "
+                      "--init-from weights";
+      return check;
+    }
+    std::vector<int> refused;
+    for (std::size_t r = 0; r < n; ++r) {
+      if (weights[r] != job) refused.push_back(static_cast<int>(r));
+    }
+    check.outcome = JobCheck::Outcome::kOthersRefused;
+    check.parts = std::string(kInitialWeights);
+    check.recorder = kept.front();
+    check.refused_nodes = nodes_of(refused, nodes);
+    const bool one = check.refused_nodes.size() == 1;
+    check.message = ranks_by_node(refused, nodes) + (one ? " starts" : " start") +
+                    " from other weights than the job's majority (" + source(job) + "): refused; the job goes on "
+                    "without " + (one ? "it" : "them");
+    return check;
+  }
+  std::string text = "the ranks did not start from the same weights: " + ranks_by_node(sides.ranks[0], nodes) +
+                     " from " + source(sides.kinds[0]);
+  for (std::size_t k = 1; k < sides.kinds.size(); ++k) {
+    text += "; " + ranks_by_node(sides.ranks[k], nodes) + " from " + source(sides.kinds[k]);
+  }
+  check.outcome = JobCheck::Outcome::kNoJob;
+  check.message = text + " (no side has more than half the ranks): every rank refuses; give every node the same "
+                         "--init-from weights";
+  return check;
 }
 
 }  // namespace hdp::trainer

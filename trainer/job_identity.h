@@ -22,7 +22,7 @@
 // and the live settings (`hdp config set`), which rank 0 hands to every rank at a step boundary.
 //
 // The initial weights (--init-from) are not a part: they are read after the check, and matter only
-// where a job starts; initial_weights_differ compares them there.
+// where the ranks initialise; check_initial_weights compares them there.
 //
 // The check (check_one_job) runs at every generation's start on what the ranks' held state
 // already carries (Recovery::start, mesh::exchange_states: no message of its own):
@@ -90,13 +90,17 @@ struct JobCheck {
 JobCheck check_one_job(const std::vector<JobIdentity>& ids, const std::vector<bool>& holds_state,
                        const std::vector<std::string>& nodes, int me);
 
-// The initial weights, checked where a job starts without a checkpoint (Recovery::restore): every
-// rank initialised its parameters, from the seed (a part of the training settings above) or from
-// --init-from's files, which a path per node may name differently, so that only their content can
-// be compared. Each rank's `weights` digest: 0 for the seed, the xxh3 of the weights it read
-// otherwise. Ranks that differ would start from different models and ZeRO-1 would stitch their
-// shards into one, so every rank refuses (no rank holds a state: nothing says which side is the
-// job). Empty when every rank agrees; otherwise the refusal, naming the nodes on each side.
-std::string initial_weights_differ(const std::vector<std::uint64_t>& weights, const std::vector<std::string>& nodes);
+// The initial weights, checked wherever the ranks initialise without a checkpoint (Recovery::restore:
+// a job's start, or a restart with no checkpoint to restore): every rank initialised its
+// parameters, from the seed (a part of the training settings above) or from --init-from's files,
+// which a path per node may name differently, so that only their content can be compared. Each
+// rank's `weights` digest: 0 for the seed, the xxh3 of the weights it read otherwise. Ranks that
+// differ would start from different models and ZeRO-1 would stitch their shards into one. As
+// above with no rank holding state: more than half the ranks agreeing are the job, and the others
+// are refused (kRefused, kOthersRefused with parts kInitialWeights); with no such side every rank
+// refuses (kNoJob), the message naming each side's weights.
+inline constexpr std::string_view kInitialWeights = "initial weights (--init-from)";
+JobCheck check_initial_weights(const std::vector<std::uint64_t>& weights, const std::vector<std::string>& nodes,
+                               int me);
 
 }  // namespace hdp::trainer

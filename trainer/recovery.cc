@@ -90,7 +90,12 @@ void Recovery::check_identities(const Membership& m, const std::vector<mesh::Hel
     ids[r].digest = states[r].job;
     holds[r] = states[r].layout >= 0;
   }
-  const JobCheck check = check_one_job(ids, holds, node_of_rank(m), m.rank);
+  act_on(m, check_one_job(ids, holds, node_of_rank(m), m.rank));
+}
+
+// A verdict of trainer/job_identity.h on this rank: refused (exit 5), no job (exit 2), or the job's
+// side abandoning the generation to go on without the refused, whose lowest rank records them.
+void Recovery::act_on(const Membership& m, const JobCheck& check) {
   switch (check.outcome) {
     case JobCheck::Outcome::kSame: return;
     case JobCheck::Outcome::kRefused: throw RefusedByJob(check.message);
@@ -235,10 +240,7 @@ void Recovery::restore(const Membership& m, Communicator& comm, std::int64_t fur
     // The digests travel as i64 (the communicator's integer type), their bits unchanged.
     const std::vector<std::int64_t> rows =
         mesh::allgather_rows<std::int64_t>(comm, {static_cast<std::int64_t>(init_weights_)}, config_.timeout);
-    const std::vector<std::uint64_t> weights(rows.begin(), rows.end());
-    if (const std::string differ = initial_weights_differ(weights, node_of_rank(m)); !differ.empty()) {
-      throw InvalidArgument(differ);
-    }
+    act_on(m, check_initial_weights(std::vector<std::uint64_t>(rows.begin(), rows.end()), node_of_rank(m), m.rank));
   }
   reporter_.restored_from(restored ? "checkpoint" : (config_.init_from.empty() ? "seed" : "init_from"));
   last_saved_step_ = restored ? step_ : -1;

@@ -70,6 +70,7 @@ class Recovery {
  private:
   mesh::HeldState held_state() const;
   void check_identities(const elastic::Membership& m, const std::vector<mesh::HeldState>& states);
+  void act_on(const elastic::Membership& m, const JobCheck& check);
   void from_memory(const elastic::Membership& m, mesh::Communicator& comm, const mesh::ReshardPlan& plan,
                    SteadyClock::time_point began);
   void report_rolled_forward(const elastic::Membership& m);
@@ -122,7 +123,7 @@ class Recovery {
   std::optional<InFlight> in_flight_;
   bool save_rolled_forward_ = false;  // the generation starts by saving step_ (from_memory)
   // xxh3 of the weights --init-from loaded (0: the seed's), for the restore event and the check
-  // that every rank started from the same (initial_weights_differ)
+  // that every rank started from the same (check_initial_weights)
   std::uint64_t init_weights_ = 0;
 };
 

@@ -104,5 +104,16 @@ TEST(WorkerSupervisor, AWorkerThatRanHealthyRunStartsTheCountAfresh) {
   EXPECT_EQ(strict.starts, 3);
 }
 
+// A worker that exits 2, 3 or 5 (its configuration cannot run, the job failed, the running job
+// refused it) is started once and never again, and its exit reaches the agent as a final one (not
+// a slot that ran out of restarts): a restart would end the same way.
+TEST(WorkerSupervisor, AWorkerThatExits2Or3Or5IsNotRestarted) {
+  for (const int code : {kExitUsage, kExitJobFailed, kExitRefused}) {
+    const SupervisedRun run = supervise("exit " + std::to_string(code), 3, std::chrono::seconds(60), std::chrono::seconds(10));
+    EXPECT_EQ(run.starts, 1) << "exit " << code;
+    EXPECT_FALSE(run.given_up) << "exit " << code;
+  }
+}
+
 }  // namespace
 }  // namespace hdp::agents

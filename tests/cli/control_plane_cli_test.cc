@@ -307,5 +307,28 @@ TEST(ControlPlaneCli, RunExitsZeroWhenTheJobCompletesDespiteALostAgent) {
   EXPECT_NE(log().find("world size 2"), std::string::npos) << log();  // it resized rather than stopped
 }
 
+// A node the running job refused (its agent exits 5, common/exit_codes.h) decides nothing: here
+// node1's worker exits 5 at once, the other two train on, and SIGTERM drains them: `hdp run`
+// exits 4 (drained), not with the refused agent's code, which came first.
+TEST(ControlPlaneCli, RunDoesNotLetARefusedNodeDecideItsExitCode) {
+  TempDir dir;
+  const std::string log_path = (dir.path() / "run.log").string();
+  const std::string job = "refused-" + std::to_string(getpid());
+  const std::string worker = "if [ \"$HDP_NODE_ID\" = node1 ]; then exit 5; fi; exec " + AgentCluster().hdp() +
+                             " train --smoke --steps 100000 --step-ms 20";
+  ChildProcess run({AgentCluster().hdp(), "run", "--nodes", "3", "--nproc-per-node", "1", "--nnodes", "1:3", "--job",
+                    job, "--lease-ms", "1000", "--", "/bin/sh", "-c", worker},
+                   log_path);
+  auto log = [&] { return file_text(log_path); };
+  ASSERT_TRUE(wait_for_text(log_path, "agent node1 (pid ", 30s)) << log();
+  ASSERT_TRUE(wait_for_text(log_path, "world size 2, status running", 30s)) << log();
+  run.signal(SIGTERM);
+  const auto status = run.wait_for(60s);
+  ASSERT_TRUE(status.has_value() && WIFEXITED(*status)) << log();
+  EXPECT_EQ(WEXITSTATUS(*status), 4) << log();
+  EXPECT_NE(log().find("agent node1 (pid "), std::string::npos);
+  EXPECT_NE(log().find(") ended (exit 5)"), std::string::npos) << "node1's agent exits 5: " << log();
+}
+
 }  // namespace
 }  // namespace hdp::test

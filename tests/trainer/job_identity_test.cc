@@ -211,18 +211,44 @@ TEST(JobIdentity, AtAStartTheMajorityIsTheJobAndANodeThatDiffersIsRefusedAlone) 
   EXPECT_EQ(verdict({job, job, other, other, job, other}, none, nodes, 0).rfind("no job: ", 0), 0u);
 }
 
-// Where a job starts without a checkpoint: ranks that read other --init-from weights (or none, the
-// seed's: digest 0) than the others are named with their digest; agreeing ranks pass, whatever
-// their weights.
-TEST(JobIdentity, RanksStartedFromOtherWeightsAreNamedAndEveryRankRefuses) {
+// Where the ranks initialise without a checkpoint: ranks that read other --init-from weights (or
+// none, the seed's: digest 0) than more than half the ranks are refused, the others go on without
+// them; with no such majority every rank refuses, each side named with its weights' digest;
+// agreeing ranks pass, whatever their weights.
+TEST(JobIdentity, RanksStartedFromOtherWeightsThanTheMajorityAreRefusedAndWithoutOneEveryRank) {
   const std::vector<std::string> nodes = {"n1", "n1", "n2", "n2", "n3"};
-  EXPECT_EQ(initial_weights_differ({7, 7, 7, 7, 7}, nodes), "");
-  EXPECT_EQ(initial_weights_differ({0, 0, 0, 0, 0}, nodes), "");
-  EXPECT_EQ(initial_weights_differ({0x11, 0x11, 0x22, 0x22, 0}, nodes),
-            "the ranks did not start from the same weights: node n1 (ranks 0, 1) from weights of xxh3 "
-            "0000000000000011; node n2 (ranks 2, 3) from weights of xxh3 0000000000000022; node n3 (rank 4) from "
-            "the seed's weights: every rank refuses; give every node the same --init-from weights");
-  EXPECT_THROW(initial_weights_differ({1, 2}, {"n1"}), Error);
+  EXPECT_EQ(check_initial_weights({7, 7, 7, 7, 7}, nodes, 0).outcome, JobCheck::Outcome::kSame);
+  EXPECT_EQ(check_initial_weights({0, 0, 0, 0, 0}, nodes, 4).outcome, JobCheck::Outcome::kSame);
+  for (int me = 0; me < 5; ++me) {
+    const JobCheck c = check_initial_weights({0x11, 0x11, 0x22, 0x22, 0}, nodes, me);
+    EXPECT_EQ(c.outcome, JobCheck::Outcome::kNoJob);
+    EXPECT_EQ(c.message,
+              "the ranks did not start from the same weights: node n1 (ranks 0, 1) from weights of xxh3 "
+              "0000000000000011; node n2 (ranks 2, 3) from weights of xxh3 0000000000000022; node n3 (rank 4) from "
+              "the seed's weights (no side has more than half the ranks): every rank refuses; give every node the "
+              "same --init-from weights");
+  }
+  const std::vector<std::uint64_t> mostly = {0x11, 0x11, 0x11, 0x22, 0};
+  for (int me : {3, 4}) {
+    const JobCheck c = check_initial_weights(mostly, nodes, me);
+    EXPECT_EQ(c.outcome, JobCheck::Outcome::kRefused);
+    EXPECT_NE(c.message.find(", the job's majority (node n1 (ranks 0, 1), node n2 (rank 2)) from weights of xxh3 "
+                             "0000000000000011: it is refused, and its node leaves the job"),
+              std::string::npos)
+        << c.message;
+  }
+  EXPECT_NE(check_initial_weights(mostly, nodes, 4).message.find("(rank 4, node n3) started from the seed's weights"),
+            std::string::npos);
+  for (int me : {0, 1, 2}) {
+    const JobCheck c = check_initial_weights(mostly, nodes, me);
+    EXPECT_EQ(c.outcome, JobCheck::Outcome::kOthersRefused);
+    EXPECT_EQ(c.message, "node n2 (rank 3), node n3 (rank 4) start from other weights than the job's majority "
+                         "(weights of xxh3 0000000000000011): refused; the job goes on without them");
+    EXPECT_EQ(c.refused_nodes, (std::vector<std::string>{"n2", "n3"}));
+    EXPECT_EQ(c.parts, "initial weights (--init-from)");
+    EXPECT_EQ(c.recorder, 0);
+  }
+  EXPECT_THROW(check_initial_weights({1, 2}, {"n1"}, 0), Error);
 }
 
 }  // namespace

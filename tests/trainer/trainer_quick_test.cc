@@ -272,7 +272,8 @@ TEST(TrainerQuick, ABf16ExportStartsANewJobFromTheRoundedWeightsAndAResumeIgnore
 
 // Two nodes started from other --init-from weights (one node's export f32, the other's bf16 of the
 // same checkpoint: the same model, other bits) would stitch two models into one at the first step
-// (trainer/job_identity.h, initial_weights_differ): every worker refuses before any step (exit 2,
+// (trainer/job_identity.h, check_initial_weights): one node against one is no majority, so every
+// worker refuses before any step (exit 2,
 // each agent exits 3), each log naming both nodes with the digest of the weights it read.
 TEST(TrainerQuick, NodesStartedFromOtherWeightsAllRefuseNamingEachSidesWeights) {
   TempDir dir;
@@ -305,7 +306,8 @@ TEST(TrainerQuick, NodesStartedFromOtherWeightsAllRefuseNamingEachSidesWeights) 
     const std::string log = cluster.agent_log(node);
     for (const std::string& part : {std::string("the ranks did not start from the same weights: node n"),
                                    "from weights of xxh3 " + f32_digest, "from weights of xxh3 " + bf16_digest,
-                                   std::string(": every rank refuses; give every node the same --init-from weights")}) {
+                                   std::string("(no side has more than half the ranks): every rank refuses; give every node the same "
+                                               "--init-from weights")}) {
       EXPECT_NE(log.find(part), std::string::npos) << node << ": " << part << "\n" << log;
     }
   }
