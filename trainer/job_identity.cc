@@ -49,15 +49,6 @@ template <class T>
 struct Sides {
   std::vector<T> kinds;
   std::vector<std::vector<int>> ranks;
-  // The side holding more than half the ranks, or -1.
-  int majority() const {
-    std::size_t n = 0;
-    for (const auto& r : ranks) n += r.size();
-    for (std::size_t k = 0; k < ranks.size(); ++k) {
-      if (2 * ranks[k].size() > n) return static_cast<int>(k);
-    }
-    return -1;
-  }
 };
 template <class T>
 Sides<T> sides_of(const std::vector<T>& ids) {
@@ -72,6 +63,47 @@ Sides<T> sides_of(const std::vector<T>& ids) {
     }
   }
   return s;
+}
+
+// Which value is the job's (the header's rule): the one the ranks holding state share (none when
+// they disagree); with no rank holding state, the one every rank of more than half the nodes has.
+// Nodes, not ranks, are counted, because a refusal takes a whole node out (its agent stops it): a
+// node with more workers does not outvote two with fewer, and a node whose own ranks disagree
+// (split between sides) leaves nothing to count on, so there is no majority.
+template <class T>
+struct JobSide {
+  std::optional<T> job;
+  bool holders_disagree = false;
+  bool by_majority = false;  // no rank holds state
+};
+template <class T>
+JobSide<T> job_side(const std::vector<T>& ids, const std::vector<bool>& holds, const std::vector<std::string>& nodes) {
+  JobSide<T> side;
+  for (std::size_t r = 0; r < ids.size(); ++r) {
+    if (!holds[r]) continue;
+    if (!side.job) side.job = ids[r];
+    side.holders_disagree = side.holders_disagree || ids[r] != *side.job;
+  }
+  if (side.holders_disagree) side.job.reset();
+  if (side.job || side.holders_disagree) return side;
+  side.by_majority = true;
+  std::map<std::string, std::optional<T>> of_node;  // nullopt: the node's ranks disagree
+  for (std::size_t r = 0; r < ids.size(); ++r) {
+    const auto [at, fresh] = of_node.try_emplace(nodes[r], ids[r]);
+    if (!fresh && at->second != ids[r]) at->second.reset();
+  }
+  std::vector<T> node_kinds;
+  for (const auto& [node, kind] : of_node) {
+    if (!kind) return side;
+    node_kinds.push_back(*kind);
+  }
+  for (const T& kind : node_kinds) {
+    if (2 * static_cast<std::size_t>(std::count(node_kinds.begin(), node_kinds.end(), kind)) > node_kinds.size()) {
+      side.job = kind;
+      break;
+    }
+  }
+  return side;
 }
 
 // The distinct nodes of `ranks`, in rank order.
@@ -144,20 +176,10 @@ JobCheck check_one_job(const std::vector<JobIdentity>& ids, const std::vector<bo
   JobCheck check;
   if (std::all_of(ids.begin(), ids.end(), [&](const JobIdentity& id) { return id == ids[0]; })) return check;
 
-  std::optional<JobIdentity> job;
-  bool holders_agree = true;
-  for (std::size_t r = 0; r < n; ++r) {
-    if (!holds_state[r]) continue;
-    if (!job) job = ids[r];
-    holders_agree = holders_agree && ids[r] == *job;
-  }
-  // No rank holds state (the job starts, or restarts from its checkpoint): the identity of more
-  // than half the ranks is the job's, so that one node started wrongly does not stop the others.
-  const Sides<JobIdentity> sides = sides_of(ids);
-  const bool by_majority = !job;
-  if (by_majority && sides.majority() >= 0) job = sides.kinds[static_cast<std::size_t>(sides.majority())];
-  const std::string the_job = by_majority ? "the job's majority" : "the running job";
-  if (job && holders_agree) {
+  const JobSide<JobIdentity> side = job_side(ids, holds_state, nodes);
+  const std::optional<JobIdentity>& job = side.job;
+  const std::string the_job = side.by_majority ? "the job's majority" : "the running job";
+  if (job) {
     std::vector<int> refused, kept;
     PartSet differs{};  // every part some refused rank differs in
     for (std::size_t r = 0; r < n; ++r) {
@@ -184,46 +206,46 @@ JobCheck check_one_job(const std::vector<JobIdentity>& ids, const std::vector<bo
   }
 
   // Nothing says which side is the job: every rank refuses, naming the sides.
+  const Sides<JobIdentity> sides = sides_of(ids);
   std::string text = "the ranks were not started for one job: " + ranks_by_node(sides.ranks[0], nodes);
   for (std::size_t k = 1; k < sides.kinds.size(); ++k) {
     text += "; " + ranks_by_node(sides.ranks[k], nodes) +
             (node_count(sides.ranks[k], nodes) == 1 ? " differs" : " differ") + " from them in " +
             differing_parts(sides.kinds[k], sides.kinds[0]);
   }
-  text += !holders_agree ? " (and the ranks that hold the job's state disagree among themselves)"
-                         : " (no rank holds the job's state, and no side has more than half the ranks, to say "
-                           "which is the job)";
+  text += side.holders_disagree ? " (and the ranks that hold the job's state disagree among themselves)"
+                                : " (no rank holds the job's state, and no side has every rank of more than half the "
+                                  "nodes, to say which is the job)";
   check.outcome = JobCheck::Outcome::kNoJob;
   check.message = text + ": every rank refuses; start every node with the same data, model and settings";
   return check;
 }
 
-JobCheck check_initial_weights(const std::vector<std::uint64_t>& weights, const std::vector<std::string>& nodes,
-                               int me) {
+JobCheck check_initial_weights(const std::vector<std::uint64_t>& weights, const std::vector<bool>& holds_state,
+                               const std::vector<std::string>& nodes, int me) {
   const std::size_t n = weights.size();
-  HDP_CHECK(nodes.size() == n && me >= 0 && static_cast<std::size_t>(me) < n,
-            "check_initial_weights: one digest and one node a rank");
+  HDP_CHECK(nodes.size() == n && holds_state.size() == n && me >= 0 && static_cast<std::size_t>(me) < n,
+            "check_initial_weights: one digest, one state and one node a rank");
   JobCheck check;
   const Sides<std::uint64_t> sides = sides_of(weights);
   if (sides.kinds.size() == 1) return check;
   auto source = [](std::uint64_t digest) {
     return digest == 0 ? std::string("the seed's weights") : "weights of xxh3 " + checkpoint::to_hex(digest);
   };
-  if (const int m = sides.majority(); m >= 0) {
-    const std::uint64_t job = sides.kinds[static_cast<std::size_t>(m)];
-    const std::vector<int>& kept = sides.ranks[static_cast<std::size_t>(m)];
+  const JobSide<std::uint64_t> side = job_side(weights, holds_state, nodes);
+  const std::string the_job = side.by_majority ? "the job's majority" : "the running job";
+  if (side.job) {
+    const std::uint64_t job = *side.job;
+    std::vector<int> kept, refused;
+    for (std::size_t r = 0; r < n; ++r) (weights[r] == job ? kept : refused).push_back(static_cast<int>(r));
     const std::uint64_t mine = weights[static_cast<std::size_t>(me)];
     if (mine != job) {
       check.outcome = JobCheck::Outcome::kRefused;
       check.message = "this worker (rank " + std::to_string(me) + ", node " + nodes[static_cast<std::size_t>(me)] +
-                      ") started from " + source(mine) + ", the job's majority (" + ranks_by_node(kept, nodes) +
+                      ") started from " + source(mine) + ", " + the_job + " (" + ranks_by_node(kept, nodes) +
                       ") from " + source(job) + ": it is refused, and its node leaves the job; give it the same "
                       "--init-from weights";
       return check;
-    }
-    std::vector<int> refused;
-    for (std::size_t r = 0; r < n; ++r) {
-      if (weights[r] != job) refused.push_back(static_cast<int>(r));
     }
     check.outcome = JobCheck::Outcome::kOthersRefused;
     check.parts = std::string(kInitialWeights);
@@ -231,7 +253,7 @@ JobCheck check_initial_weights(const std::vector<std::uint64_t>& weights, const 
     check.refused_nodes = nodes_of(refused, nodes);
     const bool one = check.refused_nodes.size() == 1;
     check.message = ranks_by_node(refused, nodes) + (one ? " starts" : " start") +
-                    " from other weights than the job's majority (" + source(job) + "): refused; the job goes on "
+                    " from other weights than " + the_job + " (" + source(job) + "): refused; the job goes on "
                     "without " + (one ? "it" : "them");
     return check;
   }
@@ -241,8 +263,10 @@ JobCheck check_initial_weights(const std::vector<std::uint64_t>& weights, const 
     text += "; " + ranks_by_node(sides.ranks[k], nodes) + " from " + source(sides.kinds[k]);
   }
   check.outcome = JobCheck::Outcome::kNoJob;
-  check.message = text + " (no side has more than half the ranks): every rank refuses; give every node the same "
-                         "--init-from weights";
+  check.message = text +
+                  (side.holders_disagree ? " (and the ranks that hold the job's state disagree among themselves)"
+                                         : " (no side has every rank of more than half the nodes)") +
+                  ": every rank refuses; give every node the same --init-from weights";
   return check;
 }
 

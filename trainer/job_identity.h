@@ -33,13 +33,15 @@
 //     stops its node, leaves the job and exits 5, not to be restarted), and the others abandon the
 //     generation (RecoverableError; the lowest rank of their side records a `node_refused` event)
 //     to go on in the next one without it, from memory;
-//   - no rank holds state (the job starts, or restarts from its checkpoint) and more than half the
-//     ranks agree: they are the job, and the others are refused as above (one node started with
-//     stale files or flags does not stop a job of many); the job's side starts in the next
-//     generation without them;
-//   - no rank holds state and no side has more than half the ranks (one node against one), or
-//     the holders disagree: nothing says which side is the job, so every rank refuses (exit 2 on
-//     all), the message naming the nodes on each side and what differs.
+//   - no rank holds state (the job starts, or restarts from its checkpoint) and every rank of more
+//     than half the nodes agrees: they are the job, and the others are refused as above (one node
+//     started with stale files or flags does not stop a job of many); the job's side starts in
+//     the next generation without them (or waits for nodes, below its minimum). Nodes are
+//     counted, not ranks, since a refusal takes a whole node out: a node of 8 workers does not
+//     outvote two of 4, and a node whose own ranks differ leaves no majority;
+//   - no rank holds state and no such majority (one node against one, a node split in itself),
+//     or the holders disagree: nothing says which side is the job, so every rank refuses (exit 2
+//     on all), the message naming the nodes on each side and what differs.
 #pragma once
 
 #include <array>
@@ -95,12 +97,13 @@ JobCheck check_one_job(const std::vector<JobIdentity>& ids, const std::vector<bo
 // parameters, from the seed (a part of the training settings above) or from --init-from's files,
 // which a path per node may name differently, so that only their content can be compared. Each
 // rank's `weights` digest: 0 for the seed, the xxh3 of the weights it read otherwise. Ranks that
-// differ would start from different models and ZeRO-1 would stitch their shards into one. As
-// above with no rank holding state: more than half the ranks agreeing are the job, and the others
-// are refused (kRefused, kOthersRefused with parts kInitialWeights); with no such side every rank
-// refuses (kNoJob), the message naming each side's weights.
+// differ would start from different models and ZeRO-1 would stitch their shards into one. The
+// same rule as above decides which side is the job (`holds_state`: the ranks that held the job's
+// state before a restart without a checkpoint), and the others are refused (kRefused,
+// kOthersRefused with parts kInitialWeights); with no such side every rank refuses (kNoJob), the
+// message naming each side's weights.
 inline constexpr std::string_view kInitialWeights = "initial weights (--init-from)";
-JobCheck check_initial_weights(const std::vector<std::uint64_t>& weights, const std::vector<std::string>& nodes,
-                               int me);
+JobCheck check_initial_weights(const std::vector<std::uint64_t>& weights, const std::vector<bool>& holds_state,
+                               const std::vector<std::string>& nodes, int me);
 
 }  // namespace hdp::trainer

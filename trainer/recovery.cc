@@ -61,7 +61,9 @@ Recovery::Recovery(elastic::ElasticContext& ctx, const TrainerConfig& config, co
 std::int64_t Recovery::start(const Membership& m, Communicator& comm) {
   const auto began = SteadyClock::now();
   const std::vector<mesh::HeldState> states = mesh::exchange_states(held_state(), comm, config_.timeout);
-  check_identities(m, states);
+  std::vector<bool> holders(states.size());  // whose shards belong to a layout: they hold the job's state
+  for (std::size_t r = 0; r < states.size(); ++r) holders[r] = states[r].layout >= 0;
+  check_identities(m, states, holders);
   const mesh::ReshardPlan plan = mesh::plan_reshard(states, setup_.layout.total());
   const std::int64_t furthest = std::max<std::int64_t>(plan.furthest, 0);
   if (plan.possible) {
@@ -69,11 +71,11 @@ std::int64_t Recovery::start(const Membership& m, Communicator& comm) {
     return furthest;
   }
   // Some rank held a state, but not every shard survived: the checkpoint is the fallback.
-  const bool fallback = std::any_of(states.begin(), states.end(), [](const auto& s) { return s.layout >= 0; });
+  const bool fallback = std::any_of(holders.begin(), holders.end(), [](bool h) { return h; });
   if (fallback && m.rank == 0) {
     log()->warn("generation {}: cannot recover from memory: {}; restoring from the checkpoint", m.generation, plan.why);
   }
-  restore(m, comm, furthest, fallback ? plan.why : std::string());
+  restore(m, comm, furthest, fallback ? plan.why : std::string(), holders);
   return furthest;
 }
 
@@ -83,14 +85,11 @@ static_assert(std::tuple_size_v<decltype(mesh::HeldState::job)> == JobIdentity::
 // A rank that differs from the job is refused (trainer/job_identity.h); a rank holds the job's
 // state when its shards belong to a layout. The lowest rank of the job's side records whom it
 // refused.
-void Recovery::check_identities(const Membership& m, const std::vector<mesh::HeldState>& states) {
+void Recovery::check_identities(const Membership& m, const std::vector<mesh::HeldState>& states,
+                                const std::vector<bool>& holders) {
   std::vector<JobIdentity> ids(states.size());
-  std::vector<bool> holds(states.size());
-  for (std::size_t r = 0; r < states.size(); ++r) {
-    ids[r].digest = states[r].job;
-    holds[r] = states[r].layout >= 0;
-  }
-  act_on(m, check_one_job(ids, holds, node_of_rank(m), m.rank));
+  for (std::size_t r = 0; r < states.size(); ++r) ids[r].digest = states[r].job;
+  act_on(m, check_one_job(ids, holders, node_of_rank(m), m.rank));
 }
 
 // A verdict of trainer/job_identity.h on this rank: refused (exit 5), no job (exit 2), or the job's
@@ -206,7 +205,8 @@ void Recovery::report_rolled_forward(const Membership& m) {
 
 // No plan from memory: every rank restores its shard from the newest valid checkpoint (or the
 // seed). `why`: why memory could not serve (empty: no rank held a state, e.g. the job starts).
-void Recovery::restore(const Membership& m, Communicator& comm, std::int64_t furthest, const std::string& why) {
+void Recovery::restore(const Membership& m, Communicator& comm, std::int64_t furthest, const std::string& why,
+                       const std::vector<bool>& holders) {
   const auto started = SteadyClock::now();
   layout_generation_ = -1;  // until the restore completed
   prev_position_.reset();
@@ -240,7 +240,8 @@ void Recovery::restore(const Membership& m, Communicator& comm, std::int64_t fur
     // The digests travel as i64 (the communicator's integer type), their bits unchanged.
     const std::vector<std::int64_t> rows =
         mesh::allgather_rows<std::int64_t>(comm, {static_cast<std::int64_t>(init_weights_)}, config_.timeout);
-    act_on(m, check_initial_weights(std::vector<std::uint64_t>(rows.begin(), rows.end()), node_of_rank(m), m.rank));
+    act_on(m, check_initial_weights(std::vector<std::uint64_t>(rows.begin(), rows.end()), holders, node_of_rank(m),
+                                    m.rank));
   }
   reporter_.restored_from(restored ? "checkpoint" : (config_.init_from.empty() ? "seed" : "init_from"));
   last_saved_step_ = restored ? step_ : -1;

@@ -69,12 +69,15 @@ class Recovery {
 
  private:
   mesh::HeldState held_state() const;
-  void check_identities(const elastic::Membership& m, const std::vector<mesh::HeldState>& states);
+  void check_identities(const elastic::Membership& m, const std::vector<mesh::HeldState>& states,
+                        const std::vector<bool>& holders);
   void act_on(const elastic::Membership& m, const JobCheck& check);
   void from_memory(const elastic::Membership& m, mesh::Communicator& comm, const mesh::ReshardPlan& plan,
                    SteadyClock::time_point began);
   void report_rolled_forward(const elastic::Membership& m);
-  void restore(const elastic::Membership& m, mesh::Communicator& comm, std::int64_t furthest, const std::string& why);
+  // `holders`: by rank, whether it held the job's state (the initial weights' check follows them).
+  void restore(const elastic::Membership& m, mesh::Communicator& comm, std::int64_t furthest, const std::string& why,
+               const std::vector<bool>& holders);
   bool may_restore(const elastic::Membership& m, mesh::Communicator& comm);
   // A checkpoint written over other data (its data fingerprint differs from this job's): refused
   // (InvalidArgument, exit 2 on every rank alike), or with --allow-data-change logged and kept,

@@ -1,9 +1,9 @@
 // What the ranks of one job must share (trainer/job_identity.h): which settings change which part
 // of a worker's identity and which do not, and the check at a generation's start: a rank that
 // differs from the ranks holding the job's state is refused alone, the others go on without it; with
-// no such ranks more than half the ranks are the job, and with no majority either (or holders that
-// disagree) every rank refuses, naming the nodes on each side; ranks
-// that start from other initial weights all refuse, each side named with its weights' digest.
+// no such ranks every rank of more than half the nodes is the job, and with no majority either (or
+// holders that disagree) every rank refuses, naming the nodes on each side; the initial weights
+// follow the same rule, each side named with its weights' digest.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -166,8 +166,9 @@ TEST(JobIdentity, WithNoRankHoldingTheJobAndNoMajorityEveryRankRefusesNamingBoth
     EXPECT_EQ(v,
               "no job: the ranks were not started for one job: node n1 (ranks 0, 1); node n2 (ranks 2, 3) differs "
               "from them in training settings (including the planner's cost model, which follows --device and "
-              "--cost-model) (no rank holds the job's state, and no side has more than half the ranks, to say "
-              "which is the job): every rank refuses; start every node with the same data, model and settings");
+              "--cost-model) (no rank holds the job's state, and no side has every rank of more than half the "
+              "nodes, to say which is the job): every rank refuses; start every node with the same data, model and "
+              "settings");
   }
   // Three kinds, none above half: no job either.
   EXPECT_EQ(verdict({job, other, with(JobIdentity::kModel, 1)}, {false, false, false}, {"n1", "n2", "n3"}, 0)
@@ -184,7 +185,7 @@ TEST(JobIdentity, WithNoRankHoldingTheJobAndNoMajorityEveryRankRefusesNamingBoth
   EXPECT_EQ(verdict({job, job}, {false, false}, {"n1", "n2"}, 0), "ok");
 }
 
-// A job that starts (no rank holds state): more than half the ranks are the job, and a node that
+// A job that starts (no rank holds state): every rank of more than half the nodes is the job, and a node that
 // differs from them is refused alone, even when it holds rank 0 (the lowest rank of the job's side
 // records the refusal).
 TEST(JobIdentity, AtAStartTheMajorityIsTheJobAndANodeThatDiffersIsRefusedAlone) {
@@ -207,48 +208,67 @@ TEST(JobIdentity, AtAStartTheMajorityIsTheJobAndANodeThatDiffersIsRefusedAlone) 
     EXPECT_EQ(c.refused_nodes, std::vector<std::string>{"n1"});
     EXPECT_EQ(c.recorder, 2);
   }
-  // Exactly half is no majority.
+  // Nodes are counted, not ranks: one node of four workers does not outvote two of one.
+  const JobCheck nodes_count = check_one_job({other, other, other, other, job, job}, none,
+                                             {"n1", "n1", "n1", "n1", "n2", "n3"}, 0);
+  EXPECT_EQ(nodes_count.outcome, JobCheck::Outcome::kRefused) << nodes_count.message;
+  // A node whose own ranks differ (n3) leaves no majority, nor does exactly half of the nodes.
   EXPECT_EQ(verdict({job, job, other, other, job, other}, none, nodes, 0).rfind("no job: ", 0), 0u);
+  EXPECT_EQ(verdict({job, job, other, other}, {false, false, false, false}, {"n1", "n2", "n3", "n4"}, 0).rfind("no job: ", 0),
+            0u);
+  // Holders that disagree decide nothing, whatever the others' majority.
+  EXPECT_EQ(verdict({job, other, job, job, job}, {true, true, false, false, false}, {"n1", "n2", "n3", "n4", "n5"}, 2)
+                .rfind("no job: ", 0),
+            0u);
 }
 
 // Where the ranks initialise without a checkpoint: ranks that read other --init-from weights (or
-// none, the seed's: digest 0) than more than half the ranks are refused, the others go on without
-// them; with no such majority every rank refuses, each side named with its weights' digest;
+// none, the seed's: digest 0) than every rank of more than half the nodes are refused, the others
+// go on without them; ranks that held the job's state decide instead when there are any; with no
+// side to say which is the job every rank refuses, each side named with its weights' digest;
 // agreeing ranks pass, whatever their weights.
-TEST(JobIdentity, RanksStartedFromOtherWeightsThanTheMajorityAreRefusedAndWithoutOneEveryRank) {
+TEST(JobIdentity, RanksStartedFromOtherWeightsThanTheJobsSideAreRefusedAndWithoutOneEveryRank) {
   const std::vector<std::string> nodes = {"n1", "n1", "n2", "n2", "n3"};
-  EXPECT_EQ(check_initial_weights({7, 7, 7, 7, 7}, nodes, 0).outcome, JobCheck::Outcome::kSame);
-  EXPECT_EQ(check_initial_weights({0, 0, 0, 0, 0}, nodes, 4).outcome, JobCheck::Outcome::kSame);
+  const std::vector<bool> none(5, false);
+  EXPECT_EQ(check_initial_weights({7, 7, 7, 7, 7}, none, nodes, 0).outcome, JobCheck::Outcome::kSame);
+  EXPECT_EQ(check_initial_weights({0, 0, 0, 0, 0}, none, nodes, 4).outcome, JobCheck::Outcome::kSame);
   for (int me = 0; me < 5; ++me) {
-    const JobCheck c = check_initial_weights({0x11, 0x11, 0x22, 0x22, 0}, nodes, me);
+    const JobCheck c = check_initial_weights({0x11, 0x11, 0x22, 0x22, 0}, none, nodes, me);
     EXPECT_EQ(c.outcome, JobCheck::Outcome::kNoJob);
     EXPECT_EQ(c.message,
               "the ranks did not start from the same weights: node n1 (ranks 0, 1) from weights of xxh3 "
               "0000000000000011; node n2 (ranks 2, 3) from weights of xxh3 0000000000000022; node n3 (rank 4) from "
-              "the seed's weights (no side has more than half the ranks): every rank refuses; give every node the "
-              "same --init-from weights");
+              "the seed's weights (no side has every rank of more than half the nodes): every rank refuses; give "
+              "every node the same --init-from weights");
   }
+  const std::vector<std::string> five = {"n1", "n2", "n3", "n4", "n5"};
   const std::vector<std::uint64_t> mostly = {0x11, 0x11, 0x11, 0x22, 0};
   for (int me : {3, 4}) {
-    const JobCheck c = check_initial_weights(mostly, nodes, me);
+    const JobCheck c = check_initial_weights(mostly, none, five, me);
     EXPECT_EQ(c.outcome, JobCheck::Outcome::kRefused);
-    EXPECT_NE(c.message.find(", the job's majority (node n1 (ranks 0, 1), node n2 (rank 2)) from weights of xxh3 "
-                             "0000000000000011: it is refused, and its node leaves the job"),
+    EXPECT_NE(c.message.find(", the job's majority (node n1 (rank 0), node n2 (rank 1), node n3 (rank 2)) from "
+                             "weights of xxh3 0000000000000011: it is refused, and its node leaves the job"),
               std::string::npos)
         << c.message;
   }
-  EXPECT_NE(check_initial_weights(mostly, nodes, 4).message.find("(rank 4, node n3) started from the seed's weights"),
+  EXPECT_NE(check_initial_weights(mostly, none, five, 4).message.find("(rank 4, node n5) started from the seed's weights"),
             std::string::npos);
   for (int me : {0, 1, 2}) {
-    const JobCheck c = check_initial_weights(mostly, nodes, me);
+    const JobCheck c = check_initial_weights(mostly, none, five, me);
     EXPECT_EQ(c.outcome, JobCheck::Outcome::kOthersRefused);
-    EXPECT_EQ(c.message, "node n2 (rank 3), node n3 (rank 4) start from other weights than the job's majority "
+    EXPECT_EQ(c.message, "node n4 (rank 3), node n5 (rank 4) start from other weights than the job's majority "
                          "(weights of xxh3 0000000000000011): refused; the job goes on without them");
-    EXPECT_EQ(c.refused_nodes, (std::vector<std::string>{"n2", "n3"}));
+    EXPECT_EQ(c.refused_nodes, (std::vector<std::string>{"n4", "n5"}));
     EXPECT_EQ(c.parts, "initial weights (--init-from)");
     EXPECT_EQ(c.recorder, 0);
   }
-  EXPECT_THROW(check_initial_weights({1, 2}, {"n1"}, 0), Error);
+  // Ranks that held the job's state (a restart without a checkpoint) are the job, outnumbered or not.
+  const JobCheck held = check_initial_weights(mostly, {false, false, false, true, false}, five, 0);
+  EXPECT_EQ(held.outcome, JobCheck::Outcome::kRefused);
+  EXPECT_NE(held.message.find("the running job (node n4 (rank 3)) from weights of xxh3 0000000000000022"),
+            std::string::npos)
+      << held.message;
+  EXPECT_THROW(check_initial_weights({1, 2}, {false, false}, {"n1"}, 0), Error);
 }
 
 }  // namespace

@@ -306,8 +306,8 @@ TEST(TrainerQuick, NodesStartedFromOtherWeightsAllRefuseNamingEachSidesWeights) 
     const std::string log = cluster.agent_log(node);
     for (const std::string& part : {std::string("the ranks did not start from the same weights: node n"),
                                    "from weights of xxh3 " + f32_digest, "from weights of xxh3 " + bf16_digest,
-                                   std::string("(no side has more than half the ranks): every rank refuses; give every node the same "
-                                               "--init-from weights")}) {
+                                   std::string("(no side has every rank of more than half the nodes): every rank refuses; give "
+                                               "every node the same --init-from weights")}) {
       EXPECT_NE(log.find(part), std::string::npos) << node << ": " << part << "\n" << log;
     }
   }
