@@ -742,6 +742,18 @@ void RecoveryCluster::standby_replaces(bool drained) {
             << "\n";
 }
 
+// The job's `node_refused` events, each asserted to name n3 refused for its data.
+int n3_refused_for_its_data(AgentCluster& cluster) {
+  int refusals = 0;
+  for (const Event& e : events(cluster)) {
+    if (e.at("type") != "node_refused") continue;
+    ++refusals;
+    EXPECT_EQ(e.count("nodes") ? e.at("nodes") : "", "n3");
+    EXPECT_EQ(e.count("differs_in") ? e.at("differs_in") : "", "data (its pieces or their order)");
+  }
+  return refusals;
+}
+
 // A node started over other data (HDP_DATA naming another directory: the same command line, other
 // files) joins the running job (--nnodes 2:3) while it is held at the fault step: at the start of
 // the generation with it, its workers are refused (trainer/job_identity.h: each exits 5 naming
@@ -772,14 +784,7 @@ TEST_F(RecoveryCluster, ANodeOverOtherDataIsRefusedAndTheJobGoesOnAsTheFaultFree
                       "refused; the job goes on without it"),
             std::string::npos)
       << kept;
-  int refusals = 0;
-  for (const Event& e : events(cluster)) {
-    if (e.at("type") != "node_refused") continue;
-    ++refusals;
-    EXPECT_EQ(e.count("nodes") ? e.at("nodes") : "", "n3");
-    EXPECT_EQ(e.count("differs_in") ? e.at("differs_in") : "", "data (its pieces or their order)");
-  }
-  EXPECT_GE(refusals, 1) << "rank 0 records whom it refused";
+  EXPECT_GE(n3_refused_for_its_data(cluster), 1) << "the lowest rank of the job's side records whom it refused";
   const std::vector<StepLine> run = read_metrics(dir.path() / "metrics.jsonl");
   ASSERT_EQ(run.size(), static_cast<std::size_t>(kSteps));
   const std::int64_t t = expect_continued_from_memory(cluster, run);
@@ -841,13 +846,7 @@ TEST_F(RecoveryCluster, AtAStartANodeOverOtherDataIsRefusedAloneAndTheOthersTrai
                       "on without it"),
             std::string::npos)
       << kept;
-  int refusals = 0;
-  for (const Event& e : events(cluster)) {
-    if (e.at("type") != "node_refused") continue;
-    ++refusals;
-    EXPECT_EQ(e.count("nodes") ? e.at("nodes") : "", "n3");
-  }
-  EXPECT_EQ(refusals, 1) << "the lowest rank of the job's side records the refusal, once";
+  EXPECT_EQ(n3_refused_for_its_data(cluster), 1) << "the lowest rank of the job's side records the refusal, once";
   const std::vector<StepLine> run = read_metrics(dir.path() / "metrics.jsonl");
   ASSERT_EQ(run.size(), static_cast<std::size_t>(kSteps)) << "every step reported once";
 }
