@@ -38,6 +38,7 @@ StepReporter::StepReporter(const TrainerConfig& config, std::shared_ptr<elastic:
 void StepReporter::step(const elastic::Membership& m, std::int64_t step, const mesh::StepResult& result, double step_ms,
                         double lr, const checkpoint::DataPosition& position, const SpeedFigures& speeds, int world,
                         const EvalFigures* eval) {
+  trained_ = true;
   if (world == 0) world = m.world_size;
   const double tokens_per_s = result.step_tokens / (step_ms / 1000.0);
   const auto rank = static_cast<std::size_t>(m.rank);

@@ -75,8 +75,14 @@ class StepReporter {
   // The next step starts now: the wall clock its metrics-file line gives as `start_ms` (its
   // `time_ms` is when the line is written, after the step's reports).
   void step_started() { step_started_ms_ = elastic::now_ms(); }
-  // The generation was abandoned (a peer lost, a newer generation): its recovery is timed from now.
-  void interrupted() { interrupted_ = SteadyClock::now(); }
+  // The generation was abandoned (a peer lost, a newer generation): its recovery is timed from now,
+  // or from the first abandonment since this worker's last step (a second failure during a
+  // recovery lengthens the recovery, it does not start another). Not before this worker's first
+  // step: a generation abandoned before then (a node refused at the job's start, a peer lost while
+  // the job formed) interrupted no training.
+  void interrupted() {
+    if (trained_ && !interrupted_) interrupted_ = SteadyClock::now();
+  }
   // Every rank, at a generation's start (trainer/recovery.h): where its state came from, the
   // `source` of its `continue` or `restore` event (memory, checkpoint, seed, init_from).
   void restored_from(std::string source) { restored_from_ = std::move(source); }
@@ -154,6 +160,7 @@ class StepReporter {
   std::unique_ptr<TensorBoardWriter> tensorboard_;  // rank 0, created at its first step
   bool tensorboard_failed_ = false;
   std::optional<SteadyClock::time_point> interrupted_;
+  bool trained_ = false;  // step() was called: this worker has completed a step
   std::int64_t step_started_ms_ = 0;  // 0: no step_started() yet (the line then has no start_ms)
 };
 

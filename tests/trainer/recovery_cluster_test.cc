@@ -847,6 +847,9 @@ TEST_F(RecoveryCluster, AtAStartANodeOverOtherDataIsRefusedAloneAndTheOthersTrai
             std::string::npos)
       << kept;
   EXPECT_EQ(n3_refused_for_its_data(cluster), 1) << "the lowest rank of the job's side records the refusal, once";
+  // No step had run when n3 was refused: nothing was interrupted, so nothing was recovered (the
+  // wait for n4 is the job's start, before its first step, not a recovery).
+  for (const Event& e : events(cluster)) EXPECT_NE(e.at("type"), "recovered") << e.at("type");
   const std::vector<StepLine> run = read_metrics(dir.path() / "metrics.jsonl");
   ASSERT_EQ(run.size(), static_cast<std::size_t>(kSteps)) << "every step reported once";
 }
