@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "checkpoint/checkpoint_root.h"
@@ -60,6 +61,7 @@ Recovery::Recovery(elastic::ElasticContext& ctx, const TrainerConfig& config, co
 
 std::int64_t Recovery::start(const Membership& m, Communicator& comm) {
   const auto began = SteadyClock::now();
+  rolled_forward_ = false;  // from_memory() says; a generation abandoned before its save leaves none
   const std::vector<mesh::HeldState> states = mesh::exchange_states(held_state(), comm, config_.timeout);
   std::vector<bool> holders(states.size());  // whose shards belong to a layout: they hold the job's state
   for (std::size_t r = 0; r < states.size(); ++r) holders[r] = states[r].layout >= 0;
@@ -171,7 +173,7 @@ void Recovery::from_memory(const Membership& m, Communicator& comm, const mesh::
                 old_rank != m.rank ? " (its optimizer shard moved from rank " + std::to_string(old_rank) + ")" : std::string());
   }
   if (step_ > plan.furthest) report_rolled_forward(m);
-  save_rolled_forward_ = step_ > plan.furthest && step_ % config_.checkpoint_every == 0;
+  rolled_forward_ = step_ > plan.furthest;
   in_flight_.reset();
   if (m.rank == 0) {
     const std::int64_t lost = std::max<std::int64_t>(plan.furthest - plan.step, 0);
@@ -403,10 +405,10 @@ void Recovery::save(checkpoint::AsyncSaver& saver) {
   last_saved_step_ = step_;
 }
 
-bool Recovery::take_rolled_forward_save() {
-  const bool save = save_rolled_forward_;
-  save_rolled_forward_ = false;
-  return save;
+bool Recovery::take_rolled_forward_save(const elastic::Membership& m, mesh::Communicator& comm) {
+  const bool rolled = std::exchange(rolled_forward_, false);
+  const bool mine = m.rank == 0 && rolled && step_ % config_.checkpoint_every == 0;
+  return comm.allreduce_max(std::int64_t{mine ? 1 : 0}, config_.timeout) == 1;
 }
 
 }  // namespace hdp::trainer

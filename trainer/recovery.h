@@ -64,8 +64,12 @@ class Recovery {
   // Hands this rank's shard at the current step to `saver` (a memcpy; the write runs on its thread).
   void save(checkpoint::AsyncSaver& saver);
   bool saved() const { return last_saved_step_ == step_; }
-  // A step rolled forward at a checkpoint step was never saved: true once after such a start().
-  bool take_rolled_forward_save();
+  // Collective, once after start(), on every rank: whether the step rolled forward (never saved) is
+  // a checkpoint step, which the generation then saves first. Rank 0 decides, by the interval in
+  // force for the job: a rank that has just started (a restarted worker, a joiner) holds its own
+  // --checkpoint-every until the first step boundary hands it the live settings (`hdp config
+  // set`), and a save that some ranks start and others do not never completes.
+  bool take_rolled_forward_save(const elastic::Membership& m, mesh::Communicator& comm);
 
  private:
   mesh::HeldState held_state() const;
@@ -124,7 +128,7 @@ class Recovery {
     std::int64_t step = 0;
   };
   std::optional<InFlight> in_flight_;
-  bool save_rolled_forward_ = false;  // the generation starts by saving step_ (from_memory)
+  bool rolled_forward_ = false;  // start() rolled the step in flight forward (from_memory)
   // xxh3 of the weights --init-from loaded (0: the seed's), for the restore event and the check
   // that every rank started from the same (check_initial_weights)
   std::uint64_t init_weights_ = 0;

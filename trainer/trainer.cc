@@ -128,9 +128,9 @@ class Trainer {
       saver.emplace(options, setup_.layout, *group);
     }
     try {
-      // A step rolled forward at a checkpoint step was never saved: save it now (every rank: the
-      // decision comes from the plan, the same on all).
-      if (recovery_.take_rolled_forward_save() && saver) recovery_.save(*saver);
+      // A step rolled forward at a checkpoint step was never saved: save it now (every rank, as rank
+      // 0 decides).
+      if (saver && recovery_.take_rolled_forward_save(m, comm)) recovery_.save(*saver);
       return steps(m, comm, saver ? &*saver : nullptr, furthest);
     } catch (const RecoverableError&) {
       // The generation is lost: a save in flight cannot complete either; let it fail now rather

@@ -874,6 +874,32 @@ TEST_F(RecoveryCluster, AWorkerCrashedInTheOptimizerIsRecoveredFromMemory) {
   std::cout << "went on from step " << t << "; " << (pure ? "every step on 4 ranks" : "some steps on 3 ranks") << "\n";
 }
 
+// `hdp config set checkpoint_every` reaches a restarted worker only at its first step boundary,
+// and a step rolled forward is saved as the generation starts, before that boundary: the save
+// follows rank 0's interval, the job's in force, on every rank. The flag says 1000 and the live
+// setting F, the fault step (in force from the step before it); a worker crashed in the optimizer
+// at F is restarted with its flag. Whether F was rolled forward or redone, its checkpoint is
+// written (by every rank: the commit needs them all), and the job ends equal to the fault-free run.
+// With each rank's own interval, a rolled-forward F was saved by the survivors alone and never
+// committed.
+TEST_F(RecoveryCluster, ARolledForwardStepIsSavedByEveryRankAtTheLiveCheckpointInterval) {
+  TempDir dir;
+  const int at = fault_step();
+  std::vector<std::string> faults = held_after(at - 2);
+  faults.back() += ",crash:3@" + std::to_string(at) + ":optimizer";
+  AgentCluster cluster(options(dir.path(), "2:2", 1000, faults));
+  ASSERT_TRUE(reach_fault_step(cluster, at - 2));
+  const CommandResult r = hdp(cluster, {"config", "set", "checkpoint_every=" + std::to_string(at)});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* node : {"n1", "n2"}) EXPECT_EQ(exit_code(cluster, node, 240s), 0) << cluster.all_logs();
+  const std::vector<StepLine> run = read_metrics(dir.path() / "metrics.jsonl");
+  const std::int64_t t = expect_continued_from_memory(cluster, run);
+  EXPECT_TRUE(t == at - 1 || t == at) << "T = " << t;
+  EXPECT_TRUE(fs::is_directory(dir.path() / "ckpt" / checkpoint::step_dir_name(at)))
+      << "no checkpoint of step " << at << " (T = " << t << ")\n" << cluster.all_logs();
+  std::cout << "crash in step " << at << "'s optimizer; " << (t == at ? "rolled forward" : "redone") << "\n";
+}
+
 // A worker SIGKILLed on a node whose agent keeps a standby worker (hdp agent --standby-worker,
 // agents/worker_supervisor.h): its slot goes to the standby, started and set up before the crash,
 // instead of a new process; the job goes on from memory, every step on 4 ranks, and ends equal to
