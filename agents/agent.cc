@@ -25,6 +25,7 @@
 #include "agents/worker_supervisor.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/release.h"
 #include "elastic/control.h"
 #include "elastic/job_keys.h"
 #include "elastic/job_state.h"
@@ -101,6 +102,7 @@ class Agent {
     control.node.host = options.advertise_address;
     control.node.pid = static_cast<int>(getpid());
     control.node.version = HDP_VERSION;
+    control.node.wire = kWireProtocol;
     control.node.slots = options.slots;
     for (int slot = 0; slot < options.slots; ++slot) control.node.healthy.push_back(slot);
     control.nnodes = options.nnodes;
@@ -221,6 +223,7 @@ class Agent {
     const std::string member = control_.member_id();
     const auto started = std::chrono::steady_clock::now();
     if (!control([&] { control_.heartbeat(); })) return;
+    if (control_.refused()) return finish(AgentOutcome::kRefused);  // another build than the job's (logged)
     check_store_outage();
     act_on_requests();
     record_store_primary();

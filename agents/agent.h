@@ -73,8 +73,9 @@ enum class AgentOutcome {
   kCompleted,  // the job completed (every worker exited 0)
   kJobFailed,  // a worker reported that the job failed permanently (exit 3), or that it cannot run
                // (exit 2: its configuration): do not requeue
-  kRefused,    // a worker was refused by the running job (exit 5: it differs from the job,
-               // trainer/job_identity.h), which goes on without this node
+  kRefused,    // refused by the running job, which goes on without this node (exit 5): a worker
+               // differs from the job (trainer/job_identity.h), or the leader refused this node's
+               // build before it joined (elastic/release.h)
   kDrained,    // stopped by a signal after draining
 };
 

@@ -34,6 +34,7 @@ struct SimulatedAgents::Agent {
   State state = State::kInit;
   int awaiting = 0;              // replies still to come for what was sent
   std::string lease_key;
+  std::string refusal_key;  // keys::refusal of the lease's identity, read with every heartbeat
   std::string last_id = "0";
   std::int64_t known = 0;
   std::int64_t record_due = 0;   // a generation learned whose record is still to be read
@@ -101,6 +102,9 @@ SimulatedAgents::SimulatedAgents(SimAgentsOptions options, std::vector<std::stri
     auto agent = std::make_unique<Agent>();
     agent->index = static_cast<int>(i);
     agent->lease_key = options_.prefix + lease_keys[i];
+    const std::string id = lease_keys[i].substr(lease_keys[i].find(':') + 1);  // <node>/<incarnation>
+    const auto slash = id.find('/');
+    agent->refusal_key = options_.prefix + elastic::keys::refusal(id.substr(0, slash), id.substr(slash + 1));
     agent->fd = connect_loopback(options_.port);
     agent->reader = redisReaderCreate();
     // Independent agents: their heartbeats spread over one period.
@@ -221,7 +225,7 @@ void SimulatedAgents::heartbeat(Agent& agent, Clock::time_point now) {
   due_.emplace(agent.next_beat, agent.index);
   send(agent, {{"PEXPIRE", agent.lease_key, std::to_string(options_.lease.count())},
                {"MGET", options_.prefix + elastic::keys::kLeader, options_.prefix + elastic::keys::kGeneration,
-                options_.prefix + elastic::keys::kControl}});
+                options_.prefix + elastic::keys::kControl, agent.refusal_key}});
 }
 
 // Blocks on the stream until shortly before the next heartbeat, as the agent's watch is granted.

@@ -3,7 +3,8 @@
 // Simulated `hdp agent`s for bench/rendezvous: each with its own Redis connection (as a real agent
 // has exactly one), all driven by one epoll thread, doing on the wire what a follower agent does
 // against the store (agents/agent.cc, elastic/membership_agent.h, elastic/generation_watch.h):
-//   - every heartbeat period, one round trip: PEXPIRE of its lease pipelined with MGET leader gen control;
+//   - every heartbeat period, one round trip: PEXPIRE of its lease pipelined with MGET leader gen control
+//     refusal:<id>/<incarnation>;
 //   - between heartbeats, XREAD BLOCK on the job's `generations` stream from the last entry seen,
 //     until shortly before the next heartbeat (min(100 ms, period/10) before), read again at once
 //     after an entry arrives;

@@ -4,6 +4,7 @@
 // docs/redis-schema.md documents every key and field.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -62,6 +63,12 @@ inline std::string node(const std::string& id) { return "node:" + id; }
 // that can never refresh another incarnation's lease.
 inline std::string lease(const std::string& node, const std::string& incarnation) {
   return "lease:" + node + "/" + incarnation;
+}
+// The leader's refusal of one incarnation (JSON Refusal, elastic/release.h; TTL kRefusalTtl): read
+// by that agent's heartbeat, which then leaves the job.
+inline constexpr std::chrono::hours kRefusalTtl{1};
+inline std::string refusal(const std::string& node, const std::string& incarnation) {
+  return "refusal:" + node + "/" + incarnation;
 }
 inline std::string join(std::int64_t sequence) { return "join:" + std::to_string(sequence); }
 inline std::string job_namespace(const std::string& job) { return "hdp:" + job + ":"; }

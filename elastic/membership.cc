@@ -202,7 +202,8 @@ std::string encode(const JobConfig& config) {
 std::string encode(const NodeLease& lease) {
   return json{{"node", lease.node},       {"incarnation", lease.incarnation}, {"host", lease.host},
               {"pid", lease.pid},         {"version", lease.version},         {"slots", lease.slots},
-              {"healthy", lease.healthy}, {"last_generation", lease.last_generation}, {"lease_ms", lease.lease_ms}}
+              {"healthy", lease.healthy}, {"last_generation", lease.last_generation}, {"lease_ms", lease.lease_ms},
+              {"wire", lease.wire}}
       .dump();
 }
 
@@ -311,6 +312,7 @@ NodeLease decode_node_lease(std::string_view text, std::string_view what) {
   lease.last_generation = bounded(value, "last_generation", what, 0, kMaxGeneration);
   // Optional: leases written before it was recorded have none.
   if (value.contains("lease_ms")) lease.lease_ms = bounded(value, "lease_ms", what, 0, 3'600'000);
+  if (value.contains("wire")) lease.wire = static_cast<int>(bounded(value, "wire", what, 0, 1'000'000));
   if (lease.node.empty() || lease.incarnation.empty()) bad(what, "node and incarnation must not be empty");
   return lease;
 }

@@ -26,7 +26,8 @@ struct NodeLease {
   std::string incarnation;  // random per registration: a node that rejoins is a new member
   std::string host;         // address its workers advertise to peers
   int pid = 0;
-  std::string version;
+  std::string version;  // the agent's hdp release (HDP_VERSION)
+  int wire = 0;         // its kWireProtocol (common/release.h); 0: not recorded (an older agent)
   int slots = 0;
   std::vector<int> healthy;          // local ranks whose worker is running
   std::int64_t last_generation = 0;  // highest generation this agent has seen (survives Redis data loss)

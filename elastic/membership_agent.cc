@@ -124,6 +124,7 @@ void MembershipAgent::heartbeat() {
       last_renewed_ = std::chrono::steady_clock::now();
       observe_generation(beat.generation);
       observe_requests(beat.control);
+      if (observe_refusal(beat.refusal)) return;  // the caller leaves; nothing more to announce or lead
       check_membership(beat.generation);
       return contend_for_leadership(beat.leader);
     }
@@ -219,6 +220,18 @@ void MembershipAgent::observe_requests(const std::optional<std::string>& value) 
   requests_ = requests ? std::move(*requests) : ControlRequests{};
 }
 
+bool MembershipAgent::observe_refusal(const std::optional<std::string>& value) {
+  if (refused_ || !value) return refused_.has_value();
+  auto refusal = bad_refusal_.decode(
+      *value, [&] { return decode_refusal(*value, keys::refusal(options_.node.node, lease().incarnation)); },
+      [&](const InvalidArgument& e) { log()->error("node {}: ignoring a refusal: {}", options_.node.node, e.what()); });
+  if (!refusal) return false;
+  refused_ = std::move(*refusal);
+  log()->error("node {} (incarnation {}) is refused by the job's leader ({}): {}", options_.node.node, lease().incarnation,
+               refused_->by, refused_->why);
+  return true;
+}
+
 // Remembers the highest generation seen (the lease reports it, so that numbering survives a Redis
 // wipe). A value that does not decode, or is out of range, is logged (once per distinct value)
 // and ignored, never remembered: it must not stop this agent from renewing or contending for the
@@ -240,6 +253,7 @@ void MembershipAgent::observe_generation(const std::optional<std::string>& numbe
 // candidate, so announcing again is idempotent. Costs one GET of `gen:<g>` per generation seen,
 // unless the watch derived the record from the stream's delta (elastic/generation_records.h).
 void MembershipAgent::check_membership(const std::optional<std::string>& value) {
+  if (refused_) return;  // refused by the leader: never announced again (the caller leaves)
   std::int64_t number = 0;
   if (value) {
     try {

@@ -57,6 +57,7 @@
 #include "elastic/membership.h"
 #include "elastic/membership_controller.h"
 #include "elastic/node_registration.h"
+#include "elastic/release.h"
 #include "elastic/store.h"
 
 namespace hdp::elastic {
@@ -134,6 +135,12 @@ class MembershipAgent {
   // The pending requests (control.h) as the last heartbeat that renewed the lease read them; a
   // value that does not decode is logged once and read as none.
   const ControlRequests& requests() const { return requests_; }
+  // The leader's refusal of this incarnation (elastic/release.h: another build than the job's
+  // members), as a heartbeat that renewed the lease read it: the caller then stops the node's
+  // workers, leaves and exits kExitRefused. Once refused, heartbeats only renew the lease: no join
+  // is announced and no leadership sought. A value that does not decode is logged once and read
+  // as none.
+  const std::optional<Refusal>& refused() const { return refused_; }
   // For the agent's metrics: when a heartbeat last found the lease alive and renewed it (none
   // yet: nullopt); the generation last checked, whether this incarnation is a member of it, and
   // its size.
@@ -185,9 +192,13 @@ class MembershipAgent {
   JobState job_state_;
   std::shared_ptr<GenerationRecords> records_ = std::make_shared<GenerationRecords>();
   std::int64_t last_generation_ = 0;
+  // Remembers a refusal of this incarnation (refused()); true once refused.
+  bool observe_refusal(const std::optional<std::string>& value);
   void observe_requests(const std::optional<std::string>& value);
   ControlRequests requests_;
   WarnOnce bad_control_;     // the last `control` value that did not decode
+  std::optional<Refusal> refused_;
+  WarnOnce bad_refusal_;     // the last refusal value that did not decode
   WarnOnce bad_generation_;  // the last `gen` value observe_generation() refused (kept after a good one)
   // check_membership(): the generation last read and whether this incarnation is in it; when and
   // in which generation it last announced its join.

@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "common/text.h"
 #include "elastic/job_keys.h"
+#include "elastic/release.h"
 #include "elastic/job_state.h"
 
 namespace hdp::elastic {
@@ -206,6 +207,7 @@ std::optional<std::int64_t> MembershipController::tick(std::int64_t seen_by_lead
   pending_since_ = decision.pending_since;
   std::vector<Write> extra = eviction_writes(decision.evictions, view.now_ms, config_.min_nodes);
   extra.insert(extra.end(), std::make_move_iterator(gone.begin()), std::make_move_iterator(gone.end()));
+  const std::vector<MembershipDecision::Refused> refusing = refusal_writes(decision.refused, view.now_ms, extra);
   if (view.rolled_back) {
     // What the workers run is newer than what the store says: republish, above every number seen.
     log()->warn("the store's generation {} is older than generation {} that an agent saw (the store rolled back); "
@@ -216,7 +218,37 @@ std::optional<std::int64_t> MembershipController::tick(std::int64_t seen_by_lead
   } else if (broken) {
     log()->warn("generation {} is broken ({}); publishing a new one", current_.number, quote_value(*head.broken));
   }
-  return act(std::move(decision), std::move(extra));
+  bool committed = false;
+  auto published = act(std::move(decision), std::move(extra), committed);
+  // Recorded once committed; a tick that settles, or whose commit was fenced, wrote nothing, and a
+  // later one writes them again (so does a new leader, which has recorded none).
+  for (const auto& [candidate, why] : committed ? refusing : std::vector<MembershipDecision::Refused>{}) {
+    log()->warn("node {} (incarnation {}) is refused: {}", candidate.node, candidate.incarnation, why);
+    refusals_written_.insert(candidate.node + "/" + candidate.incarnation);
+  }
+  return published;
+}
+
+std::vector<MembershipDecision::Refused> MembershipController::refusal_writes(
+    const std::vector<MembershipDecision::Refused>& refused, std::int64_t now_ms, std::vector<Write>& writes) {
+  // A refused node is forgotten once it is no candidate (its lease gone: it left).
+  std::erase_if(refusals_written_, [&](const std::string& id) {
+    return std::none_of(candidates_.begin(), candidates_.end(),
+                        [&](const Candidate& c) { return c.node + "/" + c.incarnation == id; });
+  });
+  std::vector<MembershipDecision::Refused> refusing;
+  for (const auto& r : refused) {
+    if (refusals_written_.contains(r.candidate.node + "/" + r.candidate.incarnation)) continue;
+    writes.push_back(Write::set(keys::refusal(r.candidate.node, r.candidate.incarnation),
+                                encode(Refusal{.why = r.why, .by = leader_id_, .at_ms = now_ms}), keys::kRefusalTtl));
+    writes.push_back(event_write("node_refused", {{"nodes", r.candidate.node},
+                                                  {"incarnation", r.candidate.incarnation},
+                                                  {"differs_in", "hdp build"},
+                                                  {"why", r.why},
+                                                  {"generation", std::to_string(current_.number)}}));
+    refusing.push_back(r);
+  }
+  return refusing;
 }
 
 std::vector<Write> MembershipController::drop_gone_agents(MembershipView& view) {
@@ -248,13 +280,15 @@ std::vector<Write> MembershipController::drop_gone_agents(MembershipView& view) 
   return writes;
 }
 
-std::optional<std::int64_t> MembershipController::act(MembershipDecision decision, std::vector<Write> extra) {
+std::optional<std::int64_t> MembershipController::act(MembershipDecision decision, std::vector<Write> extra,
+                                                      bool& committed) {
+  committed = false;
   switch (decision.action) {
     case MembershipDecision::Action::kNothing:
     case MembershipDecision::Action::kSettle:
       return std::nullopt;
     case MembershipDecision::Action::kRepair:
-      repair_state(decision.standby, std::move(extra));
+      committed = repair_state(decision.standby, std::move(extra));
       return std::nullopt;
     case MembershipDecision::Action::kPublish:
       break;
@@ -262,10 +296,11 @@ std::optional<std::int64_t> MembershipController::act(MembershipDecision decisio
   const std::int64_t handled = current_.number;
   auto published = publish(std::move(decision.members), decision.newest_seen, decision.standby, std::move(extra));
   if (published) evictions_.answered(handled);
+  committed = published.has_value();
   return published;
 }
 
-void MembershipController::repair_state(const std::vector<Candidate>& standby_candidates, std::vector<Write> extra) {
+bool MembershipController::repair_state(const std::vector<Candidate>& standby_candidates, std::vector<Write> extra) {
   // The nodes standing by changed (a spare registered or left): the state lists them.
   const std::string standby = node_list(standby_candidates);
   Fields state = missing_state_fields(standby);
@@ -277,14 +312,16 @@ void MembershipController::repair_state(const std::vector<Candidate>& standby_ca
     state.emplace_back("updated_at_ms", std::to_string(now_ms()));
     extra.push_back(Write::hash_set(keys::kState, std::move(state)));
   }
-  if (extra.empty()) return;
+  if (extra.empty()) return false;
   // Readmissions of workers already back (a cool-down cut short), the standby list, the state's
   // generation fields put back: fenced like a publication.
   Transaction txn;
   txn.require(keys::kGeneration, std::to_string(current_.number)).require(keys::kLeader, leader_id_);
   txn.require_absent(keys::kOutcome);  // an ended job's state is final
   for (auto& write : extra) txn.add(std::move(write));
-  if (commit_with_job_state(*store_, txn)) standby_written_ = standby;
+  if (!commit_with_job_state(*store_, txn)) return false;
+  standby_written_ = standby;
+  return true;
 }
 
 Fields MembershipController::missing_state_fields(const std::string& standby) {

@@ -15,6 +15,8 @@
 //  - the membership decision (membership_decision.h, a pure function of what was read): who
 //    leaves, who joins, who stands by, which evictions take effect, and whether to publish now,
 //    wait for the settle window, or only repair the state;
+//  - a candidate of another build than the members' is refused (release.h): its refusal key and a
+//    `node_refused` event, written once by this leader in the tick's commit;
 //  - the writes: generation g+1 is published in one commit() that checks `gen == g`, that we still
 //    hold the leader lease and that the job has no `outcome` yet, with the evictions' events and
 //    record; with the same members, the state hash's fields of the current generation that are
@@ -38,6 +40,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -101,13 +104,19 @@ class MembershipController {
   // `view` (the decision then drops them, as after the lease ran out); returns the writes that
   // erase those leases and record an `agent_gone` event each.
   std::vector<Write> drop_gone_agents(MembershipView& view);
-  // Carries out `decision` with `extra` written in the same commit.
-  std::optional<std::int64_t> act(MembershipDecision decision, std::vector<Write> extra);
+  // Appends to `writes` the refusal (key and event) of each refused candidate whose refusal this
+  // leader has not committed; returns those candidates.
+  std::vector<MembershipDecision::Refused> refusal_writes(const std::vector<MembershipDecision::Refused>& refused,
+                                                          std::int64_t now_ms, std::vector<Write>& writes);
+  // Carries out `decision` with `extra` written in the same commit; `committed`: a commit with
+  // `extra` applied.
+  std::optional<std::int64_t> act(MembershipDecision decision, std::vector<Write> extra, bool& committed);
   std::optional<std::int64_t> publish(std::vector<Member> members, std::int64_t newest_seen_generation,
                                       const std::vector<Candidate>& standby, std::vector<Write> extra);
   // With the same members: `extra`, the standby list when it changed and the state's missing
   // fields, fenced like a publication.
-  void repair_state(const std::vector<Candidate>& standby, std::vector<Write> extra);
+  // True when it committed.
+  bool repair_state(const std::vector<Candidate>& standby, std::vector<Write> extra);
   // The state hash's fields that the current generation's publication wrote and that are missing
   // now (the hash deleted or edited by hand: `hdp status` and the dashboard would lose the status
   // and generation until the next publication), with the values to put back. Reads the hash at
@@ -131,6 +140,7 @@ class MembershipController {
   std::optional<Clock::time_point> pending_since_;  // when a join-only change was first seen
   std::optional<Clock::time_point> exhausted_logged_;  // last "generation numbers exhausted" error
   std::string standby_written_;               // the state's `standby` as this leader last wrote it
+  std::set<std::string> refusals_written_;    // candidates (member ids) whose refusal (release.h) this leader committed
   Clock::time_point next_state_check_{};      // missing_state_fields() reads the hash again from then
   WarnOnce bad_cordons_;                      // the last undecodable `cordons` value
   EvictionPolicy evictions_;

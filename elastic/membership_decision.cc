@@ -7,6 +7,7 @@
 #include <set>
 
 #include "elastic/job_keys.h"
+#include "elastic/release.h"
 
 namespace hdp::elastic {
 namespace {
@@ -129,6 +130,23 @@ MembershipDecision::Action action(const MembershipView& view, MembershipDecision
   return Action::kPublish;
 }
 
+// The job's build (release.h): the lease of a live member, when every live member's names the same
+// build; null when none is live, or when they differ (members of two builds, admitted together at
+// a start or after the store lost its data: nothing says which is the job's).
+const NodeLease* job_build(const MembershipView& view) {
+  const NodeLease* job = nullptr;
+  for (const auto& member : view.members) {
+    auto it = view.leases.find(keys::lease(member.node, member.incarnation));
+    if (it == view.leases.end() || !same_identity(it->second, member)) continue;
+    if (!job) {
+      job = &it->second;
+    } else if (release_difference(it->second, *job)) {
+      return nullptr;
+    }
+  }
+  return job;
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, std::string>> lease_identities(std::span<const Member> members,
@@ -154,7 +172,20 @@ MembershipDecision desired_members(const MembershipView& view) {
   std::erase_if(fresh.evictions, [&](const Eviction& e) {
     return e.reason == "timeout" && !view.leases.contains(keys::lease(e.node, e.incarnation));
   });
-  const Wanting want(view, std::move(benched), d.candidates);
+  // Candidates of another build than the job's are refused before anything else is decided.
+  std::vector<JoinCandidate> admissible;
+  const NodeLease* job = job_build(view);
+  for (const auto& c : d.candidates) {
+    const auto lease = view.leases.find(keys::lease(c.node, c.incarnation));
+    if (job && lease != view.leases.end() && same_identity(lease->second, c)) {
+      if (auto why = release_difference(lease->second, *job)) {
+        d.refused.push_back({c, std::move(*why)});
+        continue;
+      }
+    }
+    admissible.push_back(c);
+  }
+  const Wanting want(view, std::move(benched), admissible);
   d.evictions = apply_evictions(view.evictions, fresh, view.now_ms, view.config.min_nodes,
                                 [&](const std::set<std::string>& out) { return want(out).members.size(); });
   Wanted wanted = want(d.evictions.out);

@@ -16,6 +16,10 @@
 //    min_nodes the generation's status is `waiting`.
 //  - A cordoned node is not admitted (hdp cordon): a member stays, a candidate or a benched node
 //    waits until it is uncordoned.
+//  - A candidate of another build than the live members' (release.h: its lease's version or wire)
+//    is refused: neither admitted nor standing by, listed in `refused` with why. With no live
+//    member, or live members of different builds, every candidate is admitted (nothing says which
+//    build is the job's).
 //  - Evictions (eviction_policy.h): the node/slots in their cool-down are left out; a new one is
 //    refused when it would leave fewer than min_nodes nodes, and cool-downs are cut short when
 //    they would. A new timeout eviction of an incarnation that is dead anyway is dropped.
@@ -85,6 +89,11 @@ struct MembershipDecision {
   std::int64_t newest_seen = 0;          // the generation to publish is numbered above this
   std::vector<JoinCandidate> standby;    // live candidates not admitted (max_nodes), in join order
   std::vector<JoinCandidate> candidates;  // the view's candidates whose lease is still there
+  struct Refused {
+    JoinCandidate candidate;
+    std::string why;  // release_difference()
+  };
+  std::vector<Refused> refused;           // live candidates of another build than the members'
   EvictionsApplied evictions;            // the evictions that take effect, and their outcomes
   std::optional<MembershipView::Clock::time_point> pending_since;  // the settle window's start, after
 };

@@ -144,12 +144,14 @@ NodeRegistration::Heartbeat NodeRegistration::heartbeat(const std::vector<int>& 
     rewritten = encode(updated);
   }
   Refresh refresh = store_->refresh_ttl(keys::lease(lease_.node, lease_.incarnation), ttl_, rewritten,
-                                        {keys::kLeader, keys::kGeneration, keys::kControl});
+                                        {keys::kLeader, keys::kGeneration, keys::kControl,
+                                         keys::refusal(lease_.node, lease_.incarnation)});
   if (refresh.alive && rewritten) {
     lease_.healthy = healthy;
     lease_.last_generation = last_generation;
   }
-  return {refresh.alive, std::move(refresh.values[0]), std::move(refresh.values[1]), std::move(refresh.values[2])};
+  return {refresh.alive, std::move(refresh.values[0]), std::move(refresh.values[1]), std::move(refresh.values[2]),
+          std::move(refresh.values[3])};
 }
 
 void NodeRegistration::deregister() {

@@ -70,9 +70,10 @@ class NodeRegistration {
     std::optional<std::string> leader;      // the leader key, read in the same round trip
     std::optional<std::string> generation;  // the gen key, likewise
     std::optional<std::string> control;     // the control key (pending requests, control.h), likewise
+    std::optional<std::string> refusal;     // this incarnation's refusal by the leader (release.h), likewise
   };
   // Refreshes the lease (rewriting it when the healthy slots or the last generation changed) and
-  // reads the leader, generation and control keys, all in one round trip without a script: at 1,536 nodes
+  // reads the leader, generation, control and refusal keys, all in one round trip without a script: at 1,536 nodes
   // that is the whole steady-state cost of a follower.
   // `rewrite`: write the lease's value even if nothing changed (`SET … XX`, so it still never
   // revives a lease that is gone), repairing a value someone else overwrote.

@@ -15,8 +15,9 @@
 //             same step differently) and whether it may offload, speed-aware plans, redundant
 //             shards and their verification, validation, checkpoints on or off, resume, a data
 //             change allowed on restore;
-//   build     the hdp release (HDP_VERSION). Two builds of one release that changed the ranks'
-//             wire format fail earlier, in the all-gather that carries the digests, on every rank.
+//   build     the hdp release (HDP_VERSION). A node of another release or wire joining a running
+//             job is refused earlier, by the leader before it joins (elastic/release.h); two builds
+//             whose wires differ started at once fail in the all-gather that carries the digests.
 // Not in them, by design: what each worker may set for itself (threads, timeouts, paths: the data
 // is compared by its content; metrics and TensorBoard files, the memory limit, injected faults)
 // and the live settings (`hdp config set`), which rank 0 hands to every rank at a step boundary.

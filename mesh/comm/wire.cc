@@ -30,7 +30,7 @@ Verdict check_hello(const Hello& hello, const Identity& mine) {
 const char* verdict_name(std::uint32_t verdict) {
   switch (static_cast<Verdict>(verdict)) {
     case Verdict::kAccepted: return "accepted";
-    case Verdict::kBadMagic: return "not an hdp rank (bad magic number)";
+    case Verdict::kBadMagic: return "not an hdp rank of this wire protocol (bad magic number)";
     case Verdict::kOtherGroup: return "a rank of another job or channel";
     case Verdict::kOtherGeneration: return "a rank of another generation";
     case Verdict::kOtherSize: return "a rank of a communicator of another size";

@@ -24,9 +24,18 @@
 #include <string>
 #include <string_view>
 
+#include "common/release.h"
+
 namespace hdp::mesh::wire {
 
-inline constexpr std::uint64_t kMagic = 0x314853454d504448ULL;  // "HDPMESH1" in little-endian bytes
+// "HDPMESH" and the wire protocol's digit, in little-endian bytes ("HDPMESH1" for protocol 1): a
+// change to anything this header or the collectives put on the wire raises kWireProtocol
+// (common/release.h), and a peer of another wire fails its Hello (kBadMagic); the leader refuses a
+// node of another wire before it joins a running job (elastic/release.h).
+static_assert(kWireProtocol >= 1 && kWireProtocol <= 9, "the magic carries the wire protocol as one digit");
+inline constexpr std::uint64_t kMagic =
+    0x004853454d504448ULL | (static_cast<std::uint64_t>('0' + kWireProtocol) << 56);
+static_assert(kWireProtocol != 1 || kMagic == 0x314853454d504448ULL);
 
 // Which communicator a rank belongs to: its group (a hash of the communicator's namespace, which
 // names the job, the generation and the channel), the generation, its rank and the size.
@@ -50,7 +59,7 @@ static_assert(sizeof(Hello) == 40);
 
 enum class Verdict : std::uint32_t {
   kAccepted = 0,
-  kBadMagic = 1,         // not an hdp rank (or another byte order / version)
+  kBadMagic = 1,         // not an hdp rank (or another byte order / wire protocol)
   kOtherGroup = 2,       // another job or channel
   kOtherGeneration = 3,  // a rank of an older (or newer) generation
   kOtherSize = 4,

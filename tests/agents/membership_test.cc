@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "elastic/job_keys.h"
+#include "elastic/release.h"
 #include "tests/agents/agent_cluster.h"
 
 namespace hdp::test {
@@ -232,6 +234,48 @@ TEST(Membership, SigtermDrainsDeregistersAndExitsFour) {
   EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 4) << *status;
   EXPECT_EQ(cluster.get(elastic::keys::node("n2")), std::nullopt);  // deregistered at once, not by expiry
   ASSERT_GE(cluster.wait_for_members({"n1"}, 5s), 0) << cluster.all_logs();
+}
+
+// A node the leader refused (elastic/release.h: another build than the job's members) stops its
+// workers, leaves and exits 5 within a heartbeat or two; the job goes on without it. The refusal
+// is written here as the leader writes it, since a process of another build cannot be started
+// from this one (tests/elastic/release_test.cc has the leader write it); a refusal that does not
+// decode is ignored, and the node stays.
+TEST(Membership, ANodeRefusedByTheLeaderStopsItsWorkersLeavesAndExitsFive) {
+  AgentCluster cluster;
+  cluster.start_agent("n1");
+  cluster.start_agent("n2");
+  ASSERT_GE(cluster.wait_for_members({"n1", "n2"}, 15s), 0) << cluster.all_logs();
+  std::string incarnation;
+  const std::optional<elastic::Generation> generation = cluster.current();
+  ASSERT_TRUE(generation.has_value());
+  for (const auto& m : generation->members) {
+    if (m.node == "n2") incarnation = m.incarnation;
+  }
+  const std::vector<pid_t> workers = cluster.worker_pids("n2");
+  ASSERT_EQ(workers.size(), 2u);
+  auto store = cluster.store();
+  store->set_with_ttl(elastic::keys::refusal("n2", incarnation), "garbage", 60s);
+  std::this_thread::sleep_for(cluster.options().lease);  // three heartbeats
+  ASSERT_FALSE(cluster.agent("n2").wait_for(0ms).has_value()) << "a garbage refusal was acted on\n" << cluster.all_logs();
+  EXPECT_NE(cluster.agent_log("n2").find("ignoring a refusal: invalid value in Redis key"), std::string::npos);
+
+  store->set_with_ttl(elastic::keys::refusal("n2", incarnation),
+                      elastic::encode(elastic::Refusal{.why = "its build (hdp 9.9.9, wire 1) is not the job's",
+                                                       .by = "n1/x",
+                                                       .at_ms = 1}),
+                      60s);
+  // A heartbeat every lease/3 reads it; then the workers are stopped and the node leaves.
+  auto status = cluster.agent("n2").wait_for(cluster.options().lease + 3s);
+  ASSERT_TRUE(status.has_value()) << cluster.all_logs();
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 5) << *status << "\n" << cluster.agent_log("n2");
+  EXPECT_NE(cluster.agent_log("n2").find("is refused by the job's leader (n1/x): its build (hdp 9.9.9, wire 1)"),
+            std::string::npos)
+      << cluster.agent_log("n2");
+  for (pid_t pid : workers) EXPECT_NE(::kill(pid, 0), 0) << "worker " << pid << " outlived its refused agent";
+  EXPECT_EQ(cluster.get(elastic::keys::node("n2")), std::nullopt) << "it left: deregistered, not expired";
+  ASSERT_GE(cluster.wait_for_members({"n1"}, 5s), 0) << cluster.all_logs();
+  expect_progress(cluster, 5, 10s);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "elastic/job_keys.h"
+#include "elastic/release.h"
 
 namespace hdp::elastic {
 namespace {
@@ -174,6 +175,68 @@ TEST_F(Decision, ACordonedCandidateIsNotAdmittedButACordonedMemberStays) {
   EXPECT_TRUE(d.standby.empty()) << "a cordoned candidate does not stand by either";
 }
 
+// elastic/release.h: a candidate of another build than the live members' is refused, neither
+// admitted nor standing by; a refusal alone changes no membership (the state is only repaired).
+TEST_F(Decision, ACandidateOfAnotherBuildThanTheMembersIsRefusedNotAdmittedNorStandingBy) {
+  members_ = {member("a", {0})};
+  candidates_ = {candidate(2, "b"), candidate(3, "c"), candidate(4, "d"), candidate(5, "e")};
+  auto v = view({1, 2});
+  auto built = [](NodeLease l, const char* version, int wire) {
+    l.version = version;
+    l.wire = wire;
+    return l;
+  };
+  live(v, built(lease("a", {0}), "0.1.0", 1));
+  live(v, built(lease("b", {0}), "0.2.0", 1));
+  live(v, built(lease("c", {0}), "0.1.0", 2));
+  live(v, built(lease("d", {0}), "0.1.0", 1));
+  live(v, built(lease("e", {0}), "0.1.0", 0));  // an older agent: no wire recorded
+  auto d = desired_members(v);
+  EXPECT_EQ(nodes(d.members), (std::vector<std::string>{"a", "d"}));
+  ASSERT_EQ(d.standby.size(), 1u) << "e, of the job's version, stands by at max_nodes; b and c do not";
+  EXPECT_EQ(d.standby[0].node, "e");
+  ASSERT_EQ(d.refused.size(), 2u);
+  EXPECT_EQ(d.refused[0].candidate.node, "b");
+  EXPECT_EQ(d.refused[0].why, "its build (hdp 0.2.0, wire 1) is not the job's (hdp 0.1.0, wire 1, node a)");
+  EXPECT_EQ(d.refused[1].candidate.node, "c");
+  EXPECT_EQ(d.candidates.size(), 4u) << "the refused stay candidates while their lease lives";
+
+  candidates_ = {candidate(2, "b")};
+  v = view({1, 2});
+  live(v, built(lease("a", {0}), "0.1.0", 1));
+  live(v, built(lease("b", {0}), "0.2.0", 1));
+  d = desired_members(v);
+  EXPECT_EQ(d.action, Action::kRepair) << "the refusal is written with the state's repair";
+  EXPECT_EQ(d.refused.size(), 1u);
+}
+
+TEST_F(Decision, WithNoLiveMemberOrMembersOfTwoBuildsNoBuildIsRefused) {
+  members_ = {member("a", {0})};  // its lease is gone
+  candidates_ = {candidate(2, "b"), candidate(3, "c")};
+  auto v = view({1, 2});
+  NodeLease b = lease("b", {0}), c = lease("c", {0});
+  b.version = "0.1.0";
+  c.version = "0.2.0";
+  live(v, b);
+  live(v, c);
+  auto d = desired_members(v);
+  EXPECT_TRUE(d.refused.empty());
+  EXPECT_EQ(nodes(d.members), (std::vector<std::string>{"b", "c"}));
+
+  // Live members of two builds (admitted together at a start): nothing says which is the job's.
+  members_ = {member("b", {0}), member("c", {0})};
+  candidates_ = {candidate(4, "e")};
+  v = view({1, 3});
+  NodeLease e = lease("e", {0});
+  e.version = "0.3.0";
+  live(v, b);
+  live(v, c);
+  live(v, e);
+  d = desired_members(v);
+  EXPECT_TRUE(d.refused.empty());
+  EXPECT_EQ(nodes(d.members), (std::vector<std::string>{"b", "c", "e"}));
+}
+
 TEST_F(Decision, TheSameMembersOnlyRepairTheState) {
   members_ = {member("a", {0, 1})};
   candidates_ = {candidate(2, "b")};
@@ -334,6 +397,8 @@ RandomView random_view(std::mt19937& rng) {
     const int slots = number(1, 3);
     const std::string incarnation = "i" + std::to_string(number(0, 3));
     NodeLease l{.node = node, .incarnation = incarnation, .host = "h", .slots = slots};
+    l.version = chance(0.85) ? "0.1.0" : "0.2.0";  // builds (release.h): mostly one
+    l.wire = chance(0.9) ? 1 : number(0, 2);
     l.healthy = chance(0.7) ? subset(slots, 1.0) : subset(slots, 0.5);
     l.last_generation = number(0, 9);
     const int role = number(0, 3);  // member, candidate, benched, neither
@@ -451,14 +516,45 @@ TEST(DecisionProperties, HoldOnRandomViews) {
       EXPECT_GT(c->sequence, last_sequence);
       last_sequence = c->sequence;
     }
+    // Builds (release.h): with the live members all of one build, a candidate of another is refused
+    // (neither admitted nor standing by) and every newcomer admitted is of theirs; with none live,
+    // or of two builds, nothing is refused.
+    std::vector<const NodeLease*> member_leases;
+    for (const Member& m : v.members) {
+      auto it = v.leases.find(keys::lease(m.node, m.incarnation));
+      if (it != v.leases.end()) member_leases.push_back(&it->second);
+    }
+    const bool one_build = !member_leases.empty() && std::all_of(member_leases.begin(), member_leases.end(), [&](auto* l) {
+      return !release_difference(*l, *member_leases.front());
+    });
+    seen_cases["refused"] += !d.refused.empty();
+    if (!one_build) {
+      EXPECT_TRUE(d.refused.empty());
+    }
+    for (const auto& r : d.refused) {
+      const NodeLease& lease = v.leases.at(keys::lease(r.candidate.node, r.candidate.incarnation));
+      EXPECT_TRUE(one_build && release_difference(lease, *member_leases.front())) << r.candidate.node;
+      EXPECT_TRUE(std::none_of(d.members.begin(), d.members.end(), [&](const Member& m) { return same_identity(m, r.candidate); }))
+          << r.candidate.node << " refused and admitted";
+      EXPECT_TRUE(std::none_of(d.standby.begin(), d.standby.end(), [&](const JoinCandidate& c) { return same_identity(c, r.candidate); }))
+          << r.candidate.node << " refused and standing by";
+    }
+    for (std::size_t k = survivors; k < d.members.size() && one_build; ++k) {
+      auto lease = v.leases.find(keys::lease(d.members[k].node, d.members[k].incarnation));
+      const bool candidate = std::any_of(v.candidates.begin(), v.candidates.end(),
+                                         [&](const JoinCandidate& c) { return same_identity(c, d.members[k]); });
+      if (candidate && lease != v.leases.end()) {
+        EXPECT_FALSE(release_difference(lease->second, *member_leases.front())) << d.members[k].node;
+      }
+    }
     // The status follows the minimum.
     EXPECT_EQ(d.status, static_cast<int>(d.members.size()) >= v.config.min_nodes ? GenerationStatus::kRunning
                                                                                   : GenerationStatus::kWaiting);
   }
   // Every rule came into play: evictions taken, refused and readmitted, cool-downs cut short,
-  // standbys, both statuses, and every action.
+  // standbys, both statuses, every action, and candidates refused for their build.
   for (const char* rule : {"outcome 0", "outcome 1", "outcome 2", "cut", "standby", "waiting", "action 0", "action 1",
-                           "action 2", "action 3"}) {
+                           "action 2", "action 3", "refused"}) {
     EXPECT_GE(seen_cases[rule], 1) << rule;
   }
 }
