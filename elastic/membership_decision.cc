@@ -130,19 +130,24 @@ MembershipDecision::Action action(const MembershipView& view, MembershipDecision
   return Action::kPublish;
 }
 
-// The job's build (release.h): the lease of a live member, when every live member's names the same
-// build; null when none is live, or when they differ (members of two builds, admitted together at
-// a start or after the store lost its data: nothing says which is the job's).
+// The job's build (release.h): the lease of a live member, one that records its wire if any does,
+// when the live members name one version and at most one wire; null when none is live, or when
+// they differ (members of two builds, admitted together at a start or after the store lost its
+// data: nothing says which is the job's). Not release_difference() against the first: a wire left
+// unrecorded (an older agent) matches any, which would let wires 1 and 2 pass as one.
 const NodeLease* job_build(const MembershipView& view) {
   const NodeLease* job = nullptr;
   for (const auto& member : view.members) {
     auto it = view.leases.find(keys::lease(member.node, member.incarnation));
     if (it == view.leases.end() || !same_identity(it->second, member)) continue;
+    const NodeLease& lease = it->second;
     if (!job) {
-      job = &it->second;
-    } else if (release_difference(it->second, *job)) {
-      return nullptr;
+      job = &lease;
+      continue;
     }
+    if (lease.version != job->version) return nullptr;
+    if (lease.wire > 0 && job->wire > 0 && lease.wire != job->wire) return nullptr;
+    if (job->wire == 0 && lease.wire > 0) job = &lease;  // the reference records the wire
   }
   return job;
 }

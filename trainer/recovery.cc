@@ -70,6 +70,8 @@ std::int64_t Recovery::start(const Membership& m, Communicator& comm) {
   const std::int64_t furthest = std::max<std::int64_t>(plan.furthest, 0);
   if (plan.possible) {
     from_memory(m, comm, plan, began);
+    // The lowest rank that held the job's state: a survivor, whose settings are the job's in force.
+    first_holder_ = static_cast<int>(std::find(holders.begin(), holders.end(), true) - holders.begin());
     return furthest;
   }
   // Some rank held a state, but not every shard survived: the checkpoint is the fallback.
@@ -406,8 +408,9 @@ void Recovery::save(checkpoint::AsyncSaver& saver) {
 }
 
 bool Recovery::take_rolled_forward_save(const elastic::Membership& m, mesh::Communicator& comm) {
-  const bool rolled = std::exchange(rolled_forward_, false);
-  const bool mine = m.rank == 0 && rolled && step_ % config_.checkpoint_every == 0;
+  // Whether the step was rolled forward comes from the plan, the same on every rank.
+  if (!std::exchange(rolled_forward_, false)) return false;
+  const bool mine = m.rank == first_holder_ && step_ % config_.checkpoint_every == 0;
   return comm.allreduce_max(std::int64_t{mine ? 1 : 0}, config_.timeout) == 1;
 }
 

@@ -64,11 +64,13 @@ class Recovery {
   // Hands this rank's shard at the current step to `saver` (a memcpy; the write runs on its thread).
   void save(checkpoint::AsyncSaver& saver);
   bool saved() const { return last_saved_step_ == step_; }
-  // Collective, once after start(), on every rank: whether the step rolled forward (never saved) is
-  // a checkpoint step, which the generation then saves first. Rank 0 decides, by the interval in
-  // force for the job: a rank that has just started (a restarted worker, a joiner) holds its own
-  // --checkpoint-every until the first step boundary hands it the live settings (`hdp config
-  // set`), and a save that some ranks start and others do not never completes.
+  // Once after start(), on every rank: whether the step rolled forward (never saved) is a
+  // checkpoint step, which the generation then saves first. When a step was rolled forward (the
+  // plan says so, alike on every rank), the lowest rank that held the job's state decides, by the
+  // interval in force for the job, and tells the others (one all-reduce): a rank that has just
+  // started (a restarted worker, rank 0 included, or a joiner) holds its own --checkpoint-every
+  // until the first step boundary hands it the live settings (`hdp config set`), and a save that
+  // some ranks start and others do not never commits.
   bool take_rolled_forward_save(const elastic::Membership& m, mesh::Communicator& comm);
 
  private:
@@ -129,6 +131,7 @@ class Recovery {
   };
   std::optional<InFlight> in_flight_;
   bool rolled_forward_ = false;  // start() rolled the step in flight forward (from_memory)
+  int first_holder_ = 0;         // then: the lowest rank that held the job's state
   // xxh3 of the weights --init-from loaded (0: the seed's), for the restore event and the check
   // that every rank started from the same (check_initial_weights)
   std::uint64_t init_weights_ = 0;

@@ -128,8 +128,8 @@ class Trainer {
       saver.emplace(options, setup_.layout, *group);
     }
     try {
-      // A step rolled forward at a checkpoint step was never saved: save it now (every rank, as rank
-      // 0 decides).
+      // A step rolled forward at a checkpoint step was never saved: save it now (every rank, as the
+      // lowest survivor decides).
       if (saver && recovery_.take_rolled_forward_save(m, comm)) recovery_.save(*saver);
       return steps(m, comm, saver ? &*saver : nullptr, furthest);
     } catch (const RecoverableError&) {

@@ -237,6 +237,30 @@ TEST_F(Decision, WithNoLiveMemberOrMembersOfTwoBuildsNoBuildIsRefused) {
   EXPECT_EQ(nodes(d.members), (std::vector<std::string>{"b", "c", "e"}));
 }
 
+// A member of an older agent records no wire: the job's wire is the one the others record, and a
+// candidate of another wire is refused; members of two recorded wires are two builds.
+TEST_F(Decision, AnUnrecordedWireMatchesAnyButTwoRecordedWiresAreTwoBuilds) {
+  members_ = {member("a", {0}), member("b", {0})};
+  candidates_ = {candidate(3, "c")};
+  auto v = view({1, 3});
+  auto built = [](NodeLease l, int wire) {
+    l.version = "0.1.0";
+    l.wire = wire;
+    return l;
+  };
+  live(v, built(lease("a", {0}), 0));
+  live(v, built(lease("b", {0}), 1));
+  live(v, built(lease("c", {0}), 2));
+  auto d = desired_members(v);
+  ASSERT_EQ(d.refused.size(), 1u);
+  EXPECT_EQ(d.refused[0].why, "its build (hdp 0.1.0, wire 2) is not the job's (hdp 0.1.0, wire 1, node b)");
+
+  live(v, built(lease("a", {0}), 2));  // a records wire 2, b wire 1: two builds
+  d = desired_members(v);
+  EXPECT_TRUE(d.refused.empty());
+  EXPECT_EQ(nodes(d.members), (std::vector<std::string>{"a", "b", "c"}));
+}
+
 TEST_F(Decision, TheSameMembersOnlyRepairTheState) {
   members_ = {member("a", {0, 1})};
   candidates_ = {candidate(2, "b")};
@@ -524,9 +548,15 @@ TEST(DecisionProperties, HoldOnRandomViews) {
       auto it = v.leases.find(keys::lease(m.node, m.incarnation));
       if (it != v.leases.end()) member_leases.push_back(&it->second);
     }
-    const bool one_build = !member_leases.empty() && std::all_of(member_leases.begin(), member_leases.end(), [&](auto* l) {
-      return !release_difference(*l, *member_leases.front());
-    });
+    // One build: every pair of live members agrees (one version, at most one recorded wire); the
+    // reference is one that records its wire, if any does.
+    bool one_build = !member_leases.empty();
+    for (const NodeLease* x : member_leases) {
+      for (const NodeLease* y : member_leases) one_build = one_build && !release_difference(*x, *y);
+    }
+    if (!member_leases.empty()) {
+      std::stable_partition(member_leases.begin(), member_leases.end(), [](const NodeLease* l) { return l->wire > 0; });
+    }
     seen_cases["refused"] += !d.refused.empty();
     if (!one_build) {
       EXPECT_TRUE(d.refused.empty());
