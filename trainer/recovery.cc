@@ -61,7 +61,7 @@ Recovery::Recovery(elastic::ElasticContext& ctx, const TrainerConfig& config, co
 
 std::int64_t Recovery::start(const Membership& m, Communicator& comm) {
   const auto began = SteadyClock::now();
-  rolled_forward_ = false;  // from_memory() says; a generation abandoned before its save leaves none
+  save_rolled_forward_ = false;  // from_memory() says; a generation abandoned before its save leaves none
   const std::vector<mesh::HeldState> states = mesh::exchange_states(held_state(), comm, config_.timeout);
   std::vector<bool> holders(states.size());  // whose shards belong to a layout: they hold the job's state
   for (std::size_t r = 0; r < states.size(); ++r) holders[r] = states[r].layout >= 0;
@@ -69,9 +69,9 @@ std::int64_t Recovery::start(const Membership& m, Communicator& comm) {
   const mesh::ReshardPlan plan = mesh::plan_reshard(states, setup_.layout.total());
   const std::int64_t furthest = std::max<std::int64_t>(plan.furthest, 0);
   if (plan.possible) {
-    from_memory(m, comm, plan, began);
     // The lowest rank that held the job's state: a survivor, whose settings are the job's in force.
     first_holder_ = static_cast<int>(std::find(holders.begin(), holders.end(), true) - holders.begin());
+    from_memory(m, comm, plan, began);
     return furthest;
   }
   // Some rank held a state, but not every shard survived: the checkpoint is the fallback.
@@ -174,8 +174,8 @@ void Recovery::from_memory(const Membership& m, Communicator& comm, const mesh::
                                : before > step_ ? " (rolled back from step " + std::to_string(before) + ")" : std::string(),
                 old_rank != m.rank ? " (its optimizer shard moved from rank " + std::to_string(old_rank) + ")" : std::string());
   }
-  if (step_ > plan.furthest) report_rolled_forward(m);
-  rolled_forward_ = step_ > plan.furthest;
+  // No rank completed the step the plan went on from (alike on every rank: the plan's).
+  if (step_ > plan.furthest) settle_rolled_forward(m, comm);
   in_flight_.reset();
   if (m.rank == 0) {
     const std::int64_t lost = std::max<std::int64_t>(plan.furthest - plan.step, 0);
@@ -194,17 +194,59 @@ void Recovery::from_memory(const Membership& m, Communicator& comm, const mesh::
   }
 }
 
-// The step in flight was rolled forward: no rank had reported it. Rank 0 reports it now from what
-// it had computed before the failure (the loss, the norm; the time up to the failure), on the
-// world size it ran on; a rank 0 that did not run it (a joiner) says so instead.
-void Recovery::report_rolled_forward(const Membership& m) {
+// The step in flight was rolled forward: no rank completed it, so none reported it. One all-gather
+// of what each rank had computed of it before the failure (its loss and norm, the same on every
+// rank that knew them: all-reduced; its own times), with the vote of the lowest rank that held the
+// job's state on whether it is a checkpoint step (take_rolled_forward_save). Rank 0 reports the
+// step from its own figures, or from the lowest rank's that had them: a rank 0 that did not run
+// the step (a restarted worker, a joiner) reports it as that rank measured it, on the world size
+// it ran on.
+void Recovery::settle_rolled_forward(const Membership& m, Communicator& comm) {
+  enum Column : std::size_t {
+    kHas, kLossSum, kLossTokens, kStepTokens, kRankTokens, kGradNorm, kComputeMs, kWaitMs, kOffloaded, kMs, kLr,
+    kWorld, kSave, kColumns
+  };
+  std::vector<double> row(kColumns, 0.0);
+  if (in_flight_ && in_flight_->step == step_) {
+    const mesh::StepResult& r = in_flight_->result;
+    row[kHas] = 1;
+    row[kLossSum] = r.loss_sum;
+    row[kLossTokens] = static_cast<double>(r.loss_tokens);
+    row[kStepTokens] = static_cast<double>(r.step_tokens);
+    row[kRankTokens] = static_cast<double>(r.rank_tokens);
+    row[kGradNorm] = r.grad_norm;
+    row[kComputeMs] = r.compute_ms;
+    row[kWaitMs] = r.comm_wait_ms;
+    row[kOffloaded] = static_cast<double>(r.offloaded_bytes);
+    row[kMs] = in_flight_->ms;
+    row[kLr] = in_flight_->lr;
+    row[kWorld] = in_flight_->world_size;
+  }
+  row[kSave] = m.rank == first_holder_ && step_ % config_.checkpoint_every == 0 ? 1 : 0;
+  const std::vector<double> rows = mesh::allgather_rows<double>(comm, row, config_.timeout);
+  save_rolled_forward_ = rows[static_cast<std::size_t>(first_holder_) * kColumns + kSave] == 1;
   if (m.rank != 0) return;
-  if (!in_flight_ || in_flight_->step != step_) {
-    log()->warn("step {} was rolled forward; its loss is not known to rank 0 (it did not run it): not reported", step_);
+  for (int r = 0; r < m.world_size; ++r) {
+    const double* f = rows.data() + static_cast<std::size_t>(r) * kColumns;
+    if (f[kHas] != 1) continue;
+    mesh::StepResult result;
+    result.loss_sum = f[kLossSum];
+    result.loss_tokens = static_cast<std::int64_t>(f[kLossTokens]);
+    result.step_tokens = static_cast<std::int64_t>(f[kStepTokens]);
+    result.rank_tokens = static_cast<std::int64_t>(f[kRankTokens]);
+    result.grad_norm = f[kGradNorm];
+    result.compute_ms = f[kComputeMs];
+    result.comm_wait_ms = f[kWaitMs];
+    result.offloaded_bytes = static_cast<std::int64_t>(f[kOffloaded]);
+    if (r != 0) {
+      log()->info("step {} was rolled forward; rank 0 did not compute it: reported from rank {}'s figures", step_, r);
+    }
+    reporter_.step(m, step_, result, f[kMs], f[kLr], position_, speeds_.figures(), static_cast<int>(f[kWorld]));
     return;
   }
-  reporter_.step(m, step_, in_flight_->result, in_flight_->ms, in_flight_->lr, position_, speeds_.figures(),
-                 in_flight_->world_size);
+  log()->warn("step {} was rolled forward; its loss is known to no rank (each failed before it was reduced): not "
+              "reported",
+              step_);
 }
 
 // No plan from memory: every rank restores its shard from the newest valid checkpoint (or the
@@ -407,11 +449,6 @@ void Recovery::save(checkpoint::AsyncSaver& saver) {
   last_saved_step_ = step_;
 }
 
-bool Recovery::take_rolled_forward_save(const elastic::Membership& m, mesh::Communicator& comm) {
-  // Whether the step was rolled forward comes from the plan, the same on every rank.
-  if (!std::exchange(rolled_forward_, false)) return false;
-  const bool mine = m.rank == first_holder_ && step_ % config_.checkpoint_every == 0;
-  return comm.allreduce_max(std::int64_t{mine ? 1 : 0}, config_.timeout) == 1;
-}
+bool Recovery::take_rolled_forward_save() { return std::exchange(save_rolled_forward_, false); }
 
 }  // namespace hdp::trainer

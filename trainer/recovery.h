@@ -64,14 +64,14 @@ class Recovery {
   // Hands this rank's shard at the current step to `saver` (a memcpy; the write runs on its thread).
   void save(checkpoint::AsyncSaver& saver);
   bool saved() const { return last_saved_step_ == step_; }
-  // Once after start(), on every rank: whether the step rolled forward (never saved) is a
-  // checkpoint step, which the generation then saves first. When a step was rolled forward (the
-  // plan says so, alike on every rank), the lowest rank that held the job's state decides, by the
-  // interval in force for the job, and tells the others (one all-reduce): a rank that has just
-  // started (a restarted worker, rank 0 included, or a joiner) holds its own --checkpoint-every
-  // until the first step boundary hands it the live settings (`hdp config set`), and a save that
-  // some ranks start and others do not never commits.
-  bool take_rolled_forward_save(const elastic::Membership& m, mesh::Communicator& comm);
+  // Once after start(), on every rank alike: whether the step rolled forward (never saved) is a
+  // checkpoint step, which the generation then saves first. The lowest rank that held the job's
+  // state decided it in start(), by the interval in force for the job, and told the others in the
+  // rolled-forward step's all-gather (settle_rolled_forward): a rank that has just started (a
+  // restarted worker, rank 0 included, or a joiner) holds its own --checkpoint-every until the
+  // first step boundary hands it the live settings (`hdp config set`), and a save that some ranks
+  // start and others do not never commits.
+  bool take_rolled_forward_save();
 
  private:
   mesh::HeldState held_state() const;
@@ -80,7 +80,7 @@ class Recovery {
   void act_on(const elastic::Membership& m, const JobCheck& check);
   void from_memory(const elastic::Membership& m, mesh::Communicator& comm, const mesh::ReshardPlan& plan,
                    SteadyClock::time_point began);
-  void report_rolled_forward(const elastic::Membership& m);
+  void settle_rolled_forward(const elastic::Membership& m, mesh::Communicator& comm);
   // `holders`: by rank, whether it held the job's state (the initial weights' check follows them).
   void restore(const elastic::Membership& m, mesh::Communicator& comm, std::int64_t furthest, const std::string& why,
                const std::vector<bool>& holders);
@@ -122,7 +122,7 @@ class Recovery {
   int layout_rank_ = -1;                 // this rank's rank in it
   std::int64_t last_saved_step_ = -1;
   // The step that failed on this rank after its loss and gradient norm were known: reported by the
-  // next generation's rank 0 if recovery rolls it forward.
+  // next generation's rank 0 if recovery rolls it forward (settle_rolled_forward).
   struct InFlight {
     mesh::StepResult result;
     double ms = 0, lr = 0;
@@ -130,8 +130,8 @@ class Recovery {
     std::int64_t step = 0;
   };
   std::optional<InFlight> in_flight_;
-  bool rolled_forward_ = false;  // start() rolled the step in flight forward (from_memory)
-  int first_holder_ = 0;         // then: the lowest rank that held the job's state
+  bool save_rolled_forward_ = false;  // start() rolled forward a checkpoint step (settle_rolled_forward)
+  int first_holder_ = 0;              // in start(): the lowest rank that held the job's state
   // xxh3 of the weights --init-from loaded (0: the seed's), for the restore event and the check
   // that every rank started from the same (check_initial_weights)
   std::uint64_t init_weights_ = 0;

@@ -130,7 +130,7 @@ class Trainer {
     try {
       // A step rolled forward at a checkpoint step was never saved: save it now (every rank, as the
       // lowest survivor decides).
-      if (saver && recovery_.take_rolled_forward_save(m, comm)) recovery_.save(*saver);
+      if (recovery_.take_rolled_forward_save() && saver) recovery_.save(*saver);
       return steps(m, comm, saver ? &*saver : nullptr, furthest);
     } catch (const RecoverableError&) {
       // The generation is lost: a save in flight cannot complete either; let it fail now rather

@@ -234,7 +234,7 @@ TEST_F(BlendCluster, ANodeLossAndAFullStopAndResumeTakeEveryPieceOfTheBlendOnce)
   }
   EXPECT_TRUE(shrank) << "the job should have trained on the survivor's 2 ranks";
   EXPECT_EQ(run.back().step, kSteps);
-  // A step without a line: rolled forward by a new generation whose rank 0 had not computed its
+  // A step without a line: rolled forward by a new generation in which no rank had computed its
   // loss (trainer_cluster_test.cc says when); the trainer logs it. Its position is then checked
   // through the step after it.
   expect_every_step_ran([&](std::int64_t step) { return last.contains(step); }, kSteps, logs);

@@ -896,17 +896,9 @@ void RecoveryCluster::rolled_forward_saved(int victim) {
   const CommandResult r = hdp(cluster, {"config", "set", "checkpoint_every=" + std::to_string(at)});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* node : {"n1", "n2"}) EXPECT_EQ(exit_code(cluster, node, 240s), 0) << cluster.all_logs();
-  std::int64_t t = -1;
-  if (victim != 0) {
-    t = expect_continued_from_memory(cluster, read_metrics(dir.path() / "metrics.jsonl"));
-  } else {
-    // A rolled-forward step goes unreported when rank 0 was the worker restarted (it did not run
-    // it: Recovery::report_rolled_forward), so not every step has its line here; the recovery's
-    // own event says where the job went on from.
-    for (const Event& e : events(cluster)) {
-      if (t < 0 && e.at("type") == "continue" && e.count("source") && e.at("source") == "memory") t = std::stoll(e.at("step"));
-    }
-  }
+  // Every step has its line, the step rolled forward too when rank 0 was the worker restarted (it
+  // did not run the step: it reports it from a survivor's figures, Recovery::settle_rolled_forward).
+  const std::int64_t t = expect_continued_from_memory(cluster, read_metrics(dir.path() / "metrics.jsonl"));
   EXPECT_TRUE(t == at - 1 || t == at) << "T = " << t << "\n" << cluster.all_logs();
   EXPECT_TRUE(fs::is_directory(dir.path() / "ckpt" / checkpoint::step_dir_name(at)))
       << "no checkpoint of step " << at << " (T = " << t << ")\n" << cluster.all_logs();

@@ -83,13 +83,14 @@ inline Final read_final(const std::filesystem::path& root) {
 }
 
 // Every step 1..`steps` has a line (`ran`), except one that a new generation rolled forward while
-// its rank 0 had not computed the step's loss (it failed before the loss was reduced): the trainer
-// logs that it cannot report it (trainer/recovery.cc), and `logs` must say so for each such step.
+// no rank had its loss (each failed before the loss was reduced; a rank 0 that did not run the
+// step reports it from another rank's figures): the trainer logs that it cannot report it
+// (trainer/recovery.cc), and `logs` must say so for each such step.
 inline void expect_every_step_ran(const std::function<bool(std::int64_t)>& ran, std::int64_t steps,
                                   const std::string& logs) {
   for (std::int64_t step = 1; step <= steps; ++step) {
     if (ran(step)) continue;
-    EXPECT_NE(logs.find("step " + std::to_string(step) + " was rolled forward; its loss is not known to rank 0"),
+    EXPECT_NE(logs.find("step " + std::to_string(step) + " was rolled forward; its loss is known to no rank"),
               std::string::npos)
         << "step " << step << " was never run";
   }

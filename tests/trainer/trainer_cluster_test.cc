@@ -127,10 +127,10 @@ class TrainerCluster : public ::testing::Test {
 
   // Compares a run's executed steps with (a): bitwise while the run has only ever had 4 ranks,
   // within the rounding bound after. Returns {replayed steps, largest relative loss difference}.
-  // Every step must have a line, except one that a new generation rolled forward while its rank 0
-  // had not computed the step's loss (it failed before the loss was reduced; the ranks that
-  // completed the step hold the state): the trainer logs that it cannot report it, and `logs`
-  // (the agents' and workers' output) must say so for each step without a line.
+  // Every step must have a line, except one that a new generation rolled forward while no rank had
+  // computed the step's loss (each failed before the loss was reduced): the trainer logs that it
+  // cannot report it, and `logs` (the agents' and workers' output) must say so for each step
+  // without a line.
   std::pair<int, double> compare(const std::vector<StepLine>& run, const std::string& logs = {}) {
     bool pure = true;
     int replayed = 0;
