@@ -1,0 +1,100 @@
+// ops/host_memory.h: after retain_freed_host_memory(), a block below kHeapBlockLimit comes from
+// the heap (no mapping of its own) and stays with the process once freed (the heap is not
+// trimmed), also when a thread other than the main one allocates and frees it. With glibc's
+// defaults the 16 MiB block is mapped on its own and unmapped on free, and a thread's block lives
+// in the thread's own arena: the checks fail. Each case runs in a child process, so the settings do not reach the other
+// tests of this binary.
+#include <malloc.h>
+
+#include <gtest/gtest.h>
+
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "ops/host_memory.h"
+
+namespace hdp::ops {
+namespace {
+
+constexpr std::size_t kBlock = 16u << 20;
+static_assert(kBlock < kHeapBlockLimit);
+
+// Exit codes of the child: 0 the block was kept, 2 mapped on its own, 3 trimmed on free, 6 not
+// in the main heap (a thread's own arena: mallinfo2 describes the main one only).
+int allocate_touch_and_free() {
+  const std::size_t mapped_before = mallinfo2().hblkhd;
+  void* block = std::malloc(kBlock);
+  if (!block) return 4;
+  std::memset(block, 1, kBlock);
+  const bool own_mapping = mallinfo2().hblkhd >= mapped_before + kBlock;
+  std::free(block);
+  if (own_mapping) return 2;
+  if (mallinfo2().fordblks < kBlock) return 3;  // the freed block left the heap
+  return 0;
+}
+
+// The same from another thread (the transport's and the collectives' allocate so): three blocks
+// of 24 MiB, more than a thread arena's first heap holds (64 MiB), so that the third lives in a
+// heap of its own, freed there, checked from the main thread (mallinfo2 sums every arena).
+int on_a_thread() {
+  constexpr std::size_t kEach = 24u << 20, kCount = 3;
+  static_assert(kEach < kHeapBlockLimit);
+  const std::size_t free_before = mallinfo2().fordblks;
+  bool mapped = false;
+  std::thread([&] {
+    void* blocks[kCount] = {};
+    const std::size_t mapped_before = mallinfo2().hblkhd;
+    for (void*& b : blocks) {
+      b = std::malloc(kEach);
+      if (b) std::memset(b, 1, kEach);
+    }
+    mapped = mallinfo2().hblkhd >= mapped_before + kEach;
+    for (void* b : blocks) std::free(b);
+  }).join();
+  if (mapped) return 2;
+  return mallinfo2().fordblks >= free_before + kCount * kEach ? 0 : 6;
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+TEST(HostMemory, FreedBlocksStayWithTheProcess) { GTEST_SKIP() << "the sanitizer's allocator is not glibc's"; }
+#else
+TEST(HostMemory, FreedBlocksStayWithTheProcess) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        if (!retain_freed_host_memory()) std::exit(5);
+        std::exit(allocate_touch_and_free());
+      },
+      testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(
+      {
+        if (!retain_freed_host_memory()) std::exit(5);
+        std::exit(on_a_thread());
+      },
+      testing::ExitedWithCode(0), "");
+}
+
+// The check above can fail: with glibc's defaults the block is mapped on its own.
+TEST(HostMemory, WithoutItABlockOfThisSizeIsMappedOnItsOwn) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(std::exit(allocate_touch_and_free()), testing::ExitedWithCode(2), "");
+  EXPECT_EXIT(std::exit(on_a_thread()), testing::ExitedWithCode(2), "");
+}
+
+// The thresholds alone do not keep a thread's block in the heap: it lives in the thread's arena.
+TEST(HostMemory, WithoutOneArenaAThreadsBlockIsNotInTheMainHeap) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        mallopt(M_MMAP_THRESHOLD, static_cast<int>(kHeapBlockLimit));
+        mallopt(M_TRIM_THRESHOLD, INT_MAX);
+        std::exit(on_a_thread());
+      },
+      testing::ExitedWithCode(6), "");
+}
+#endif
+
+}  // namespace
+}  // namespace hdp::ops
