@@ -7,11 +7,11 @@
 namespace hdp::ops {
 
 bool retain_freed_host_memory() {
-  // mallopt returns 1 when it took the value. One arena: a thread's own arena lives in heaps of
-  // its own mapping, and a heap left empty is unmapped whatever the trim threshold (the transport's
-  // and the collectives' threads allocate their messages and scratch every step).
-  return mallopt(M_ARENA_MAX, 1) == 1 && mallopt(M_MMAP_THRESHOLD, static_cast<int>(kHeapBlockLimit)) == 1 &&
-         mallopt(M_TRIM_THRESHOLD, INT_MAX) == 1;
+  // mallopt returns 1 when it took the value. Each is applied whether or not another was refused.
+  const bool one_arena = mallopt(M_ARENA_MAX, 1) == 1;
+  const bool heap_blocks = mallopt(M_MMAP_THRESHOLD, static_cast<int>(kHeapBlockLimit)) == 1;
+  const bool kept_top = mallopt(M_TRIM_THRESHOLD, INT_MAX) == 1;
+  return one_arena && heap_blocks && kept_top;
 }
 
 }  // namespace hdp::ops

@@ -1,14 +1,15 @@
 // File: ops/host_memory.h
 //
 // How a worker's host memory is handed back to the system. A training step allocates and frees
-// the same buffers every step (the activations, the gradients, the messages the TCP transport
-// buffers before their receive is posted). glibc's allocator returns a freed top of its heap to
-// the system once it exceeds its trim threshold, and maps any block above its mmap threshold
-// afresh, unmapping it on free, and a thread's arena unmaps a heap it emptied: each step then
-// faulted the same memory in again (about 4,000 minor
-// page faults a second in a demo worker, 5% of a core in the kernel; docs/performance.md, "A
-// worker's host memory"), and a worker's first step after it started paid for all of it at once.
-// A training process keeps what it freed instead, as a device's caching allocator does.
+// the same buffers every micro-batch and every step (the activations, the gradients, the messages
+// the TCP transport buffers before their receive is posted, the collectives' scratch), several of
+// them on threads of their own. glibc maps a block above its mmap threshold on its own and unmaps
+// it on free (the threshold rises to the size of such a block once one is freed, up to 32 MiB),
+// returns a freed top of its heap above the trim threshold to the system, and a thread's arena
+// unmaps a heap it emptied whatever the trim threshold: the memory was then faulted in again at
+// its next use. In a demo worker, about 3,980 minor page faults a second and 8-9% of a core in
+// the kernel, against 3-4% in a worker without them (docs/performance.md, "A worker's host
+// memory"). A training process keeps what it freed instead, as a device's caching allocator does.
 #pragma once
 
 #include <cstddef>
@@ -20,11 +21,12 @@ namespace hdp::ops {
 // and unmapped on its own.
 inline constexpr std::size_t kHeapBlockLimit = 32u << 20;
 
-// Once, at a worker's start, before its threads: every thread allocates from the one heap (a
-// thread's own arena unmaps a heap it emptied), freed memory stays with the process (the trim
-// threshold at its largest) and blocks up to kHeapBlockLimit come from the heap. Returns false
-// when the allocator does not take the settings (not glibc's: a sanitizer's, which keeps its own
-// pools); the process then runs as before.
+// Once, at a worker's start, before its threads: every thread allocates from the one heap (the
+// main arena's), blocks up to kHeapBlockLimit come from it, and a free top of it is kept up to
+// the trim threshold's largest value (INT_MAX bytes). Applies each setting it can; returns false
+// when glibc refused one (a sanitizer's allocator, which keeps its own pools, refuses them all).
+// The resident size then stays at the worker's peak: a CPU tensor's blocks, 64-byte aligned and
+// page-aligned from a page up (ops/tensor.cc), are reused, not returned.
 bool retain_freed_host_memory();
 
 }  // namespace hdp::ops
