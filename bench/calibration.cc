@@ -49,6 +49,7 @@
 #include "mesh/plan/plan.h"
 #include "mesh/plan/plan_check.h"
 #include "mesh/plan/speed_tracker.h"
+#include "ops/host_memory.h"
 
 namespace {
 
@@ -308,6 +309,7 @@ void run(const Options& o) {
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each section as it is done, also into a file
+  hdp::ops::retain_freed_host_memory();  // as `hdp plan --calibrate` measures (ops/host_memory.h)
   Options o;
   hdp::ops::model::LlamaConfig& m = o.calibration.model;
   int heads = m.n_heads;

@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "elastic/redis_url.h"
 #include "hdp/config.h"
+#include "ops/host_memory.h"
 
 namespace {
 
@@ -24,6 +25,10 @@ bool is_subcommand(CLI::App& app, const std::string& name) {
 
 int run(int argc, char** argv) {
   using namespace hdp::cli;
+  // Before any thread or buffer: what a micro-batch or a step frees stays for the next (a worker's
+  // steps, a calibration's timed micro-batches; ops/host_memory.h). A sanitizer's allocator keeps
+  // its own pools and refuses the settings: nothing to say.
+  hdp::ops::retain_freed_host_memory();
   CLI::App app{"hdp: fault-tolerant, elastic training of long-context LLMs with Hybrid Data Parallelism", "hdp"};
   // At most one subcommand; "none" and "unknown" are reported below in words a user can act on.
   app.require_subcommand(0, 1);

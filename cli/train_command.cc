@@ -23,7 +23,6 @@
 #include "trainer/device_placement.h"
 #include "trainer/hf_model.h"
 #include "trainer/memory_model.h"
-#include "ops/host_memory.h"
 #include "ops/model/llama_params.h"
 #include "cli/exit_codes.h"
 #include "common/error.h"
@@ -268,8 +267,6 @@ void add_train_command(CLI::App& app) {
     sigaction(SIGTERM, &leave, nullptr);
     sigaction(SIGINT, &leave, nullptr);
     sigaction(SIGUSR1, &stop, nullptr);  // Slurm signals a whole step, workers included
-    // Before any thread or buffer: what a step frees stays for the next (ops/host_memory.h).
-    if (!ops::retain_freed_host_memory()) log()->debug("host memory: the allocator keeps its own pools");
     // A standby worker (elastic/worker_env.h) prepares what does not depend on its slot, then waits
     // for one on its standard input; end of input (the agent did not need it) ends it with exit 0.
     const bool standby = elastic::is_standby([](const char* name) { return std::getenv(name); });

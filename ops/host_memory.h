@@ -9,7 +9,9 @@
 // unmaps a heap it emptied whatever the trim threshold: the memory was then faulted in again at
 // its next use. In a demo worker, about 3,980 minor page faults a second and 8-9% of a core in
 // the kernel, against 3-4% in a worker without them (docs/performance.md, "A worker's host
-// memory"). A training process keeps what it freed instead, as a device's caching allocator does.
+// memory"), and the faults distorted the compute times a calibration fits its cost model to
+// (tests/mesh/calibration_test.cc). An hdp process keeps what it freed instead, as a device's
+// caching allocator does.
 #pragma once
 
 #include <cstddef>
@@ -21,12 +23,12 @@ namespace hdp::ops {
 // and unmapped on its own.
 inline constexpr std::size_t kHeapBlockLimit = 32u << 20;
 
-// Once, at a worker's start, before its threads: every thread allocates from the one heap (the
-// main arena's), blocks up to kHeapBlockLimit come from it, and a free top of it is kept up to
-// the trim threshold's largest value (INT_MAX bytes). Applies each setting it can; returns false
-// when glibc refused one (a sanitizer's allocator, which keeps its own pools, refuses them all).
-// The resident size then stays at the worker's peak: a CPU tensor's blocks, 64-byte aligned and
-// page-aligned from a page up (ops/tensor.cc), are reused, not returned.
+// Once, at a process's start (every `hdp` command, cli/main.cc), before its threads: every thread
+// allocates from the one heap (the main arena's), blocks up to kHeapBlockLimit come from it, and a
+// free top of it is kept up to the trim threshold's largest value (INT_MAX bytes). Applies each
+// setting it can; returns false when glibc refused one (a sanitizer's allocator, which keeps its
+// own pools, refuses them all). The resident size then stays at the process's peak: what it freed
+// is reused, not returned.
 bool retain_freed_host_memory();
 
 }  // namespace hdp::ops

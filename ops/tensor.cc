@@ -1,7 +1,5 @@
 #include "ops/tensor.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -76,18 +74,7 @@ void use_cuda_device(int ordinal) {
 #endif
 }
 
-// CPU memory is 64-byte aligned for the vector loops; a block of a page or more starts on a page
-// and fills its last one, so that page-locking it in place (cudaHostRegister,
-// mesh/comm/staging_memory.h) never overlaps another such block: blocks up to 32 MiB share the
-// allocator's heap (ops/host_memory.h) rather than each having a mapping of its own.
-namespace {
-size_t host_alignment(size_t bytes) {
-  static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  return bytes >= page ? page : 64;
-}
-}  // namespace
-
-// Owns one allocation.
+// Owns one allocation; CPU memory is 64-byte aligned for the vector loops.
 struct Tensor::Storage {
   void* ptr = nullptr;
   Device device = Device::kCpu;
@@ -104,8 +91,7 @@ struct Tensor::Storage {
     (void)pin;
 #endif
     if (device == Device::kCpu) {
-      const size_t align = host_alignment(bytes);
-      ptr = std::aligned_alloc(align, std::max(align, (bytes + align - 1) / align * align));  // a multiple of align
+      ptr = std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64));  // size: a multiple of 64
       if (!ptr) throw FatalError("Tensor: out of host memory allocating " + std::to_string(bytes) + " bytes");
       return;
     }

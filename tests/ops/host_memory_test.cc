@@ -5,20 +5,17 @@
 // in the thread's own arena: the checks fail. Each case runs in a child process, so the settings do not reach the other
 // tests of this binary.
 #include <malloc.h>
-#include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <climits>
 #include <cstdlib>
-#include <cstdint>
 #include <cstring>
 #include <string>
 #include <thread>
 
 #include "hdp/config.h"
 #include "ops/host_memory.h"
-#include "ops/tensor.h"
 
 namespace hdp::ops {
 namespace {
@@ -113,19 +110,5 @@ TEST(HostMemory, WithoutOneArenaAThreadsBlockLeavesTheHeap) {
       },
       testing::ExitedWithCode(6), "");
 }
-// A CPU tensor of a page or more starts on a page and owns its last one (page-locking it in place
-// never overlaps another), a smaller one is 64-byte aligned.
-TEST(HostMemory, ATensorOfAPageOrMoreHasItsPagesToItself) {
-  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
-  const Tensor a = Tensor::empty({static_cast<std::int64_t>(page / 4 + 1)}, DType::kF32);  // a page and 4 bytes
-  const Tensor b = Tensor::empty({static_cast<std::int64_t>(page / 4 + 1)}, DType::kF32);
-  const Tensor small = Tensor::empty({3}, DType::kF32);
-  const auto pa = reinterpret_cast<std::uintptr_t>(a.raw()), pb = reinterpret_cast<std::uintptr_t>(b.raw());
-  EXPECT_EQ(pa % page, 0u);
-  EXPECT_EQ(pb % page, 0u);
-  EXPECT_TRUE(pb >= pa + 2 * page || pa >= pb + 2 * page) << "two blocks of a page and 4 bytes share a page";
-  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(small.raw()) % 64, 0u);
-}
-
 }  // namespace
 }  // namespace hdp::ops
