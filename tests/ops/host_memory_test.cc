@@ -1,9 +1,9 @@
 // ops/host_memory.h: after retain_freed_host_memory(), a block below kHeapBlockLimit comes from
 // the heap (no mapping of its own) and stays with the process once freed (the heap is not
 // trimmed), also when a thread other than the main one allocates and frees it. With glibc's
-// defaults the 16 MiB block is mapped on its own and unmapped on free, and a thread's block lives
-// in the thread's own arena: the checks fail. Each case runs in a child process, so the settings do not reach the other
-// tests of this binary.
+// defaults a block of this size is mapped on its own and unmapped on free; with the thresholds but
+// a thread arena, the heap that held a thread's third block is unmapped: the checks fail. Each
+// case runs in a child process, so the settings do not reach the other tests of this binary.
 #include <malloc.h>
 
 #include <gtest/gtest.h>
