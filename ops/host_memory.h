@@ -1,6 +1,6 @@
 // File: ops/host_memory.h
 //
-// How a worker's host memory is handed back to the system. A training step allocates and frees
+// How an hdp process hands host memory back to the system. A training step allocates and frees
 // the same buffers every micro-batch and every step (the activations, the gradients, the messages
 // the TCP transport buffers before their receive is posted, the collectives' scratch), several of
 // them on threads of their own. glibc maps a block above its mmap threshold on its own and unmaps
