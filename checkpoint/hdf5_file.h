@@ -3,9 +3,9 @@
 // A thin RAII layer over the HDF5 C API: exactly the calls a shard file needs. Every failure
 // throws hdp::FatalError naming the file, the object and the HDF5 call. Datasets are 1-D,
 // contiguous, with fill disabled, so that a write goes straight from the caller's buffer to disk.
-// A file being written starts the disk on each dataset as soon as it is written
-// (sync_file_range), so the disk works while the writer hashes and copies the next one, instead
-// of receiving everything at the final fsync.
+// A file being written starts the disk on its datasets as soon as kWritebackBytes of them are
+// written (sync_file_range), so the disk works while the writer hashes and copies the next ones,
+// instead of receiving everything at the final fsync.
 // libhdf5 must be the thread-safe build: ranks-as-threads and the async writers call it from
 // several threads, and the library serialises them with its global lock.
 #pragma once
@@ -74,10 +74,13 @@ class Hdf5File {
   // Byte offset of a contiguous dataset's raw data inside the file (tests flip bytes there).
   std::uint64_t raw_data_offset(const std::string& name) const;
 
-  // Flushes HDF5's caches, fsyncs through the VFD's file descriptor (H5Fflush alone does not
-  // fsync: the sec2 driver has no flush callback), closes the file, then fsyncs once more what
-  // H5Fclose wrote. May block on the disk.
+  // Flushes HDF5's caches, closes the file, then fsyncs it (H5Fflush and H5Fclose alone do not
+  // fsync: the sec2 driver has no flush callback). May block on the disk.
   void close_durably();
+
+  // Dataset bytes gathered before they are handed to the disk. A dataset this large goes alone,
+  // right after it is written (a large checkpoint's tensors); smaller ones go together.
+  static constexpr std::uint64_t kWritebackBytes = std::uint64_t{8} << 20;
 
  private:
   Hdf5File(std::filesystem::path path, Hid file) : path_(std::move(path)), file_(std::move(file)) {}
@@ -85,10 +88,14 @@ class Hdf5File {
   std::int64_t length_of(const Hid& dataset, const std::string& name) const;
   int descriptor() const;  // the VFD's file descriptor (sec2)
   void write_dataset(const std::string& name, hid_t type, std::int64_t length, const void* data);
+  // Adds [begin, end) to the written bytes not yet handed to the disk; hands them over (without
+  // waiting) once they span kWritebackBytes.
+  void start_writeback(std::uint64_t begin, std::uint64_t end);
   [[noreturn]] void fail(const std::string& what) const;
 
   std::filesystem::path path_;
   Hid file_;
+  std::uint64_t unsent_begin_ = 0, unsent_end_ = 0;  // empty when unsent_end_ is 0
 };
 
 }  // namespace hdp::checkpoint

@@ -1,6 +1,7 @@
 // Hdf5File's reads: element ranges come back exactly (also from several threads at once, which
 // read outside HDF5's global lock), and a range outside the dataset or a dataset of another type
-// is refused with a message naming it.
+// is refused with a message naming it. A file of many small datasets, handed to the disk together
+// once kWritebackBytes have gathered and the rest at the close, reads back exactly.
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -59,6 +60,41 @@ TEST_F(Hdf5FileRead, RefusesRangesOutsideAndOtherTypes) {
     EXPECT_NE(std::string(e.what()).find("/state/rng is not float32"), std::string::npos) << e.what();
   }
   EXPECT_THROW(file.read_floats("/params/missing", 0, out), FatalError);
+}
+
+TEST(Hdf5FileWrite, ManySmallDatasetsAndALargeOneReadBackExactly) {
+  hdp::test::TempDir dir("hdp-h5file");
+  const std::filesystem::path path = dir.path() / "rank-00000.h5";
+  // 300 datasets of 40 KiB (three writebacks of 8 MiB gathered, then a remainder) around one
+  // dataset larger than kWritebackBytes on its own.
+  constexpr int kSmall = 300;
+  constexpr std::size_t kSmallElements = 10240;
+  const std::size_t large_elements = Hdf5File::kWritebackBytes / sizeof(float) + 1000;
+  // Exact in float32 (below 2^24): each dataset's values differ from every other's.
+  auto value = [](int dataset, std::size_t i) { return static_cast<float>(dataset * 16384 + static_cast<int>(i % 16384)); };
+  {
+    Hdf5File file = Hdf5File::create(path);
+    std::vector<float> data(kSmallElements);
+    for (int d = 0; d < kSmall; ++d) {
+      if (d == kSmall / 2) {
+        std::vector<float> large(large_elements);
+        for (std::size_t i = 0; i < large.size(); ++i) large[i] = value(-1, i);
+        file.write_floats("/large", large);
+      }
+      for (std::size_t i = 0; i < data.size(); ++i) data[i] = value(d, i);
+      file.write_floats("/small/" + std::to_string(d), data);
+    }
+    file.close_durably();
+  }
+  const Hdf5File file = Hdf5File::open_read(path);
+  std::vector<float> out(kSmallElements);
+  for (int d = 0; d < kSmall; ++d) {
+    file.read_floats("/small/" + std::to_string(d), 0, out);
+    for (std::size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], value(d, i)) << "dataset " << d << " element " << i;
+  }
+  std::vector<float> large(large_elements);
+  file.read_floats("/large", 0, large);
+  for (std::size_t i = 0; i < large.size(); ++i) ASSERT_EQ(large[i], value(-1, i)) << "element " << i;
 }
 
 }  // namespace
