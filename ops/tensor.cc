@@ -1,5 +1,7 @@
 #include "ops/tensor.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -74,24 +76,39 @@ void use_cuda_device(int ordinal) {
 #endif
 }
 
-// Owns one allocation; CPU memory is 64-byte aligned for the vector loops.
+namespace {
+
+// How a CPU tensor's memory is allocated.
+enum class HostMemory {
+  kAligned,     // 64-byte aligned, for the vector loops
+  kPinned,      // page-locked by the driver where it grants it (Tensor::pinned), else kAligned
+  kWholePages,  // whole pages of its own (Tensor::whole_pages)
+};
+
+std::size_t page_bytes() {
+  static const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  return page;
+}
+
+}  // namespace
+
+// Owns one allocation.
 struct Tensor::Storage {
   void* ptr = nullptr;
   Device device = Device::kCpu;
   bool pinned = false;  // CPU memory from host_alloc_pinned
 
-  Storage(size_t bytes, Device dev, bool pin = false) : device(dev) {
+  Storage(size_t bytes, Device dev, HostMemory host = HostMemory::kAligned) : device(dev) {
 #if HDP_HAVE_CUDA
-    if (device == Device::kCpu && pin && cuda_available()) {
+    if (device == Device::kCpu && host == HostMemory::kPinned && cuda_available()) {
       ptr = kernels::cuda::host_alloc_pinned(bytes);
       pinned = ptr != nullptr;
       if (pinned) return;
     }
-#else
-    (void)pin;
 #endif
     if (device == Device::kCpu) {
-      ptr = std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64));  // size: a multiple of 64
+      const size_t align = host == HostMemory::kWholePages ? page_bytes() : 64;
+      ptr = std::aligned_alloc(align, std::max(align, (bytes + align - 1) / align * align));  // a multiple of align
       if (!ptr) throw FatalError("Tensor: out of host memory allocating " + std::to_string(bytes) + " bytes");
       return;
     }
@@ -160,7 +177,17 @@ Tensor Tensor::pinned(const Shape& shape, DType dtype) {
   Tensor t;
   t.shape_ = shape;
   t.dtype_ = dtype;
-  t.storage_ = std::make_shared<Storage>(t.bytes(), Device::kCpu, /*pin=*/true);
+  t.storage_ = std::make_shared<Storage>(t.bytes(), Device::kCpu, HostMemory::kPinned);
+  return t;
+}
+
+Tensor Tensor::whole_pages(const Shape& shape, DType dtype) {
+  for (int64_t d : shape)
+    if (d < 0) throw InvalidArgument("Tensor::whole_pages: negative dimension in shape " + shape_string(shape));
+  Tensor t;
+  t.shape_ = shape;
+  t.dtype_ = dtype;
+  t.storage_ = std::make_shared<Storage>(t.bytes(), Device::kCpu, HostMemory::kWholePages);
   return t;
 }
 

@@ -37,6 +37,12 @@ class Tensor {
   // to and from a GPU then run by DMA, queued without the host waiting); plain host memory
   // otherwise, which works the same, only slower. Uninitialised.
   static Tensor pinned(const Shape& shape, DType dtype);
+  // A CPU tensor whose memory starts on a page and fills its last page, so that no other
+  // allocation shares a page with it: for memory page-locked in place (cudaHostRegister,
+  // mesh/comm/staging_memory.h), which fails for a page another locked buffer holds. Blocks up to
+  // 32 MiB share the allocator's heap (ops/host_memory.h), where plain tensors lie next to each
+  // other. Uninitialised.
+  static Tensor whole_pages(const Shape& shape, DType dtype);
   // A CPU tensor holding a copy of `values`; values.size() must equal the shape's element count.
   template <typename T>
   static Tensor from_vector(const std::vector<T>& values, const Shape& shape);

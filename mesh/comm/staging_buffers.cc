@@ -7,7 +7,7 @@
 namespace hdp::mesh::staging {
 
 HostBuffers::Buffer::Buffer(ops::DType dtype, std::int64_t numel, bool pin)
-    : storage(ops::Tensor::empty({numel}, dtype)), pinned(pin && staging::pin(storage)) {}
+    : storage(ops::Tensor::whole_pages({numel}, dtype)), pinned(pin && staging::pin(storage)) {}
 
 HostBuffers::Buffer::~Buffer() {
   if (pinned) unpin(storage);

@@ -30,8 +30,10 @@ class HostBuffers : public std::enable_shared_from_this<HostBuffers> {
   HostBuffers(const HostBuffers&) = delete;
   HostBuffers& operator=(const HostBuffers&) = delete;
 
-  // One allocation; unlocked before its storage can be freed (the storage itself may outlive it in
-  // a Tensor handle the inner communicator still holds, then as plain memory).
+  // One allocation, of whole pages of its own (ops::Tensor::whole_pages: page-locking in place
+  // fails for a page that another locked buffer holds); unlocked before its storage can be freed
+  // (the storage itself may outlive it in a Tensor handle the inner communicator still holds, then
+  // as plain memory).
   struct Buffer {
     ops::Tensor storage;
     bool pinned = false;

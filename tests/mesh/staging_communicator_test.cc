@@ -12,6 +12,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstring>
 #include <functional>
 #include <future>
@@ -20,6 +22,7 @@
 #include "common/error.h"
 #include "kernels/cpu/bf16.h"
 #include "mesh/comm/communicator_factory.h"
+#include "mesh/comm/staging_buffers.h"
 #include "mesh/comm/staging_communicator.h"
 #include "mesh/comm/tcp_communicator.h"
 #include "tests/support/error_message.h"
@@ -196,6 +199,19 @@ TEST(Staging, BuffersAreReusedAcrossCalls) {
   for (int i = 0; i < 10; ++i) step();
   EXPECT_EQ(staged[0]->buffers_allocated(), after_one);
   EXPECT_EQ(staged[0]->buffers_pinned(), 0);  // host tensors: nothing to lock for
+}
+
+// Each buffer of the pool has its pages to itself, so that page-locking one in place
+// (cudaHostRegister) never meets a page another locked buffer holds.
+TEST(Staging, PoolBuffersStartOnAPageOfTheirOwn) {
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  auto pool = std::make_shared<staging::HostBuffers>(/*pin=*/false);
+  std::vector<staging::HostBuffers::Lease> leases;
+  for (std::int64_t n : {1, 7, 100, 1000, 1025, 5000}) leases.push_back(pool->take(DType::kF32, {n}));
+  for (const auto& lease : leases) {
+    const auto begin = reinterpret_cast<std::uintptr_t>(lease.tensor().raw());
+    EXPECT_EQ(begin % page, 0u) << lease.tensor().describe();
+  }
 }
 
 TEST(Staging, HostTensorsPassStraightThroughWithoutStageAll) {

@@ -4,18 +4,24 @@
 // defaults a block of this size is mapped on its own and unmapped on free; with the thresholds but
 // a thread arena, the heap that held a thread's third block is unmapped: the checks fail. Each
 // case runs in a child process, so the settings do not reach the other tests of this binary.
+// Tensor::whole_pages: each such tensor has its pages to itself, where plain tensors of the same
+// sizes share pages with each other.
 #include <malloc.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <climits>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "hdp/config.h"
 #include "ops/host_memory.h"
+#include "ops/tensor.h"
 
 namespace hdp::ops {
 namespace {
@@ -110,5 +116,44 @@ TEST(HostMemory, WithoutOneArenaAThreadsBlockLeavesTheHeap) {
       },
       testing::ExitedWithCode(6), "");
 }
+
+// The pages [first, last] a tensor's bytes touch.
+struct Pages {
+  std::uintptr_t first, last;
+  bool overlaps(const Pages& other) const { return first <= other.last && other.first <= last; }
+};
+Pages pages_of(const Tensor& t, std::uintptr_t page) {
+  const auto begin = reinterpret_cast<std::uintptr_t>(t.raw());
+  return {begin / page, (begin + t.bytes() - 1) / page};
+}
+
+TEST(HostMemory, WholePagesTensorsShareNoPageWithAnyAllocation) {
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<Tensor> whole, plain;
+  // Sizes below, at and above a page, interleaved with plain tensors of the same sizes.
+  for (int i = 0; i < 64; ++i) {
+    const std::int64_t floats = 1 + (i * 331) % 3000;
+    whole.push_back(Tensor::whole_pages({floats}, DType::kF32));
+    plain.push_back(Tensor::empty({floats}, DType::kF32));
+  }
+  for (std::size_t i = 0; i < whole.size(); ++i) {
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(whole[i].raw()) % page, 0u) << "tensor " << i;
+    for (std::size_t j = 0; j < whole.size(); ++j) {
+      if (j != i) {
+        EXPECT_FALSE(pages_of(whole[i], page).overlaps(pages_of(whole[j], page))) << i << " and " << j;
+      }
+    }
+    for (std::size_t j = 0; j < plain.size(); ++j) {
+      EXPECT_FALSE(pages_of(whole[i], page).overlaps(pages_of(plain[j], page))) << i << " and plain " << j;
+    }
+  }
+  // The check can fail: plain tensors of these sizes do share pages.
+  int shared = 0;
+  for (std::size_t i = 0; i < plain.size(); ++i) {
+    for (std::size_t j = i + 1; j < plain.size(); ++j) shared += pages_of(plain[i], page).overlaps(pages_of(plain[j], page));
+  }
+  EXPECT_GT(shared, 0);
+}
+
 }  // namespace
 }  // namespace hdp::ops
