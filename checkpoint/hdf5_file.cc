@@ -10,6 +10,7 @@
 
 #include "checkpoint/posix_io.h"
 #include "common/error.h"
+#include "common/fd.h"
 
 // The format stores H5T_IEEE_F32LE; the writer passes native floats and the reader copies the
 // file's bytes straight into floats, both of which assume a little-endian host.
@@ -100,12 +101,16 @@ void Hdf5File::write_dataset(const std::string& name, hid_t type, std::int64_t l
   if (length == 0) return;
   if (H5Dwrite(dataset.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) fail("cannot write dataset " + name);
   const haddr_t address = H5Dget_offset(dataset.get());
-  if (address != HADDR_UNDEF) start_writeback(address, address + H5Dget_storage_size(dataset.get()));
+  const hsize_t bytes = H5Dget_storage_size(dataset.get());
+  // Closed first: HDF5 keeps a dataset of up to its sieve buffer's size (64 KiB) in that buffer
+  // until the dataset is closed, and writes it to the file then.
+  dataset.reset();
+  if (address != HADDR_UNDEF) start_writeback(address, address + bytes);
 }
 
 void Hdf5File::start_writeback(std::uint64_t begin, std::uint64_t end) {
-  // HDF5 passed the bytes straight to the page cache at the dataset's address. They are handed to
-  // the disk, without waiting, once kWritebackBytes have gathered: one request per dataset would
+  // The dataset's bytes are in the page cache at its address. They are handed to the disk,
+  // without waiting, once kWritebackBytes have gathered: one request per dataset would
   // cost a small checkpoint one I/O (and, in a virtual machine, one exit to the host) per
   // dataset. Only a hint (an I/O error shows again at the fsync); durability comes from
   // close_durably, which also takes what is still gathered.
@@ -218,11 +223,15 @@ std::uint64_t Hdf5File::raw_data_offset(const std::string& name) const {
 
 void Hdf5File::close_durably() {
   if (H5Fflush(file_.get(), H5F_SCOPE_LOCAL) < 0) fail("H5Fflush failed");
+  // One fsync, after the close, through a duplicate of HDF5's descriptor: it makes durable every
+  // page of the file (the superblock H5Fclose rewrites and the trim to the file's real size
+  // included), and it shares the open file on which the kernel recorded any write error since
+  // the file was created (a descriptor opened after the close could miss one).
+  const Fd kept(::fcntl(descriptor(), F_DUPFD_CLOEXEC, 0));
+  if (kept.get() < 0) fail(std::string("cannot duplicate the file's descriptor: ") + std::strerror(errno));
   // Released first so that a failed close is not retried by ~Hid.
   if (H5Fclose(file_.release()) < 0) fail("H5Fclose failed");
-  // One fsync, after the close: it makes durable every page of the file, whichever descriptor
-  // wrote it, the superblock H5Fclose rewrote and the trim to the file's real size included.
-  fsync_path(path_);
+  if (::fsync(kept.get()) != 0) fail(std::string("fsync failed: ") + std::strerror(errno));
 }
 
 }  // namespace hdp::checkpoint

@@ -74,12 +74,15 @@ class Hdf5File {
   // Byte offset of a contiguous dataset's raw data inside the file (tests flip bytes there).
   std::uint64_t raw_data_offset(const std::string& name) const;
 
-  // Flushes HDF5's caches, closes the file, then fsyncs it (H5Fflush and H5Fclose alone do not
-  // fsync: the sec2 driver has no flush callback). May block on the disk.
+  // Flushes HDF5's caches, closes the file, then fsyncs it once through a duplicate of its
+  // descriptor taken before the close (H5Fflush and H5Fclose alone do not fsync: the sec2 driver
+  // has no flush callback; the duplicate reports an I/O error recorded on the open file since it
+  // was created, and keeps the file's inode, with that error, in memory). May block on the disk.
   void close_durably();
 
-  // Dataset bytes gathered before they are handed to the disk. A dataset this large goes alone,
-  // right after it is written (a large checkpoint's tensors); smaller ones go together.
+  // Dataset bytes gathered before they are handed to the disk. A dataset this large is handed
+  // over right after it is written (a large checkpoint's tensors), with whatever had gathered
+  // before it; smaller ones go together.
   static constexpr std::uint64_t kWritebackBytes = std::uint64_t{8} << 20;
 
  private:

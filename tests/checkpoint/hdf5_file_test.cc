@@ -1,7 +1,8 @@
 // Hdf5File's reads: element ranges come back exactly (also from several threads at once, which
 // read outside HDF5's global lock), and a range outside the dataset or a dataset of another type
-// is refused with a message naming it. A file of many small datasets, handed to the disk together
-// once kWritebackBytes have gathered and the rest at the close, reads back exactly.
+// is refused with a message naming it. A file of many small datasets and one larger than
+// kWritebackBytes reads back exactly after close_durably (the hand-over to the disk is only a
+// hint: this checks that gathering it changes nothing that is written).
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -65,8 +66,8 @@ TEST_F(Hdf5FileRead, RefusesRangesOutsideAndOtherTypes) {
 TEST(Hdf5FileWrite, ManySmallDatasetsAndALargeOneReadBackExactly) {
   hdp::test::TempDir dir("hdp-h5file");
   const std::filesystem::path path = dir.path() / "rank-00000.h5";
-  // 300 datasets of 40 KiB (three writebacks of 8 MiB gathered, then a remainder) around one
-  // dataset larger than kWritebackBytes on its own.
+  // 300 datasets of 40 KiB (12 MiB: one hand-over of 8 MiB gathered, and what gathers after)
+  // around one dataset larger than kWritebackBytes, handed over with what gathered before it.
   constexpr int kSmall = 300;
   constexpr std::size_t kSmallElements = 10240;
   const std::size_t large_elements = Hdf5File::kWritebackBytes / sizeof(float) + 1000;

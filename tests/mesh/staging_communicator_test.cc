@@ -201,9 +201,10 @@ TEST(Staging, BuffersAreReusedAcrossCalls) {
   EXPECT_EQ(staged[0]->buffers_pinned(), 0);  // host tensors: nothing to lock for
 }
 
-// Each buffer of the pool has its pages to itself, so that page-locking one in place
-// (cudaHostRegister) never meets a page another locked buffer holds.
-TEST(Staging, PoolBuffersStartOnAPageOfTheirOwn) {
+// The pool's buffers are whole-page tensors (their pages their own, so that page-locking one in
+// place never meets a page another locked buffer holds: tests/ops/host_memory_test.cc checks
+// that), which shows in where each starts: on a page, where a plain tensor of these sizes need not.
+TEST(Staging, PoolBuffersStartOnAPage) {
   const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
   auto pool = std::make_shared<staging::HostBuffers>(/*pin=*/false);
   std::vector<staging::HostBuffers::Lease> leases;

@@ -127,7 +127,7 @@ Pages pages_of(const Tensor& t, std::uintptr_t page) {
   return {begin / page, (begin + t.bytes() - 1) / page};
 }
 
-TEST(HostMemory, WholePagesTensorsShareNoPageWithAnyAllocation) {
+TEST(HostMemory, WholePagesTensorsShareNoPageWithOtherTensors) {
   const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
   std::vector<Tensor> whole, plain;
   // Sizes below, at and above a page, interleaved with plain tensors of the same sizes.
