@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cstring>
 
-#include "checkpoint/posix_io.h"
 #include "common/error.h"
 #include "common/fd.h"
 

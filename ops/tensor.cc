@@ -76,14 +76,13 @@ void use_cuda_device(int ordinal) {
 #endif
 }
 
-namespace {
-
-// How a CPU tensor's memory is allocated.
-enum class HostMemory {
+enum class Tensor::HostAllocation : int {
   kAligned,     // 64-byte aligned, for the vector loops
   kPinned,      // page-locked by the driver where it grants it (Tensor::pinned), else kAligned
   kWholePages,  // whole pages of its own (Tensor::whole_pages)
 };
+
+namespace {
 
 std::size_t page_bytes() {
   static const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
@@ -98,16 +97,16 @@ struct Tensor::Storage {
   Device device = Device::kCpu;
   bool pinned = false;  // CPU memory from host_alloc_pinned
 
-  Storage(size_t bytes, Device dev, HostMemory host = HostMemory::kAligned) : device(dev) {
+  Storage(size_t bytes, Device dev, HostAllocation host) : device(dev) {
 #if HDP_HAVE_CUDA
-    if (device == Device::kCpu && host == HostMemory::kPinned && cuda_available()) {
+    if (device == Device::kCpu && host == HostAllocation::kPinned && cuda_available()) {
       ptr = kernels::cuda::host_alloc_pinned(bytes);
       pinned = ptr != nullptr;
       if (pinned) return;
     }
 #endif
     if (device == Device::kCpu) {
-      const size_t align = host == HostMemory::kWholePages ? page_bytes() : 64;
+      const size_t align = host == HostAllocation::kWholePages ? page_bytes() : 64;
       ptr = std::aligned_alloc(align, std::max(align, (bytes + align - 1) / align * align));  // a multiple of align
       if (!ptr) throw FatalError("Tensor: out of host memory allocating " + std::to_string(bytes) + " bytes");
       return;
@@ -160,35 +159,27 @@ void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, size
 
 }  // namespace
 
-Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
-  Tensor t;
+Tensor Tensor::allocate(const char* what, const Shape& shape, DType dtype, Device device, HostAllocation host) {
   for (int64_t d : shape)
-    if (d < 0) throw InvalidArgument("Tensor::empty: negative dimension in shape " + shape_string(shape));
+    if (d < 0) throw InvalidArgument(std::string(what) + ": negative dimension in shape " + shape_string(shape));
+  Tensor t;
   t.shape_ = shape;
   t.dtype_ = dtype;
   t.device_ = device;
-  t.storage_ = std::make_shared<Storage>(t.bytes(), device);
+  t.storage_ = std::make_shared<Storage>(t.bytes(), device, host);
   return t;
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  return allocate("Tensor::empty", shape, dtype, device, HostAllocation::kAligned);
 }
 
 Tensor Tensor::pinned(const Shape& shape, DType dtype) {
-  for (int64_t d : shape)
-    if (d < 0) throw InvalidArgument("Tensor::pinned: negative dimension in shape " + shape_string(shape));
-  Tensor t;
-  t.shape_ = shape;
-  t.dtype_ = dtype;
-  t.storage_ = std::make_shared<Storage>(t.bytes(), Device::kCpu, HostMemory::kPinned);
-  return t;
+  return allocate("Tensor::pinned", shape, dtype, Device::kCpu, HostAllocation::kPinned);
 }
 
 Tensor Tensor::whole_pages(const Shape& shape, DType dtype) {
-  for (int64_t d : shape)
-    if (d < 0) throw InvalidArgument("Tensor::whole_pages: negative dimension in shape " + shape_string(shape));
-  Tensor t;
-  t.shape_ = shape;
-  t.dtype_ = dtype;
-  t.storage_ = std::make_shared<Storage>(t.bytes(), Device::kCpu, HostMemory::kWholePages);
-  return t;
+  return allocate("Tensor::whole_pages", shape, dtype, Device::kCpu, HostAllocation::kWholePages);
 }
 
 bool Tensor::is_pinned() const { return storage_ && storage_->pinned; }

@@ -80,6 +80,9 @@ class Tensor {
 
  private:
   struct Storage;
+  enum class HostAllocation : int;  // how a CPU tensor's memory is allocated (tensor.cc)
+  // empty(), pinned() and whole_pages(): `what` names the caller in errors.
+  static Tensor allocate(const char* what, const Shape& shape, DType dtype, Device device, HostAllocation host);
   std::shared_ptr<Storage> storage_;
   int64_t offset_ = 0;  // in elements
   Shape shape_;
