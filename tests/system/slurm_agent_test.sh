@@ -185,14 +185,10 @@ stop_step=$(state_field step)
 [[ $(state_field last_ckpt_step) == "$stop_step" ]] ||
   cluster_fail "no final checkpoint at the stop (step $stop_step, last checkpoint '$(state_field last_ckpt_step)')"
 cluster_log "the ranks stopped at step $stop_step with a checkpoint; waiting for the requeue"
-# Slurm makes a requeued job eligible only 120 s later; move that begin time to now rather than wait.
 wait_until 30 bash -c '[[ $(scontrol -o show job "$1" | grep -o "Restarts=[0-9]*") == Restarts=1 ]]' _ "$job" ||
   cluster_fail "job $job was not requeued within 30 s after SIGUSR1"
 cluster_wait_job_state "$job" 30 PENDING || cluster_fail "requeued job $job is not pending"
-# slurmd revokes the old run's credential with a time stamp in whole seconds: a run launched in the
-# same second as the requeue is refused ("Job credential revoked") and the job fails.
-sleep 2
-scontrol update JobId="$job" StartTime=now
+cluster_start_requeued_job "$job"
 cluster_log "requeued ($(grep -o 'requeueing job.*' "$log_file" | head -n 1)); waiting for the second run to complete"
 completed() { [[ $(redis GET "hdp:$job:outcome") == completed ]]; }
 # Bounded by progress, not by this machine's speed: the second run fails the test when its step

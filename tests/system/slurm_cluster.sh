@@ -356,6 +356,15 @@ cluster_wait_job_state() {
     _ "$job" "$want"
 }
 
+# cluster_start_requeued_job JOBID: starts a requeued (pending) job now, where Slurm would make it
+# eligible only 120 s after its requeue. It first waits out the second of the requeue: slurmd
+# revokes the old run's credential with a time stamp in whole seconds, so a run launched in that
+# same second is refused ("Job credential revoked") and the job fails.
+cluster_start_requeued_job() {
+  sleep 2
+  scontrol update JobId="$1" StartTime=now
+}
+
 # Run as a program: start, run the command (or show the nodes), stop.
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
   set -euo pipefail

@@ -96,12 +96,12 @@ expect_in_file "$log_file" 'ignoring HDP_NODE_ID=one-id-for-all' "the batch scri
 unset HDP_NODE_ID
 
 scancel --batch --signal=USR1 "$job"
-# The drained run is requeued. Slurm makes a requeued job eligible only 120 s later; the test moves
-# that begin time to now rather than waiting. The next run's agents report with restart count 1.
+# The drained run is requeued; the test starts it at once (cluster_start_requeued_job) rather than
+# wait the 120 s Slurm would. The next run's agents report with restart count 1.
 wait_until 20 bash -c '[[ $(scontrol -o show job "$1" | grep -o "Restarts=[0-9]*") == Restarts=1 ]]' _ "$job" ||
   cluster_fail "job $job was not requeued within 20 s after SIGUSR1"
 cluster_wait_job_state "$job" 20 PENDING || cluster_fail "requeued job $job is not pending"
-scontrol update JobId="$job" StartTime=now
+cluster_start_requeued_job "$job"
 wait_reports "$job" 1 20
 for node in "${CLUSTER_NODES[@]}"; do
   r=$reports/$job.0.$node
