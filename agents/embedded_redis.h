@@ -56,7 +56,8 @@ class EmbeddedRedis {
 // Writes `text` to `path`, readable and writable by this user only (0600); throws hdp::Error.
 std::filesystem::path write_private_file(const std::filesystem::path& path, std::string_view text);
 
-// A free TCP port on 127.0.0.1 (bound, then released: callers must cope with losing a race).
+// A free TCP port on 127.0.0.1 (bound, then released: callers must cope with losing a race to
+// another process). Never one this process returned among its last 256 calls (thread-safe).
 int free_loopback_port();
 
 }  // namespace hdp::agents
