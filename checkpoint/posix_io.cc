@@ -26,16 +26,41 @@ void fsync_path(const std::filesystem::path& path) {
   if (::fsync(fd.get()) != 0) fail("cannot fsync", path);
 }
 
-void write_file_durably(const std::filesystem::path& path, std::string_view content) {
-  Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (fd.get() < 0) fail("cannot create", path);
+namespace {
+
+int create(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("cannot create", path);
+  return fd;
+}
+
+void write_all(int fd, const std::filesystem::path& path, std::string_view content) {
   std::size_t done = 0;
   while (done < content.size()) {
-    const ssize_t n = ::write(fd.get(), content.data() + done, content.size() - done);
+    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) fail("cannot write", path);
     done += static_cast<std::size_t>(n);
   }
+}
+
+}  // namespace
+
+void write_small_file(const std::filesystem::path& path, std::string_view content) {
+  const int fd = create(path);
+  try {
+    write_all(fd, path, content);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  // A network filesystem may report a failed write only here.
+  if (::close(fd) != 0) fail("cannot close", path);
+}
+
+void write_file_durably(const std::filesystem::path& path, std::string_view content) {
+  Fd fd(create(path));
+  write_all(fd.get(), path, content);
   if (::fsync(fd.get()) != 0) fail("cannot fsync", path);
 }
 

@@ -73,7 +73,9 @@ void Saver::save(const ShardSnapshot& shard) {
   error = capture([&] {
     const std::int64_t block_elems = options_.checksum_block_bytes / static_cast<std::int64_t>(sizeof(float));
     const RankRecord record = write_rank_file(tmp, group_.rank(), layout_, shard, block_elems, options_.fault_hook);
-    write_file_durably(tmp / rank_record_name(group_.rank()), to_json(record).dump());
+    // Not fsynced: rank 0 reads it before the commit, the manifest it goes into is fsynced, and
+    // it is removed before the commit, so a crash can leave it only in an uncommitted directory.
+    write_small_file(tmp / rank_record_name(group_.rank()), to_json(record).dump());
   });
   if (!group_.all_true(!error)) fail(shard.step, tmp, error, "another rank could not write its shard");
   if (group_.rank() != 0) return;
