@@ -37,18 +37,39 @@ int non_negative(const char* name, std::string_view text) {
   return value;
 }
 
+// GLIBC_TUNABLES's value for a worker: `inherited` (null: none) with glibc.malloc.hugetlb=1 added,
+// unless it sets that tunable already. Tunables are "name=value" entries separated by ':'.
+std::string worker_tunables(const char* inherited) {
+  const std::string hugetlb = std::string(worker_env::kHugePageHeapTunable) + "=1";
+  if (!inherited || !*inherited) return hugetlb;
+  const std::string_view text = inherited;
+  const std::string name = std::string(worker_env::kHugePageHeapTunable) + "=";
+  for (std::size_t start = 0; start <= text.size();) {
+    const std::size_t end = std::min(text.find(':', start), text.size());
+    if (text.substr(start, end - start).starts_with(name)) return std::string(text);
+    start = end + 1;
+  }
+  return std::string(text) + ":" + hugetlb;
+}
+
 }  // namespace
 
 std::vector<std::string> worker_environment(const WorkerEnvironment& values, const char* const* inherited) {
   namespace env = worker_env;
   std::vector<std::string> result;
+  const char* tunables = nullptr;  // the inherited GLIBC_TUNABLES's value
   for (const char* const* entry = inherited; entry && *entry; ++entry) {
     const std::string_view text = *entry;
     const auto equals = text.find('=');
     if (equals == std::string_view::npos || in_contract(text.substr(0, equals))) continue;
+    if (text.substr(0, equals) == env::kGlibcTunables) {
+      if (!tunables) tunables = *entry + equals + 1;  // getenv's rule: the first of that name
+      continue;
+    }
     result.emplace_back(text);
   }
   auto set = [&](const char* name, const std::string& value) { result.push_back(std::string(name) + "=" + value); };
+  set(env::kGlibcTunables, worker_tunables(tunables));
   set(env::kJobId, values.job);
   set(env::kRedisUrl, values.redis_url);
   if (!values.redis_password_file.empty()) set(env::kRedisPasswordFile, values.redis_password_file);

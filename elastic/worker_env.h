@@ -8,9 +8,10 @@
 // The agent's own flags win over its environment: a variable of this contract that the agent
 // inherited (HDP_NODE_ID from a systemd EnvironmentFile, a Slurm submission, a shell) is removed
 // from the worker's environment and replaced by the agent's value, or dropped when the agent has
-// none (HDP_REDIS_PASSWORD_FILE without a password file, HDP_SENTINEL_PASSWORD_FILE likewise). Every other inherited variable passes
-// through unchanged (HDP_LOG_LEVEL, PATH, CUDA_VISIBLE_DEVICES, ...): every worker of a node sees the
-// node's devices, and binds to its local rank's (trainer/device_placement.h).
+// none (HDP_REDIS_PASSWORD_FILE without a password file, HDP_SENTINEL_PASSWORD_FILE likewise).
+// GLIBC_TUNABLES is amended (worker_env::kGlibcTunables). Every other inherited variable passes
+// through unchanged (HDP_LOG_LEVEL, PATH, CUDA_VISIBLE_DEVICES, ...): every worker of a node sees
+// the node's devices, and binds to its local rank's (trainer/device_placement.h).
 #pragma once
 
 #include <array>
@@ -50,6 +51,16 @@ inline constexpr const char* kAgentChannel = "HDP_AGENT_CHANNEL";
 // its slot's variables on standard input (StandbyAssignment below). Its other variables are the
 // node's, for local rank 0, until then.
 inline constexpr const char* kStandby = "HDP_STANDBY";
+// Outside the contract, the one inherited variable the agent amends: glibc's tunables, which glibc
+// reads only when a process starts. Every worker's holds glibc.malloc.hugetlb=1 (its malloc advises
+// its heap as transparent huge pages, as the system's THP setting "madvise" or "always" allows)
+// unless the agent's own GLIBC_TUNABLES sets glibc.malloc.hugetlb (the user's choice, "=0" to
+// refuse it). A worker restarted after a crash first touches its model's buffers, the state it
+// receives and its first step's activations (about 100 MB for the demo model), and on a virtual
+// machine each 4 KiB page touched first cost about 11 us: 14 MB took 40 ms, and 1-23 ms as huge
+// pages (docs/performance.md, "A restarted worker's memory, in huge pages").
+inline constexpr const char* kGlibcTunables = "GLIBC_TUNABLES";
+inline constexpr std::string_view kHugePageHeapTunable = "glibc.malloc.hugetlb";
 // Every variable of the contract: none of them is ever inherited by a worker.
 inline constexpr std::array<const char*, 14> kAll = {
     kJobId,         kRedisUrl,     kRedisPasswordFile, kSentinelPasswordFile, kNodeId,      kNodeIncarnation, kLocalRank,
@@ -74,8 +85,9 @@ struct WorkerEnvironment {
 };
 
 // The worker's whole environment as "NAME=value" entries: `inherited` (a null-terminated array
-// such as `environ`; may be null) without any variable of the contract, then the contract's
-// variables with `values`. Entries of `inherited` without '=' are dropped.
+// such as `environ`; may be null) without any variable of the contract, GLIBC_TUNABLES with
+// glibc.malloc.hugetlb=1 added (worker_env::kGlibcTunables), then the contract's variables with
+// `values`. Entries of `inherited` without '=' are dropped.
 std::vector<std::string> worker_environment(const WorkerEnvironment& values, const char* const* inherited);
 
 // Reads the contract back with `lookup` (std::getenv in a worker). Required: HDP_JOB_ID,

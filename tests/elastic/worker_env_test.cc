@@ -121,10 +121,31 @@ TEST(WorkerEnvironment, WorkerReadsBackWhatTheAgentWrote) {
   EXPECT_EQ(read.metrics_file, values.metrics_file);
 }
 
-TEST(WorkerEnvironment, NullInheritedEnvironmentGivesOnlyTheContract) {
+TEST(WorkerEnvironment, NullInheritedEnvironmentGivesOnlyTheContractAndTheHeapTunable) {
   const auto env = worker_environment(agent_values(), nullptr);
-  // All but the two password files, the metrics file and the standby's marker.
-  EXPECT_EQ(env.size(), worker_env::kAll.size() - 4);
+  // All but the two password files, the metrics file and the standby's marker; and GLIBC_TUNABLES.
+  EXPECT_EQ(env.size(), worker_env::kAll.size() - 4 + 1);
+  EXPECT_STREQ(first_match(env, "GLIBC_TUNABLES"), "glibc.malloc.hugetlb=1");
+}
+
+// glibc.malloc.hugetlb=1 is added to what the agent inherited, once, and never overrides a value of
+// that tunable the agent was given (a tunable whose name only starts alike is another tunable).
+TEST(WorkerEnvironment, TheHeapTunableIsAddedUnlessTheAgentSetsIt) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"glibc.malloc.arena_max=2", "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"},
+      {"glibc.malloc.hugetlb=0", "glibc.malloc.hugetlb=0"},
+      {"glibc.malloc.arena_max=2:glibc.malloc.hugetlb=2", "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=2"},
+      {"glibc.malloc.hugetlbx=1", "glibc.malloc.hugetlbx=1:glibc.malloc.hugetlb=1"},
+      {"", "glibc.malloc.hugetlb=1"},
+  };
+  for (const auto& [given, expected] : cases) {
+    const std::vector<std::string> entries = {"PATH=/bin", "GLIBC_TUNABLES=" + given, "GLIBC_TUNABLES=second"};
+    const auto inherited = as_environ(entries);
+    const auto env = worker_environment(agent_values(), inherited.data());
+    EXPECT_EQ(count_named(env, "GLIBC_TUNABLES"), 1) << given;
+    EXPECT_STREQ(first_match(env, "GLIBC_TUNABLES"), expected.c_str()) << given;
+    EXPECT_STREQ(first_match(env, "PATH"), "/bin");
+  }
 }
 
 TEST(WorkerEnvironment, AnAgentChannelThatIsNotAnAbstractSocketNameIsRefused) {
