@@ -69,31 +69,29 @@ std::filesystem::path write_private_file(const std::filesystem::path& path, std:
 
 int free_loopback_port() {
   // The kernel may hand out the port it handed out a moment ago, once that socket is closed: two
-  // calls in a row once gave two agents the same metrics port. So this process never returns a
-  // port it returned among its last kRemembered, whatever the kernel offers.
+  // calls in a row once gave two agents the same metrics port. So this process does not return a
+  // port it returned among its last kRemembered while the kernel offers others; after kAttempts
+  // offers of remembered ports (a narrow ephemeral range) it returns the kernel's.
   constexpr std::size_t kRemembered = 256;
   constexpr int kAttempts = 64;
   static std::mutex mutex;
   static std::deque<int> returned;
-  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+  for (int attempt = 1;; ++attempt) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) throw Error(std::string("cannot open a socket: ") + std::strerror(errno));
     sockaddr_in addr = loopback(0);
-    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-      close(fd);
-      throw Error("cannot bind a loopback port");
-    }
     socklen_t length = sizeof addr;
-    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length);
+    const bool bound = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+                       getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) == 0;
     close(fd);
+    if (!bound) throw Error("cannot bind a loopback port");
     const int port = ntohs(addr.sin_port);
     std::lock_guard lock(mutex);
-    if (std::find(returned.begin(), returned.end(), port) != returned.end()) continue;
+    if (attempt < kAttempts && std::find(returned.begin(), returned.end(), port) != returned.end()) continue;
     returned.push_back(port);
     if (returned.size() > kRemembered) returned.pop_front();
     return port;
   }
-  throw Error("no loopback port free that this process has not handed out already");
 }
 
 EmbeddedRedis::EmbeddedRedis(EmbeddedRedisOptions options) : options_(std::move(options)) {

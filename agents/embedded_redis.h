@@ -57,7 +57,8 @@ class EmbeddedRedis {
 std::filesystem::path write_private_file(const std::filesystem::path& path, std::string_view text);
 
 // A free TCP port on 127.0.0.1 (bound, then released: callers must cope with losing a race to
-// another process). Never one this process returned among its last 256 calls (thread-safe).
+// another process). Not one this process returned among its last 256 calls while the kernel offers
+// others (thread-safe; the memory is the process's: a forked child starts with a copy).
 int free_loopback_port();
 
 }  // namespace hdp::agents

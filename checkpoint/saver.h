@@ -2,7 +2,7 @@
 //
 // The synchronous save of one rank and the commit protocol (docs/checkpoint-format.md):
 //   1. rank 0 removes leftovers (.tmp, .deleting) and creates <root>/step-<N>.tmp/;   all_true
-//   2. every rank writes rank-<r>.h5, fsyncs it, then writes rank-<r>.json and fsyncs it;  all_true
+//   2. every rank writes rank-<r>.h5, fsyncs it, then writes rank-<r>.json (no fsync);  all_true
 //   3. rank 0 merges the records into manifest.json, fsyncs it, removes the records, fsyncs the
 //      directory, renames step-<N>.tmp to step-<N>, fsyncs <root>, replaces `latest`, deletes
 //      checkpoints beyond `keep`, and calls the commit hook.

@@ -37,19 +37,26 @@ int non_negative(const char* name, std::string_view text) {
   return value;
 }
 
-// GLIBC_TUNABLES's value for a worker: `inherited` (null: none) with glibc.malloc.hugetlb=1 added,
-// unless it sets that tunable already. Tunables are "name=value" entries separated by ':'.
-std::string worker_tunables(const char* inherited) {
-  const std::string hugetlb = std::string(worker_env::kHugePageHeapTunable) + "=1";
-  if (!inherited || !*inherited) return hugetlb;
-  const std::string_view text = inherited;
+// GLIBC_TUNABLES's value for a worker from the agent's `inherited` values, in the order of its
+// environment (glibc reads every GLIBC_TUNABLES entry in that order, a later setting of a tunable
+// winning): their "name=value" entries joined by ':', empty ones left out, then glibc.malloc.hugetlb=1
+// unless one of them sets that tunable.
+std::string worker_tunables(const std::vector<std::string_view>& inherited) {
+  std::string joined;
+  bool hugetlb_set = false;
   const std::string name = std::string(worker_env::kHugePageHeapTunable) + "=";
-  for (std::size_t start = 0; start <= text.size();) {
-    const std::size_t end = std::min(text.find(':', start), text.size());
-    if (text.substr(start, end - start).starts_with(name)) return std::string(text);
-    start = end + 1;
+  for (const std::string_view value : inherited) {
+    for (std::size_t start = 0; start <= value.size();) {
+      const std::size_t end = std::min(value.find(':', start), value.size());
+      const std::string_view entry = value.substr(start, end - start);
+      start = end + 1;
+      if (entry.empty()) continue;
+      hugetlb_set = hugetlb_set || entry.starts_with(name);
+      joined += (joined.empty() ? "" : ":") + std::string(entry);
+    }
   }
-  return std::string(text) + ":" + hugetlb;
+  if (!hugetlb_set) joined += (joined.empty() ? "" : ":") + std::string(worker_env::kHugePageHeapSetting);
+  return joined;
 }
 
 }  // namespace
@@ -57,13 +64,13 @@ std::string worker_tunables(const char* inherited) {
 std::vector<std::string> worker_environment(const WorkerEnvironment& values, const char* const* inherited) {
   namespace env = worker_env;
   std::vector<std::string> result;
-  const char* tunables = nullptr;  // the inherited GLIBC_TUNABLES's value
+  std::vector<std::string_view> tunables;  // the inherited GLIBC_TUNABLES's values, in order
   for (const char* const* entry = inherited; entry && *entry; ++entry) {
     const std::string_view text = *entry;
     const auto equals = text.find('=');
     if (equals == std::string_view::npos || in_contract(text.substr(0, equals))) continue;
     if (text.substr(0, equals) == env::kGlibcTunables) {
-      if (!tunables) tunables = *entry + equals + 1;  // getenv's rule: the first of that name
+      tunables.push_back(text.substr(equals + 1));
       continue;
     }
     result.emplace_back(text);

@@ -57,10 +57,14 @@ inline constexpr const char* kStandby = "HDP_STANDBY";
 // unless the agent's own GLIBC_TUNABLES sets glibc.malloc.hugetlb (the user's choice, "=0" to
 // refuse it). A worker restarted after a crash first touches its model's buffers, the state it
 // receives and its first step's activations (about 100 MB for the demo model), and on a virtual
-// machine each 4 KiB page touched first cost about 11 us: 14 MB took 40 ms, and 1-23 ms as huge
-// pages (docs/performance.md, "A restarted worker's memory, in huge pages").
+// machine each 4 KiB page touched first cost 11-15 us (bench/first_touch.cc; docs/performance.md,
+// "A restarted worker's memory, in huge pages"). It reaches any worker command, not only `hdp
+// train`, and the children it starts.
 inline constexpr const char* kGlibcTunables = "GLIBC_TUNABLES";
 inline constexpr std::string_view kHugePageHeapTunable = "glibc.malloc.hugetlb";
+inline constexpr std::string_view kHugePageHeapSetting = "glibc.malloc.hugetlb=1";
+static_assert(kHugePageHeapSetting.starts_with(kHugePageHeapTunable) &&
+              kHugePageHeapSetting[kHugePageHeapTunable.size()] == '=');
 // Every variable of the contract: none of them is ever inherited by a worker.
 inline constexpr std::array<const char*, 14> kAll = {
     kJobId,         kRedisUrl,     kRedisPasswordFile, kSentinelPasswordFile, kNodeId,      kNodeIncarnation, kLocalRank,

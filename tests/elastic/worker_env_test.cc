@@ -130,20 +130,26 @@ TEST(WorkerEnvironment, NullInheritedEnvironmentGivesOnlyTheContractAndTheHeapTu
 
 // glibc.malloc.hugetlb=1 is added to what the agent inherited, once, and never overrides a value of
 // that tunable the agent was given (a tunable whose name only starts alike is another tunable).
+// Every inherited GLIBC_TUNABLES entry is kept, in order (glibc reads them all, a later setting
+// winning), as one; empty tunables are left out.
 TEST(WorkerEnvironment, TheHeapTunableIsAddedUnlessTheAgentSetsIt) {
-  const std::vector<std::pair<std::string, std::string>> cases = {
-      {"glibc.malloc.arena_max=2", "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"},
-      {"glibc.malloc.hugetlb=0", "glibc.malloc.hugetlb=0"},
-      {"glibc.malloc.arena_max=2:glibc.malloc.hugetlb=2", "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=2"},
-      {"glibc.malloc.hugetlbx=1", "glibc.malloc.hugetlbx=1:glibc.malloc.hugetlb=1"},
-      {"", "glibc.malloc.hugetlb=1"},
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"glibc.malloc.arena_max=2"}, "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"},
+      {{"glibc.malloc.hugetlb=0"}, "glibc.malloc.hugetlb=0"},
+      {{"glibc.malloc.arena_max=2:glibc.malloc.hugetlb=2"}, "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=2"},
+      {{"glibc.malloc.hugetlbx=1"}, "glibc.malloc.hugetlbx=1:glibc.malloc.hugetlb=1"},
+      {{""}, "glibc.malloc.hugetlb=1"},
+      {{"glibc.malloc.arena_max=2::"}, "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"},
+      {{"glibc.malloc.arena_max=2", "glibc.malloc.hugetlb=0"}, "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=0"},
+      {{"a=1", "", "b=2"}, "a=1:b=2:glibc.malloc.hugetlb=1"},
   };
   for (const auto& [given, expected] : cases) {
-    const std::vector<std::string> entries = {"PATH=/bin", "GLIBC_TUNABLES=" + given, "GLIBC_TUNABLES=second"};
+    std::vector<std::string> entries = {"PATH=/bin"};
+    for (const std::string& value : given) entries.push_back("GLIBC_TUNABLES=" + value);
     const auto inherited = as_environ(entries);
     const auto env = worker_environment(agent_values(), inherited.data());
-    EXPECT_EQ(count_named(env, "GLIBC_TUNABLES"), 1) << given;
-    EXPECT_STREQ(first_match(env, "GLIBC_TUNABLES"), expected.c_str()) << given;
+    EXPECT_EQ(count_named(env, "GLIBC_TUNABLES"), 1) << expected;
+    EXPECT_STREQ(first_match(env, "GLIBC_TUNABLES"), expected.c_str());
     EXPECT_STREQ(first_match(env, "PATH"), "/bin");
   }
 }
