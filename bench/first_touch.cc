@@ -4,9 +4,9 @@
 //
 // The benchmark runs itself twice as a child process: once with GLIBC_TUNABLES unset, once with
 // GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (glibc reads it only when a process starts). Each child
-// takes --blocks blocks of --mib MiB from its heap one after another (each below the 32 MiB that
-// keeps a block in the heap; 2 MiB more is taken than timed, so that the allocator's own write
-// past a block's end lands outside what is timed) and writes each one twice, a byte every 4 KiB:
+// takes --blocks blocks of --mib MiB from its heap one after another (2 MiB more is taken than
+// timed, so that the allocator's own write past a block's end lands outside what is timed; the
+// whole below ops::kHeapBlockLimit, which keeps a block in the heap) and writes each one twice, a byte every 4 KiB:
 // the first write is the first touch (the page faults), the second is the baseline, the same
 // writes to pages already there. Rows: per setting, the median first-touch time of a block beside
 // the median second write, and the child's AnonHugePages (/proc/self/smaps_rollup: whether it got
@@ -38,6 +38,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+constexpr std::size_t kSlackBytes = std::size_t{2} << 20;  // taken past each block, not timed
+// The largest --mib whose block and slack stay below the heap block limit.
+constexpr int kMaxMib = static_cast<int>((hdp::ops::kHeapBlockLimit - kSlackBytes - 1) >> 20);
+
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   return values[values.size() / 2];
@@ -67,7 +71,7 @@ int child(int blocks, int mib) {
   std::vector<char*> held;  // kept to the end: each block is new to the process
   std::vector<double> first, second;
   for (int b = 0; b < blocks; ++b) {
-    char* block = static_cast<char*>(std::malloc(bytes + (std::size_t{2} << 20)));
+    char* block = static_cast<char*>(std::malloc(bytes + kSlackBytes));
     if (!block) return 1;
     held.push_back(block);
     first.push_back(write_every_page(block, bytes, 1));
@@ -109,7 +113,8 @@ int main(int argc, char** argv) {
   int blocks = 8, mib = 14;
   bool json = false, is_child = false;
   app.add_option("--blocks", blocks, "Blocks a process takes, one after another")->check(CLI::Range(1, 64));
-  app.add_option("--mib", mib, "Size of a block in MiB (below 32: from the heap)")->check(CLI::Range(1, 31));
+  app.add_option("--mib", mib, "Size of a block in MiB (up to " + std::to_string(kMaxMib) + ": from the heap)")
+      ->check(CLI::Range(1, kMaxMib));
   app.add_flag("--json", json, "One JSON array of rows");
   app.add_flag("--child", is_child, "(internal) measure in this process");
   CLI11_PARSE(app, argc, argv);
