@@ -61,7 +61,8 @@ class Agent {
                      .max_restarts = options.max_restarts,
                      .standby = options.standby_worker},
                     [this](int slot, int status, bool exhausted) { on_final_exit(slot, status, exhausted); }),
-        channel_(io_, options.timing.heartbeat, [this](std::int64_t g) { on_generation_broke(g); }),
+        channel_(io_, options.timing.heartbeat, [this](std::int64_t g) { on_generation_broke(g); },
+                 [this](bool preparing) { on_workers_preparing(preparing); }),
         workers_(options, supervisor_, metrics, channel_),
         control_(control_options(options, redis), store, workers_),
         redis_(std::move(redis)),
@@ -188,6 +189,14 @@ class Agent {
       return lead();
     }
     lead_now_ = poll_timer_.cancel() > 0;  // the aborted wait runs lead() at once
+  }
+
+  // Whether the node's workers are setting themselves up changed (agents/worker_channel.h): the
+  // store is told at once (elastic/preparing_workers.h), over the connection the watch holds.
+  void on_workers_preparing(bool preparing) {
+    if (outcome_ || error_) return;
+    if (!control_.leading() && control_.workers_preparing_calls_store(preparing)) watcher_.interrupt();
+    control([&] { control_.workers_preparing(preparing); });
   }
 
   // A read of the generation stream ended: act on a new generation at once (tell the workers,

@@ -12,7 +12,10 @@
 namespace hdp::agents {
 
 void SupervisedWorkers::start_all(const elastic::NodeLease& lease) {
+  // Called for every worker started for a slot (a restart, a standby handed the slot) and for the
+  // standby itself, which speaks on the channel only once it has a slot.
   supervisor_.start_all([this, incarnation = lease.incarnation](int slot) {
+    if (slot != WorkerSupervisor::kStandbySlot) channel_.expect_worker();
     return worker_environment(incarnation, slot);
   });
 }

@@ -24,7 +24,7 @@ class SupervisedWorkers final : public elastic::NodeWorkers {
  public:
   // `metrics` may be null (no metrics). Every argument must outlive this object.
   SupervisedWorkers(const AgentOptions& options, WorkerSupervisor& supervisor, AgentMetrics* metrics,
-                    const WorkerChannel& channel)
+                    WorkerChannel& channel)
       : options_(options), supervisor_(supervisor), metrics_(metrics), channel_(channel) {}
 
   std::vector<int> healthy() const override { return supervisor_.healthy(); }
@@ -42,7 +42,7 @@ class SupervisedWorkers final : public elastic::NodeWorkers {
   const AgentOptions& options_;
   WorkerSupervisor& supervisor_;
   AgentMetrics* metrics_;
-  const WorkerChannel& channel_;
+  WorkerChannel& channel_;  // told of every worker started for a slot (WorkerChannel::expect_worker)
 };
 
 }  // namespace hdp::agents

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <random>
+#include <utility>
 
+#include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 
 #include "common/error.h"
@@ -23,6 +25,9 @@ struct WorkerChannel::Peer {
   bool writing = false;        // a message is in flight
   bool dirty = false;          // the state changed meanwhile: send it once the write completes
   bool greeted = false;        // the hello line went out
+  bool preparing = false;      // it said `preparing`, and not `ready` since
+  bool spoke = false;          // it said `preparing` or `ready`
+  bool gone = false;           // forgotten: what it still sends counts no more
   std::int64_t record_for = 0;  // the generation whose record this worker was sent
   std::string in_flight;
   char chunk[256];            // what the worker writes, as read
@@ -40,13 +45,16 @@ std::string channel_name() {
 
 }  // namespace
 
-WorkerChannel::WorkerChannel(asio::io_context& io, std::chrono::milliseconds keepalive, OnBroken on_broken)
+WorkerChannel::WorkerChannel(asio::io_context& io, std::chrono::milliseconds keepalive, OnBroken on_broken,
+                             OnPreparing on_preparing)
     : io_(io),
       keepalive_(keepalive),
       on_broken_(std::move(on_broken)),
+      on_preparing_(std::move(on_preparing)),
       name_(channel_name()),
       acceptor_(io),
-      timer_(io) {
+      timer_(io),
+      grace_timer_(io) {
   // An abstract socket ('\0' first): no file to clean up, gone with the agent.
   const std::string path = std::string(1, '\0') + name_.substr(1);
   boost::system::error_code error;
@@ -66,9 +74,15 @@ WorkerChannel::~WorkerChannel() {
 void WorkerChannel::close() {
   boost::system::error_code ignored;
   timer_.cancel();
+  grace_timer_.cancel();
   acceptor_.close(ignored);
-  for (auto& peer : peers_) peer->socket.close(ignored);
+  for (auto& peer : peers_) {
+    peer->gone = true;
+    peer->socket.close(ignored);
+  }
   peers_.clear();
+  preparing_ = 0;  // nobody is told: the agent is closing
+  awaiting_.clear();
 }
 
 void WorkerChannel::accept() {
@@ -96,7 +110,7 @@ void WorkerChannel::read_input(const std::shared_ptr<Peer>& peer) {
                                                               const boost::system::error_code& error, std::size_t got) {
     if (alive.expired()) return;
     if (error) {
-      std::erase(peers_, peer);
+      forget(peer);
       return;
     }
     peer->input.append(peer->chunk, got);
@@ -110,8 +124,13 @@ void WorkerChannel::take_lines(Peer& peer) {
     const std::string line = peer.input.substr(0, newline);
     peer.input.erase(0, newline + 1);
     try {
-      const std::int64_t g = elastic::agent_channel::parse_broken_line(line);
-      if (on_broken_) on_broken_(g);
+      using Kind = elastic::agent_channel::WorkerLine::Kind;
+      const auto parsed = elastic::agent_channel::parse_worker_line(line);
+      if (parsed.kind == Kind::kBroken) {
+        if (on_broken_) on_broken_(parsed.generation);
+      } else {
+        set_preparing(peer, parsed.kind == Kind::kPreparing);
+      }
     } catch (const InvalidArgument& e) {
       if (const auto now = std::chrono::steady_clock::now(); now - bad_logged_ >= std::chrono::seconds(5)) {
         bad_logged_ = now;
@@ -120,6 +139,50 @@ void WorkerChannel::take_lines(Peer& peer) {
     }
   }
   if (peer.input.size() > elastic::agent_channel::kMaxLine) peer.input.clear();  // no line end: garbage
+}
+
+void WorkerChannel::forget(const std::shared_ptr<Peer>& peer) {
+  if (peer->gone) return;
+  std::erase(peers_, peer);
+  if (peer->preparing) {
+    peer->preparing = false;
+    --preparing_;
+  }
+  peer->gone = true;
+  review_preparing();
+}
+
+void WorkerChannel::set_preparing(Peer& peer, bool preparing) {
+  if (peer.gone) return;
+  if (!std::exchange(peer.spoke, true) && !awaiting_.empty()) awaiting_.pop_front();
+  if (peer.preparing != preparing) {
+    peer.preparing = preparing;
+    preparing_ += preparing ? 1 : -1;
+  }
+  review_preparing();
+}
+
+void WorkerChannel::expect_worker() {
+  awaiting_.push_back(std::chrono::steady_clock::now() + elastic::agent_channel::kFirstLineGrace);
+  // Told from io_'s loop, not from inside the caller's call (the agent starts workers from its
+  // control plane, which on_preparing_ calls into).
+  asio::post(io_, [this, alive = std::weak_ptr<bool>(alive_)] {
+    if (!alive.expired()) review_preparing();
+  });
+}
+
+void WorkerChannel::review_preparing() {
+  const auto now = std::chrono::steady_clock::now();
+  while (!awaiting_.empty() && awaiting_.front() <= now) awaiting_.pop_front();
+  if (!awaiting_.empty()) {
+    grace_timer_.expires_at(awaiting_.front());
+    grace_timer_.async_wait([this, alive = std::weak_ptr<bool>(alive_)](const boost::system::error_code& error) {
+      if (!alive.expired() && !error) review_preparing();
+    });
+  }
+  if (preparing() == told_preparing_) return;
+  told_preparing_ = preparing();
+  if (on_preparing_) on_preparing_(told_preparing_);
 }
 
 // The whole state for this worker: the hello line first, the record of the generation when held
@@ -152,7 +215,7 @@ void WorkerChannel::send(const std::shared_ptr<Peer>& peer) {
     if (error) {
       boost::system::error_code ignored;
       peer->socket.close(ignored);
-      std::erase(peers_, peer);
+      forget(peer);
       return;
     }
     if (peer->dirty) send(peer);

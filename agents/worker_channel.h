@@ -8,12 +8,18 @@
 // worker, when the agent holds it. Writes never block the agent: a worker that does not read
 // (stopped) has at most one message in flight, and gets the newest state when it reads again (the
 // message is composed when its write starts); a worker that closes its end is forgotten. What a
-// worker writes (`broken <g>` lines) goes to `on_broken`; other lines are logged (at most every
-// 5 s) and dropped. It may be destroyed while `io` still runs.
+// worker writes: `broken <g>` goes to `on_broken`; `preparing` and `ready` say where the worker
+// stands. The node's workers are preparing while a connected worker said `preparing` and not yet
+// `ready`, or a worker the agent started (expect_worker()) has not said either yet, for at most
+// agent_channel::kFirstLineGrace; `on_preparing` hears when that changes (never from inside a call
+// of the caller's: posted to `io`); a worker that closes its end while preparing is no longer
+// counted. Other lines are logged (at most every 5 s) and dropped. It may be destroyed while `io`
+// still runs.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -31,8 +37,11 @@ class WorkerChannel {
  public:
   // Called on `io`'s thread with the generation a worker said broke (`broken <g>`).
   using OnBroken = std::function<void(std::int64_t generation)>;
+  // Called on `io`'s thread when whether any connected worker is preparing changes.
+  using OnPreparing = std::function<void(bool preparing)>;
   // Binds the socket and starts accepting on `io`. Throws hdp::Error when it cannot be bound.
-  WorkerChannel(boost::asio::io_context& io, std::chrono::milliseconds keepalive, OnBroken on_broken = {});
+  WorkerChannel(boost::asio::io_context& io, std::chrono::milliseconds keepalive, OnBroken on_broken = {},
+                OnPreparing on_preparing = {});
   ~WorkerChannel();
   WorkerChannel(const WorkerChannel&) = delete;
   WorkerChannel& operator=(const WorkerChannel&) = delete;
@@ -44,6 +53,14 @@ class WorkerChannel {
   void publish(std::int64_t generation, std::shared_ptr<const elastic::HeldRecord> record = nullptr);
   std::int64_t generation() const { return generation_; }
   std::size_t workers() const { return peers_.size(); }
+  // Whether the node's workers are preparing (above).
+  bool preparing() const { return preparing_ > 0 || !awaiting_.empty(); }
+  // Connected workers that said `preparing` and not yet `ready`.
+  int preparing_workers() const { return preparing_; }
+  // A worker was just started (not a standby): it counts as preparing until its first line, at
+  // most agent_channel::kFirstLineGrace. Its first line is taken as any new worker's (the lines do
+  // not name a slot): the earliest expectation ends first.
+  void expect_worker();
   // Closes the socket and every worker's connection.
   void close();
 
@@ -56,13 +73,26 @@ class WorkerChannel {
   std::string message_for(Peer& peer) const;
   void send_all();
   void keep_alive();
+  // The peer said `preparing` (true) or `ready`, or it left (false): counts it (a peer already
+  // forgotten counts no more), ends an expectation at its first line, and tells on_preparing_ of a
+  // change.
+  void set_preparing(Peer& peer, bool preparing);
+  void forget(const std::shared_ptr<Peer>& peer);
+  // Drops the expectations whose grace ran out, re-arms their timer, and calls on_preparing_ when
+  // preparing() differs from what it was last told.
+  void review_preparing();
 
   boost::asio::io_context& io_;
   std::chrono::milliseconds keepalive_;
   OnBroken on_broken_;
+  OnPreparing on_preparing_;
+  int preparing_ = 0;  // connected workers that said `preparing` and not yet `ready`
+  std::deque<std::chrono::steady_clock::time_point> awaiting_;  // started workers' first-line deadlines, in order
+  bool told_preparing_ = false;  // what on_preparing_ was last told
   std::string name_;
   boost::asio::local::stream_protocol::acceptor acceptor_;
   boost::asio::steady_timer timer_;
+  boost::asio::steady_timer grace_timer_;  // the first expectation's deadline
   std::vector<std::shared_ptr<Peer>> peers_;
   std::int64_t generation_ = 0;
   std::shared_ptr<const elastic::HeldRecord> record_;  // generation_'s, when held

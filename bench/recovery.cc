@@ -33,9 +33,13 @@
 //
 // --standby-worker: the agents keep a standby worker each (agents/worker_supervisor.h), to which
 // worker_crash's slot is handed.
+// --joiner-setup-ms MS: in join, the joiner's workers take MS longer to set up (`--fault
+// setup:b/SLOT:MS`, as a GPU context or a large model's buffers would): a joiner prepared beside the
+// running job is admitted once they are ready (docs/architecture.md), so paused_s should not grow.
 //
 // Usage: bench_recovery [--json] [--lease-ms 2000] [--model demo|large] [--scenario NAME]...
 //                       [--path memory|checkpoint]... [--hdp build/bin/hdp] [--standby-worker]
+//                       [--joiner-setup-ms MS]
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -119,11 +123,17 @@ std::vector<std::string> model_flags(const std::string& model) {
 }
 
 Result measure(const std::string& scenario, const std::string& path, const std::string& model, const std::string& hdp,
-               std::chrono::milliseconds lease, const std::vector<std::string>& agent_flags) {
+               std::chrono::milliseconds lease, const std::vector<std::string>& agent_flags, int joiner_setup_ms) {
   Result r;
   r.scenario = scenario;
   r.path = path;
   std::vector<std::string> flags = model_flags(model);
+  if (scenario == "join" && joiner_setup_ms > 0) {
+    for (int slot = 0; slot < 2; ++slot) {
+      flags.emplace_back("--fault");
+      flags.push_back("setup:b/" + std::to_string(slot) + ":" + std::to_string(joiner_setup_ms));
+    }
+  }
   for (const char* f : {"--steps", "100000", "--threads", "1", "--checkpoint-every", "5", "--timeout-ms", "20000",
                         "--log-every", "1000"}) {
     flags.emplace_back(f);
@@ -223,6 +233,10 @@ int main(int argc, char** argv) {
   bool standby = false;
   app.add_flag("--standby-worker", standby,
                "Agents keep a standby worker (hdp agent --standby-worker): a crashed worker's slot goes to it");
+  int joiner_setup_ms = 0;
+  app.add_option("--joiner-setup-ms", joiner_setup_ms,
+                 "join: the joiner's workers take this much longer to set up (--fault setup:)")
+      ->check(CLI::Range(0, 600000));
   CLI11_PARSE(app, argc, argv);
   const std::vector<std::string> agent_flags = standby ? std::vector<std::string>{"--standby-worker"}
                                                        : std::vector<std::string>{};
@@ -235,13 +249,14 @@ int main(int argc, char** argv) {
     for (const auto& p : paths) {
       // A join and a store restart lose no shard: their state comes from memory with or without copies.
       if (p == "checkpoint" && (s == "join" || s == "redis_restart")) continue;
-      results.push_back(measure(s, p, model, hdp, std::chrono::milliseconds(lease_ms), agent_flags));
+      results.push_back(measure(s, p, model, hdp, std::chrono::milliseconds(lease_ms), agent_flags, joiner_setup_ms));
     }
   }
   if (json) {
     nlohmann::json out = {{"lease_ms", lease_ms},
                           {"model", model},
                           {"standby_worker", standby},
+                          {"joiner_setup_ms", joiner_setup_ms},
                           {"scenarios", nlohmann::json::array()}};
     for (const auto& r : results) {
       out["scenarios"].push_back({{"scenario", r.scenario},

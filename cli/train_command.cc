@@ -256,7 +256,7 @@ void add_train_command(CLI::App& app) {
       ->check(CLI::Range(0.001, 3.15e7));
   command->add_option("--fault", f.faults,
                       "Inject a fault (tests): crash:R@S[:PHASE], kill-node:R@S[:PHASE], hang:R@S:MS, reset:R@S, slow:NODE/SLOT@S[-E]:F, "
-                      "throttle:NODE/SLOT@S:CPUS, hold:all@S:MS")
+                      "throttle:NODE/SLOT@S:CPUS, hold:all@S:MS, setup:NODE/SLOT:MS")
       ->envname("HDP_FAULTS")
       ->delimiter(',');
 

@@ -10,6 +10,7 @@
 #include <charconv>
 #include <cstddef>
 #include <cstring>
+#include <utility>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -40,13 +41,18 @@ std::string record_line(std::int64_t generation, std::size_t bytes) {
 
 std::string broken_line(std::int64_t generation) { return "broken " + std::to_string(generation) + "\n"; }
 
-std::int64_t parse_broken_line(std::string_view line) {
+std::string preparing_line() { return "preparing\n"; }
+std::string ready_line() { return "ready\n"; }
+
+WorkerLine parse_worker_line(std::string_view line) {
+  if (line == "preparing") return WorkerLine{.kind = WorkerLine::Kind::kPreparing};
+  if (line == "ready") return WorkerLine{.kind = WorkerLine::Kind::kReady};
   const auto generation = line.size() <= kMaxLine && line.starts_with("broken ") ? parse_number(line.substr(7))
                                                                                  : std::nullopt;
   if (!generation || *generation < 1) {
     throw InvalidArgument("agent channel: unexpected line from a worker " + quote_value(line.substr(0, kMaxLine)));
   }
-  return *generation;
+  return WorkerLine{.kind = WorkerLine::Kind::kBroken, .generation = *generation};
 }
 
 Line parse_line(std::string_view line) {
@@ -204,6 +210,9 @@ void AgentChannel::run() {
     {
       std::lock_guard lock(mutex_);
       socket_ = fd;
+      // Where this worker stands, at every connection: a restarted agent (or one that lost the
+      // connection) learns it again.
+      send_locked(ready_ ? agent_channel::ready_line() : agent_channel::preparing_line());
     }
     serve(fd);
     {
@@ -284,13 +293,22 @@ void AgentChannel::serve(int socket) {
 }
 
 void AgentChannel::report_broken(std::int64_t g) {
-  const std::string line = agent_channel::broken_line(g);
   std::lock_guard lock(mutex_);
+  send_locked(agent_channel::broken_line(g));
+}
+
+void AgentChannel::report_ready() {
+  std::lock_guard lock(mutex_);
+  if (std::exchange(ready_, true)) return;
+  send_locked(agent_channel::ready_line());
+}
+
+void AgentChannel::send_locked(const std::string& line) {
   if (socket_ < 0) return;
   const ssize_t sent = ::send(socket_, line.data(), line.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
   if (sent != static_cast<ssize_t>(line.size())) {
-    log()->debug("agent channel {}: could not tell the agent that generation {} broke: {}", name_, g,
-                 sent < 0 ? std::strerror(errno) : "a partial write");
+    log()->debug("agent channel {}: could not write {} to the agent: {}", name_,
+                 quote_value(line.substr(0, line.size() - 1)), sent < 0 ? std::strerror(errno) : "a partial write");
   }
 }
 

@@ -11,16 +11,24 @@
 //                                    connection, at every change, and every keepalive_ms
 //
 // Each `gen` line is the whole state, so a worker that missed one loses nothing; a worker that has
-// no record of g (the agent held none, or it was lost) reads gen:<g> itself. A worker writes one
-// kind of line:
+// no record of g (the agent held none, or it was lost) reads gen:<g> itself. A worker writes:
 //
+//   preparing\n                      this worker is setting itself up (device, data, model buffers)
+//   ready\n                          it is set up and waits for a generation that includes it
+//                                    (one of the two at every connection, then `ready` once)
 //   broken <g>\n                     generation g broke under this worker (a peer lost, a timeout)
 //
-// so that its agent acts at once (docs/architecture.md, "A node's processes gone: seen through the
-// data plane"): a leading agent ticks now, a following one asks whether the leader's agent is
-// gone. The worker's report in the store (gen:<g>:broken) stays what the leader decides from; a
-// line lost costs only time. Both ends include this header: the line formats and the bounds below
-// are the contract.
+// `preparing` and `ready` let a joining node be admitted only once its workers are set up
+// (docs/architecture.md, "A joiner prepared beside the running job": the agent records a node
+// whose workers are preparing, elastic/preparing_workers.h, and the leader leaves it out until they
+// are ready); a worker counts as preparing from its start until its first line, for at most
+// kFirstLineGrace (a worker that never says either, not an hdp worker, then counts as ready). `broken` makes
+// its agent act at once (docs/architecture.md, "A node's processes gone: seen through the data
+// plane"): a leading agent ticks now, a following one asks whether the leader's agent is gone. The
+// worker's report in the store (gen:<g>:broken) stays what the leader decides from; a line lost
+// costs only time. Both ends include this header: the line formats and the bounds below are the
+// contract; an agent of an older build logs the first two as lines it does not know and ignores
+// them.
 //
 // The worker's side, AgentChannel, keeps one connection open on its own thread and reconnects
 // when it breaks. It counts the channel lost while it is not connected, or while the agent has
@@ -54,14 +62,26 @@ inline constexpr std::chrono::milliseconds kAgentChannelLimit{30000};
 inline constexpr std::size_t kMaxLine = 128;  // longer lines are garbage
 // A record larger than this is garbage (12,500 nodes take ~1.4 MB).
 inline constexpr std::size_t kMaxRecordBytes = 256u << 20;
+// A worker the agent started counts as preparing until it says `preparing` or `ready`, for at most
+// this long: a worker that has not spoken by then is taken for one that never will (a command that
+// is no hdp worker), and its node for ready.
+inline constexpr std::chrono::milliseconds kFirstLineGrace{2000};
 
 std::string hello_line(std::chrono::milliseconds keepalive);
 std::string generation_line(std::int64_t generation);
 std::string record_line(std::int64_t generation, std::size_t bytes);
 std::string broken_line(std::int64_t generation);
-// The generation a worker's line names broken. Throws InvalidArgument for any other line (quoted,
-// cut at kMaxLine).
-std::int64_t parse_broken_line(std::string_view line);
+std::string preparing_line();
+std::string ready_line();
+
+// One line a worker wrote. Throws InvalidArgument for a line that is none of them (quoted, cut at
+// kMaxLine).
+struct WorkerLine {
+  enum class Kind { kPreparing, kReady, kBroken };
+  Kind kind = Kind::kBroken;
+  std::int64_t generation = 0;  // kBroken: the generation that broke (>= 1)
+};
+WorkerLine parse_worker_line(std::string_view line);
 
 // One parsed line. Throws InvalidArgument for a line that is none of these (quoted, cut at kMaxLine).
 struct Line {
@@ -102,12 +122,18 @@ class AgentChannel {
   // Tells the agent that generation g broke under this worker (`broken <g>`); never blocks, and a
   // line that cannot be written now (the channel lost, its buffer full) is dropped.
   void report_broken(std::int64_t g);
+  // Tells the agent that this worker is set up and waits for a generation (`ready`), now and at
+  // every later connection (before it, each connection says `preparing`). Idempotent; never blocks.
+  void report_ready();
 
  private:
   void run();
   void serve(int socket);  // reads lines until the connection breaks, goes silent, or stop_
   void lose(const std::string& why);
   void heard(std::optional<std::int64_t> generation);
+  // Writes one line to the agent without blocking (dropped, logged at debug, when it cannot be
+  // written now). The caller holds mutex_.
+  void send_locked(const std::string& line);
 
   const std::string name_;
   std::atomic<bool> stop_{false};
@@ -118,6 +144,7 @@ class AgentChannel {
   std::optional<std::int64_t> generation_;        // guarded by mutex_
   std::int64_t record_generation_ = 0;              // guarded by mutex_
   std::shared_ptr<const std::string> record_;     // guarded by mutex_
+  bool ready_ = false;                            // report_ready() was called; guarded by mutex_
   std::chrono::milliseconds keepalive_{1000};     // guarded by mutex_
   Clock::time_point last_line_{};                 // guarded by mutex_
   Clock::time_point lost_since_ = Clock::now();   // guarded by mutex_

@@ -62,6 +62,8 @@ ElasticContext ElasticContext::from_environment() {
 
 Membership ElasticContext::wait_for_next(std::int64_t after, std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
+  // A worker that waits for a generation is set up: its node may be admitted (agent_channel.h).
+  if (channel_) channel_->report_ready();
   std::int64_t reported = -1;
   std::int64_t known = 0;  // the generation number last read
   for (;;) {

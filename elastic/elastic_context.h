@@ -80,7 +80,8 @@ class ElasticContext {
   bool has_agent_channel() const { return channel_ != nullptr; }
 
   // Blocks until a running, unbroken generation newer than `after` includes this worker; TimeoutError after
-  // `timeout`. Store outages and values that do not decode are waited out (they count against the
+  // `timeout`. First tells the agent, when there is one, that this worker is set up (`ready`,
+  // agent_channel.h): a joining node is admitted once its workers are. Store outages and values that do not decode are waited out (they count against the
   // timeout; bad values throw only beyond the bad-value limit, see kBadValueLimit).
   Membership wait_for_next(std::int64_t after, std::chrono::milliseconds timeout);
 

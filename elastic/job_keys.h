@@ -70,6 +70,12 @@ inline constexpr std::chrono::hours kRefusalTtl{1};
 inline std::string refusal(const std::string& node, const std::string& incarnation) {
   return "refusal:" + node + "/" + incarnation;
 }
+// Written by an agent while its incarnation's workers set themselves up and it is no member
+// (TTL: the lease, renewed by its heartbeats; elastic/preparing_workers.h): the leader admits the
+// node into a running job only once it is gone.
+inline std::string preparing(const std::string& node, const std::string& incarnation) {
+  return "preparing:" + node + "/" + incarnation;
+}
 inline std::string join(std::int64_t sequence) { return "join:" + std::to_string(sequence); }
 inline std::string job_namespace(const std::string& job) { return "hdp:" + job + ":"; }
 

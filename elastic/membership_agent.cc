@@ -114,6 +114,17 @@ void MembershipAgent::ensure_config() {
   }
 }
 
+void MembershipAgent::workers_preparing(bool preparing) {
+  preparing_.set(preparing);
+  guarded("the workers' preparation", [&] {
+    if (registration_.registered() && !refused_) sync_preparing();
+  });
+}
+
+void MembershipAgent::sync_preparing() {
+  preparing_.sync(*store_, options_.node.node, lease().incarnation, member_, options_.timing.lease);
+}
+
 void MembershipAgent::heartbeat() {
   guarded("heartbeat", [&] {
     // A re-registration that failed part way (a store outage, garbage in `joins`) is completed
@@ -126,7 +137,8 @@ void MembershipAgent::heartbeat() {
       observe_requests(beat.control);
       if (observe_refusal(beat.refusal)) return;  // the caller leaves; nothing more to announce or lead
       check_membership(beat.generation);
-      return contend_for_leadership(beat.leader);
+      contend_for_leadership(beat.leader);
+      return sync_preparing();
     }
     if (registration_.reestablish(last_generation_)) return restore_after_data_loss();
     if (kept_after_store_trouble(beat.generation)) return;
@@ -394,6 +406,12 @@ void MembershipAgent::leave() {
     leader_.release();
   } catch (const Error& e) {
     log()->warn("node {}: could not give up the leader lease: {}", options_.node.node, e.what());
+  }
+  try {
+    preparing_.set(false);
+    sync_preparing();  // its key, if any, erased (it would expire with the lease's TTL anyway)
+  } catch (const Error& e) {
+    log()->debug("node {}: could not erase its preparing key: {}", options_.node.node, e.what());
   }
 }
 

@@ -57,6 +57,7 @@
 #include "elastic/membership.h"
 #include "elastic/membership_controller.h"
 #include "elastic/node_registration.h"
+#include "elastic/preparing_workers.h"
 #include "elastic/release.h"
 #include "elastic/store.h"
 
@@ -118,6 +119,14 @@ class MembershipAgent {
                                     // check a moment later may find it gone (agents/agent.cc)
   };
   BreakCheck generation_broke(std::int64_t g);
+  // Whether any of the node's workers is setting itself up (its channel: agents/worker_channel.h).
+  // While one is and this incarnation is no member, the store says so (elastic/preparing_workers.h)
+  // and the leader does not admit the node into a running job; written now and at every heartbeat.
+  // Errors are handled as a heartbeat's.
+  void workers_preparing(bool preparing);
+  // Whether workers_preparing(preparing) would call the store now (the caller frees the connection
+  // its watch holds only then).
+  bool workers_preparing_calls_store(bool preparing) const { return preparing_.would_call(preparing, member_); }
   // One leader tick: renews the leader lease and runs the membership controller. A no-op unless
   // leading().
   void lead();
@@ -177,6 +186,8 @@ class MembershipAgent {
   // One tick of the controller, as leader; what it published becomes the last generation seen.
   void tick_controller();
   void check_membership(const std::optional<std::string>& value);
+  // The store's preparing key made to agree with preparing_ and membership (preparing_workers.h).
+  void sync_preparing();
   void contend_for_leadership(const std::optional<std::string>& holder);
   void forget_membership();
   // Runs `body`, logging store outages and values that do not decode ("<what> skipped").
@@ -204,6 +215,7 @@ class MembershipAgent {
   // in which generation it last announced its join.
   std::int64_t checked_generation_ = -1;
   bool member_ = false;
+  PreparingWorkers preparing_;
   std::optional<std::int64_t> announced_generation_;
   std::chrono::steady_clock::time_point announced_at_{};
   std::optional<std::chrono::steady_clock::time_point> last_renewed_;

@@ -11,6 +11,7 @@
 #include "elastic/job_keys.h"
 #include "elastic/release.h"
 #include "elastic/job_state.h"
+#include "elastic/preparing_workers.h"
 
 namespace hdp::elastic {
 namespace {
@@ -168,6 +169,18 @@ std::map<std::string, NodeLease> MembershipController::read_leases(const Evictio
   return leases_.read(*store_, lease_keys, force);
 }
 
+void MembershipController::note_preparing(const std::vector<Candidate>& preparing) {
+  std::set<std::string> now;
+  for (const auto& c : preparing) {
+    const std::string id = c.node + "/" + c.incarnation;
+    if (!preparing_logged_.contains(id)) {
+      log()->info("node {} (incarnation {}) joins once its workers are set up", c.node, c.incarnation);
+    }
+    now.insert(id);
+  }
+  preparing_logged_ = std::move(now);  // its admission is logged as a publication
+}
+
 std::optional<std::int64_t> MembershipController::tick(std::int64_t seen_by_leader) {
   const auto began = Clock::now();
   Head head = read_head();
@@ -196,6 +209,10 @@ std::optional<std::int64_t> MembershipController::tick(std::int64_t seen_by_lead
   if (head.number > 0 && !trouble_.may_judge(began, head.number, newest_known, current_, candidates_, view.leases)) {
     return std::nullopt;
   }
+  // Into a running generation, a candidate is admitted once its workers are set up (preparing_workers.h).
+  if (current_.number > 0 && current_.status == GenerationStatus::kRunning) {
+    view.preparing = read_preparing(*store_, candidates_);
+  }
   view.now_ms = now_ms();
   view.pending_since = pending_since_;
   view.now = Clock::now();
@@ -205,6 +222,7 @@ std::optional<std::int64_t> MembershipController::tick(std::int64_t seen_by_lead
   MembershipDecision decision = desired_members(view);
   candidates_ = std::move(decision.candidates);
   pending_since_ = decision.pending_since;
+  note_preparing(decision.preparing);
   std::vector<Write> extra = eviction_writes(decision.evictions, view.now_ms, config_.min_nodes);
   extra.insert(extra.end(), std::make_move_iterator(gone.begin()), std::make_move_iterator(gone.end()));
   const std::vector<MembershipDecision::Refused> refusing = refusal_writes(decision.refused, view.now_ms, extra);

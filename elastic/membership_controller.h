@@ -108,6 +108,9 @@ class MembershipController {
   // leader has not committed; returns those candidates.
   std::vector<MembershipDecision::Refused> refusal_writes(const std::vector<MembershipDecision::Refused>& refused,
                                                           std::int64_t now_ms, std::vector<Write>& writes);
+  // Logs once each candidate that waits for its workers' preparation, so that a joiner whose setup
+  // never ends is seen.
+  void note_preparing(const std::vector<Candidate>& preparing);
   // Carries out `decision` with `extra` written in the same commit; `committed`: a commit with
   // `extra` applied.
   std::optional<std::int64_t> act(MembershipDecision decision, std::vector<Write> extra, bool& committed);
@@ -141,6 +144,7 @@ class MembershipController {
   std::optional<Clock::time_point> exhausted_logged_;  // last "generation numbers exhausted" error
   std::string standby_written_;               // the state's `standby` as this leader last wrote it
   std::set<std::string> refusals_written_;    // candidates (member ids) whose refusal (release.h) this leader committed
+  std::set<std::string> preparing_logged_;    // candidates ("node/incarnation") logged as preparing, still so
   Clock::time_point next_state_check_{};      // missing_state_fields() reads the hash again from then
   WarnOnce bad_cordons_;                      // the last undecodable `cordons` value
   EvictionPolicy evictions_;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <set>
+#include <tuple>
 
 #include "elastic/job_keys.h"
 #include "elastic/release.h"
@@ -177,9 +178,11 @@ MembershipDecision desired_members(const MembershipView& view) {
   std::erase_if(fresh.evictions, [&](const Eviction& e) {
     return e.reason == "timeout" && !view.leases.contains(keys::lease(e.node, e.incarnation));
   });
-  // Candidates of another build than the job's are refused before anything else is decided.
-  std::vector<JoinCandidate> admissible;
+  // Candidates of another build than the job's are refused before anything else is decided; those
+  // still preparing wait while ranks run (preparing_workers.h; a cordoned one waits anyway).
+  std::vector<JoinCandidate> admissible, ready;
   const NodeLease* job = job_build(view);
+  const bool running = view.generation > 0 && view.status == GenerationStatus::kRunning;
   for (const auto& c : d.candidates) {
     const auto lease = view.leases.find(keys::lease(c.node, c.incarnation));
     if (job && lease != view.leases.end() && same_identity(lease->second, c)) {
@@ -189,11 +192,26 @@ MembershipDecision desired_members(const MembershipView& view) {
       }
     }
     admissible.push_back(c);
+    if (running && view.preparing.contains({c.node, c.incarnation}) && !view.cordons.contains(c.node)) {
+      d.preparing.push_back(c);
+    } else {
+      ready.push_back(c);
+    }
   }
-  const Wanting want(view, std::move(benched), admissible);
-  d.evictions = apply_evictions(view.evictions, fresh, view.now_ms, view.config.min_nodes,
-                                [&](const std::set<std::string>& out) { return want(out).members.size(); });
-  Wanted wanted = want(d.evictions.out);
+  auto decide = [&](const std::vector<JoinCandidate>& candidates) {
+    const Wanting want(view, benched, candidates);
+    EvictionsApplied evictions = apply_evictions(view.evictions, fresh, view.now_ms, view.config.min_nodes,
+                                                 [&](const std::set<std::string>& out) { return want(out).members.size(); });
+    Wanted wanted = want(evictions.out);
+    return std::pair{std::move(evictions), std::move(wanted)};
+  };
+  auto [evictions, wanted] = decide(ready);
+  // Below MIN the job would wait anyway: nobody is held up by the candidates still preparing.
+  if (!d.preparing.empty() && static_cast<int>(wanted.members.size()) < view.config.min_nodes) {
+    std::tie(evictions, wanted) = decide(admissible);
+    d.preparing.clear();
+  }
+  d.evictions = std::move(evictions);
   note_readmissions(d.evictions, view.evictions, wanted.members);
   d.members = std::move(wanted.members);
   d.status = static_cast<int>(d.members.size()) >= view.config.min_nodes ? GenerationStatus::kRunning
@@ -202,6 +220,11 @@ MembershipDecision desired_members(const MembershipView& view) {
   d.standby = std::move(wanted.standby);
   d.pending_since = view.pending_since;
   d.action = action(view, d, wanted.lost, !fresh.evictions.empty());
+  // A join seen while its workers prepare: its settle window runs meanwhile (a publication, or a
+  // generation published since, starts it again).
+  if (!d.preparing.empty() && d.action != MembershipDecision::Action::kPublish && !d.pending_since) {
+    d.pending_since = view.pending_since.value_or(view.now);
+  }
   return d;
 }
 

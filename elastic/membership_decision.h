@@ -14,6 +14,12 @@
 //    the benched nodes (every slot of them evicted, known only from their eviction records) whose
 //    cool-down ended, and the candidates in join order. The other live candidates stand by. Below
 //    min_nodes the generation's status is `waiting`.
+//  - While a running generation exists, a candidate whose workers are still preparing (the view's
+//    `preparing`: elastic/preparing_workers.h) is not admitted: it waits, listed in `preparing`,
+//    and the settle window runs from when its join was first seen, so that a candidate ready after
+//    the window is published at the next tick. The first generation, or one waiting below MIN,
+//    waits for nobody's preparation, nor does a generation that would be below MIN without the
+//    candidates still preparing (it would wait anyway). A cordoned candidate waits as cordoned.
 //  - A cordoned node is not admitted (hdp cordon): a member stays, a candidate or a benched node
 //    waits until it is uncordoned.
 //  - A candidate of another build than the live members' (release.h: its lease's version or wire)
@@ -37,6 +43,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <utility>
@@ -68,6 +75,8 @@ struct MembershipView {
   std::span<const JoinCandidate> candidates;  // announced, not members, in join order
   std::map<std::string, NodeLease> leases;    // the live, well-formed leases read, by keys::lease()
   Cordons cordons;
+  // The candidates (node, incarnation) whose workers are preparing (read_preparing()).
+  std::set<std::pair<std::string, std::string>> preparing;
   Evictions evictions;       // the `evictions` record
   NewEvictions fresh;        // this tick's new evictions (eviction_policy.h)
   std::int64_t seen_by_leader = 0;  // the newest generation the leading agent saw
@@ -88,6 +97,7 @@ struct MembershipDecision {
   GenerationStatus status = GenerationStatus::kRunning;
   std::int64_t newest_seen = 0;          // the generation to publish is numbered above this
   std::vector<JoinCandidate> standby;    // live candidates not admitted (max_nodes), in join order
+  std::vector<JoinCandidate> preparing;  // live candidates not admitted until their workers are set up
   std::vector<JoinCandidate> candidates;  // the view's candidates whose lease is still there
   struct Refused {
     JoinCandidate candidate;

@@ -16,6 +16,14 @@
 
 namespace hdp::trainer {
 
+void delay_setup(const std::vector<Fault>& faults, const elastic::WorkerIdentity& identity) {
+  for (const Fault& f : faults) {
+    if (f.kind != Fault::Kind::kSetup || f.node != identity.node || f.slot != identity.local_rank) continue;
+    log()->warn("fault {}: setting up {} ms longer", f.spec, f.hang.count());
+    std::this_thread::sleep_for(f.hang);
+  }
+}
+
 FaultInjector::FaultInjector(const std::vector<Fault>& faults, const elastic::WorkerIdentity& identity,
                              std::shared_ptr<elastic::Store> store)
     : faults_(faults), identity_(identity), store_(std::move(store)) {}
@@ -83,7 +91,8 @@ void FaultInjector::fire(int rank, std::int64_t step, std::optional<mesh::StepPh
       case Fault::Kind::kSlow:
       case Fault::Kind::kThrottle:
       case Fault::Kind::kHold:
-        break;  // not claimed (above; hold())
+      case Fault::Kind::kSetup:
+        break;  // not claimed (above; hold(); delay_setup())
     }
   }
 }

@@ -30,6 +30,10 @@ namespace hdp::trainer {
 // hang) or records its release (a hold).
 inline std::string fault_key(std::size_t index) { return "fault:" + std::to_string(index); }
 
+// A setup: fault of this worker (trainer_config.h): sleeps its MS, logged, before the worker builds
+// its model. No other fault does anything here.
+void delay_setup(const std::vector<Fault>& faults, const elastic::WorkerIdentity& identity);
+
 class FaultInjector {
  public:
   // `faults` and `identity` must outlive this object.

@@ -343,6 +343,7 @@ TrainResult run_trainer(elastic::ElasticContext& ctx, const TrainerConfig& confi
   config.validate();
   if (config.threads > 0) omp_set_num_threads(config.threads);
   TrainerConfig live = config;  // the live settings change this copy
+  delay_setup(config.faults, ctx.identity());
   Trainer trainer(ctx, live, stop, std::move(prepared));
   return trainer.run();
 }

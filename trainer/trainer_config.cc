@@ -33,8 +33,9 @@ Fault::Kind fault_kind(std::string_view kind, const std::string& quoted) {
   if (kind == "throttle") return Fault::Kind::kThrottle;
   if (kind == "hold") return Fault::Kind::kHold;
   if (kind == "reset") return Fault::Kind::kReset;
+  if (kind == "setup") return Fault::Kind::kSetup;
   throw InvalidArgument(quoted + ": unknown fault '" + std::string(kind) +
-                        "' (crash, kill-node, hang, reset, slow, throttle, hold)");
+                        "' (crash, kill-node, hang, reset, slow, throttle, hold, setup)");
 }
 
 // Splits the value after the step off `step_text`: hang's and hold's MS, slow's F, throttle's CPUS (returned),
@@ -130,11 +131,25 @@ void parse_value(Fault& fault, std::string_view tail, const std::string& quoted)
 Fault parse_fault(std::string_view spec) {
   const std::string quoted = "--fault '" + std::string(spec) + "'";
   const auto colon = spec.find(':');
+  if (colon != std::string_view::npos && spec.substr(0, colon) == "setup") {  // setup:NODE/SLOT:MS, no step
+    Fault fault;
+    fault.spec = std::string(spec);
+    fault.kind = Fault::Kind::kSetup;
+    const std::string_view rest = spec.substr(colon + 1);
+    const auto last = rest.rfind(':');
+    std::int64_t ms = 0;
+    if (last == std::string_view::npos || !parse_number(rest.substr(last + 1), ms) || ms < 1 || ms > 3'600'000) {
+      throw InvalidArgument(quoted + " is not setup:NODE/SLOT:MS with 1 <= MS <= 3600000");
+    }
+    parse_target(fault, rest.substr(0, last), "setup", quoted);
+    fault.hang = std::chrono::milliseconds(ms);
+    return fault;
+  }
   const auto at = spec.find('@');
   if (colon == std::string_view::npos || at == std::string_view::npos || at < colon) {
     throw InvalidArgument(quoted + " is not KIND:RANK@STEP[:PHASE] (crash, kill-node), hang:RANK@STEP:MS, "
-                          "reset:RANK@STEP, slow:NODE/SLOT@STEP[-END]:F, throttle:NODE/SLOT@STEP:CPUS or "
-                          "hold:all@STEP:MS");
+                          "reset:RANK@STEP, slow:NODE/SLOT@STEP[-END]:F, throttle:NODE/SLOT@STEP:CPUS, "
+                          "hold:all@STEP:MS or setup:NODE/SLOT:MS");
   }
   Fault fault;
   fault.spec = std::string(spec);

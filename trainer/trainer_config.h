@@ -47,6 +47,11 @@ namespace hdp::trainer {
 //   throttle:NODE/SLOT@S:CPUS   at step S the worker moves itself into a new CPU cgroup limited to
 //                               CPUS cores (a real slowdown, not a sleep: the kernel's CFS quota;
 //                               needs a writable cpu cgroup, else it logs an error and does nothing)
+// and one of a worker's start, also by NODE/SLOT, at every start of that worker:
+//   setup:NODE/SLOT:MS          the worker takes MS longer to set itself up: it sleeps before it
+//                               builds its model (as a GPU context or a large model's buffers take
+//                               long), after it told its agent it is preparing (the tests of a
+//                               joiner prepared beside the job: elastic/preparing_workers.h)
 // and one for tests that act on a running job (docs/testing.md, "Holding a job"), once per worker:
 //   hold:all@S:MS   every rank waits before step S (the job stands at step S-1) until the job is
 //                   asked something: a pending request (hdp stop, drain, checkpoint) or a live
@@ -55,15 +60,15 @@ namespace hdp::trainer {
 //                   rank 0 reads the requests at once, so the boundary before step S acts on what
 //                   was asked: at any speed, it comes at step S-1.
 struct Fault {
-  enum class Kind { kCrash, kKillNode, kHang, kSlow, kThrottle, kHold, kReset };
+  enum class Kind { kCrash, kKillNode, kHang, kSlow, kThrottle, kHold, kReset, kSetup };
   Kind kind = Kind::kCrash;
   int rank = 0;              // crash, kill-node, hang
-  std::string node;          // slow, throttle
-  int slot = 0;              // slow, throttle
+  std::string node;          // slow, throttle, setup
+  int slot = 0;              // slow, throttle, setup
   std::int64_t step = 1;
   std::int64_t until = 0;    // slow: the last step (0: to the end)
   double factor = 1;         // slow: the speed F; throttle: CPUS
-  std::chrono::milliseconds hang{0};  // hang: the stop; hold: the most it holds
+  std::chrono::milliseconds hang{0};  // hang: the stop; hold: the most it holds; setup: the delay
   std::optional<mesh::StepPhase> phase;  // crash, kill-node: in the middle of the step; none: before it
   std::string spec;  // as written
 

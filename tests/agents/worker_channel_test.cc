@@ -7,6 +7,7 @@
 #include "agents/worker_channel.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -50,9 +51,28 @@ class AgentEnd {
  public:
   explicit AgentEnd(std::chrono::milliseconds keepalive) {
     on_io([&] {
-      channel_ = std::make_unique<WorkerChannel>(io_, keepalive, [this](std::int64_t g) { broken_.push_back(g); });
+      channel_ = std::make_unique<WorkerChannel>(
+          io_, keepalive, [this](std::int64_t g) { broken_.push_back(g); },
+          [this](bool preparing) { preparing_calls_.push_back(preparing); });
     });
   }
+  // What on_preparing was called with, in order; whether a worker is preparing now.
+  std::vector<bool> preparing_calls() {
+    std::vector<bool> out;
+    on_io([&] { out = preparing_calls_; });
+    return out;
+  }
+  bool preparing() {
+    bool out = false;
+    on_io([&] { out = channel_->preparing(); });
+    return out;
+  }
+  int preparing_workers() {
+    int out = 0;
+    on_io([&] { out = channel_->preparing_workers(); });
+    return out;
+  }
+  void expect_worker() { on_io([&] { channel_->expect_worker(); }); }
   // The generations the workers said broke, in order.
   std::vector<std::int64_t> broken() {
     std::vector<std::int64_t> out;
@@ -94,6 +114,7 @@ class AgentEnd {
   std::thread thread_{[this] { io_.run(); }};
   std::unique_ptr<WorkerChannel> channel_;
   std::vector<std::int64_t> broken_;  // the Asio thread's
+  std::vector<bool> preparing_calls_;  // the Asio thread's
 };
 
 // A fake agent: listens on an abstract socket and writes what a test tells it.
@@ -116,11 +137,37 @@ class FakeAgent {
   const std::string& name() const { return name_; }
   void accept() { peer_ = ::accept(listener_, nullptr, nullptr); }
   void write(const std::string& text) { ASSERT_EQ(::send(peer_, text.data(), text.size(), MSG_NOSIGNAL), static_cast<ssize_t>(text.size())); }
+  // The next line the worker wrote, without its end; "" when none came within `limit`.
+  std::string read_line(std::chrono::milliseconds limit) {
+    const auto deadline = Clock::now() + limit;
+    for (;;) {
+      if (const auto newline = input_.find('\n'); newline != std::string::npos) {
+        std::string line = input_.substr(0, newline);
+        input_.erase(0, newline + 1);
+        return line;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left <= 0ms) return "";
+      pollfd entry{.fd = peer_, .events = POLLIN, .revents = 0};
+      if (::poll(&entry, 1, static_cast<int>(left.count())) <= 0) continue;
+      char chunk[256];
+      const ssize_t got = ::recv(peer_, chunk, sizeof chunk, 0);
+      if (got <= 0) return "";
+      input_.append(chunk, static_cast<std::size_t>(got));
+    }
+  }
+  // Closes the connection (the worker's channel then connects again).
+  void hang_up() {
+    ::close(peer_);
+    peer_ = -1;
+    input_.clear();
+  }
 
  private:
   static inline std::atomic<int> counter_{0};
   std::string name_;
   int listener_ = -1, peer_ = -1;
+  std::string input_;
 };
 
 TEST(AgentChannelLines, RoundTripAndGarbageIsRefused) {
@@ -141,12 +188,80 @@ TEST(AgentChannelLines, RoundTripAndGarbageIsRefused) {
     EXPECT_THROW(ac::parse_line(bad), InvalidArgument) << bad;
   }
   EXPECT_THROW(ac::parse_line("gen " + std::string(200, '1')), InvalidArgument);
-  // The one line a worker writes.
-  const auto broken = ac::broken_line(9);
-  EXPECT_EQ(ac::parse_broken_line(broken.substr(0, broken.size() - 1)), 9);
-  for (const char* bad : {"", "broken", "broken 0", "broken -1", "broken 1x", "gen 1", "broken  1"}) {
-    EXPECT_THROW(ac::parse_broken_line(bad), InvalidArgument) << bad;
+  // The lines a worker writes.
+  const auto strip = [](const std::string& line) { return line.substr(0, line.size() - 1); };
+  const auto broken = ac::parse_worker_line(strip(ac::broken_line(9)));
+  EXPECT_EQ(broken.kind, ac::WorkerLine::Kind::kBroken);
+  EXPECT_EQ(broken.generation, 9);
+  EXPECT_EQ(ac::parse_worker_line(strip(ac::preparing_line())).kind, ac::WorkerLine::Kind::kPreparing);
+  EXPECT_EQ(ac::parse_worker_line(strip(ac::ready_line())).kind, ac::WorkerLine::Kind::kReady);
+  for (const char* bad : {"", "broken", "broken 0", "broken -1", "broken 1x", "gen 1", "broken  1", "ready 1",
+                          "preparing ", "READY", " ready"}) {
+    EXPECT_THROW(ac::parse_worker_line(bad), InvalidArgument) << bad;
   }
+}
+
+// A worker says `preparing` when it connects and `ready` once it waits for a generation; the agent
+// hears whether any worker is preparing when that changes (two workers: only the last to be ready
+// ends it), and a worker that leaves while preparing is no longer counted.
+TEST(WorkerChannel, TheAgentHearsWhetherAnyWorkerIsPreparing) {
+  AgentEnd agent(1000ms);
+  AgentChannel first(agent.name()), second(agent.name());
+  ASSERT_TRUE(eventually([&] { return agent.preparing_workers() == 2; }, 5s));
+  EXPECT_EQ(agent.preparing_calls(), std::vector<bool>{true});
+  EXPECT_TRUE(agent.preparing());
+  first.report_ready();
+  first.report_ready();  // idempotent
+  std::this_thread::sleep_for(200ms);
+  EXPECT_TRUE(agent.preparing()) << "the second worker is still preparing";
+  second.report_ready();
+  ASSERT_TRUE(eventually([&] { return agent.preparing_calls() == std::vector<bool>{true, false}; }, 5s));
+  EXPECT_FALSE(agent.preparing());
+  {
+    AgentChannel leaving(agent.name());
+    ASSERT_TRUE(eventually([&] { return agent.preparing(); }, 5s));
+  }
+  ASSERT_TRUE(eventually([&] { return agent.preparing_calls().size() == 4; }, 5s));
+  EXPECT_EQ(agent.preparing_calls(), (std::vector<bool>{true, false, true, false}));
+}
+
+// A worker the agent started counts as preparing from its start until its first line: one that
+// speaks ends it with `ready`; one that never connects (no hdp worker) ends it after
+// kFirstLineGrace (2 s; checked within 1.5 s more on a loaded machine).
+TEST(WorkerChannel, AStartedWorkerIsPreparingUntilItsFirstLineOrTheGrace) {
+  AgentEnd agent(1000ms);
+  agent.expect_worker();
+  ASSERT_TRUE(eventually([&] { return agent.preparing_calls() == std::vector<bool>{true}; }, 5s));
+  {
+    AgentChannel worker(agent.name());
+    ASSERT_TRUE(eventually([&] { return agent.preparing_workers() == 1; }, 5s));
+    worker.report_ready();
+    ASSERT_TRUE(eventually([&] { return agent.preparing_calls() == std::vector<bool>{true, false}; }, 5s));
+  }
+  const auto expected = Clock::now();
+  agent.expect_worker();  // never connects
+  ASSERT_TRUE(eventually([&] { return agent.preparing_calls().size() == 3; }, 5s));
+  EXPECT_TRUE(agent.preparing());
+  ASSERT_TRUE(eventually([&] { return agent.preparing_calls().size() == 4; }, 10s));
+  const auto held = Clock::now() - expected;
+  EXPECT_FALSE(agent.preparing());
+  EXPECT_GE(held, elastic::agent_channel::kFirstLineGrace);
+  EXPECT_LT(held, elastic::agent_channel::kFirstLineGrace + 1500ms);
+}
+
+// Where a worker stands is said again at every connection: a worker that was ready and lost its
+// connection says `ready` first when it connects anew, never `preparing`.
+TEST(WorkerChannel, AReconnectedWorkerSaysWhereItStands) {
+  FakeAgent agent;
+  AgentChannel worker(agent.name());
+  agent.accept();
+  agent.write(elastic::agent_channel::hello_line(1000ms));
+  EXPECT_EQ(agent.read_line(5s), "preparing");
+  worker.report_ready();
+  EXPECT_EQ(agent.read_line(5s), "ready");
+  agent.hang_up();
+  agent.accept();
+  EXPECT_EQ(agent.read_line(5s), "ready");
 }
 
 // A worker's `broken <g>` reaches the agent (once per line; garbage between lines is dropped),

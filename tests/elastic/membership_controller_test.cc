@@ -1,5 +1,6 @@
 // The leader's membership logic on a MemoryStore: leases written by hand stand in for agents.
 #include "elastic/membership_controller.h"
+#include "elastic/preparing_workers.h"
 
 #include <gtest/gtest.h>
 
@@ -70,6 +71,44 @@ TEST_F(ControllerTest, JoinsWaitForTheSettleWindowLeavesDoNot) {
   EXPECT_EQ(nodes(), (std::vector<std::string>{"a", "b"}));
   expire("b");
   EXPECT_EQ(leader.tick(), 2);  // a leave is published at once
+}
+
+// A joiner prepared beside the running job (elastic/preparing_workers.h): the agent's side keeps
+// the node's preparing key while its workers set up and it is no member; the leader does not admit
+// it into the running generation until the key is gone, then at once (its settle window ran
+// meanwhile). The key lives as long as the lease's TTL unless renewed, and is erased once the
+// workers are ready, when the node is a member, and for an earlier incarnation.
+TEST_F(ControllerTest, AJoinerIsAdmittedOnceItsWorkersAreSetUp) {
+  join("a");
+  auto leader = controller({1, 16}, 300ms);
+  EXPECT_EQ(leader.tick(), std::nullopt);
+  std::this_thread::sleep_for(300ms);
+  ASSERT_EQ(leader.tick(), 1);
+  auto& b = join("b");
+  PreparingWorkers preparing;
+  preparing.set(true);
+  preparing.sync(*store_, "b", b.lease().incarnation, false, 60s);
+  const std::string key = keys::preparing("b", b.lease().incarnation);
+  ASSERT_TRUE(store_->get(key).has_value());
+  ASSERT_TRUE(store_->remaining_ttl({key})[0].has_value()) << "the key has the lease's TTL";
+  EXPECT_EQ(leader.tick(), std::nullopt);
+  std::this_thread::sleep_for(400ms);  // past the settle window
+  EXPECT_EQ(leader.tick(), std::nullopt) << "b is preparing";
+  EXPECT_EQ(nodes(), std::vector<std::string>{"a"});
+  preparing.set(false);
+  preparing.sync(*store_, "b", b.lease().incarnation, false, 60s);
+  EXPECT_FALSE(store_->get(key).has_value());
+  ASSERT_EQ(leader.tick(), 2) << "ready after the window: admitted at the next tick";
+  EXPECT_EQ(nodes(), (std::vector<std::string>{"a", "b"}));
+  // A member writes no key; a new incarnation's replaces an earlier one's.
+  preparing.set(true);
+  preparing.sync(*store_, "b", b.lease().incarnation, true, 60s);
+  EXPECT_FALSE(store_->get(key).has_value());
+  preparing.sync(*store_, "b", b.lease().incarnation, false, 60s);
+  EXPECT_TRUE(store_->get(key).has_value());
+  preparing.sync(*store_, "b", "later", false, 60s);
+  EXPECT_FALSE(store_->get(key).has_value());
+  EXPECT_TRUE(store_->get(keys::preparing("b", "later")).has_value());
 }
 
 TEST_F(ControllerTest, BelowMinTheGenerationWaitsAboveMaxNodesStandBy) {

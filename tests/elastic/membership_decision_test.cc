@@ -109,6 +109,87 @@ TEST_F(Decision, JoinsWaitTheSettleWindow) {
   EXPECT_EQ(nodes(d.members), (std::vector<std::string>{"a", "b"}));
 }
 
+// A candidate whose workers are still preparing (preparing_workers.h) is left out of a running
+// generation, listed as preparing, while its settle window runs; once they are set up it is
+// published at once if the window has passed. Another candidate, ready, is not held up by it.
+TEST_F(Decision, ACandidateStillPreparingWaitsAndItsSettleWindowRunsMeanwhile) {
+  members_ = {member("a", {0})};
+  candidates_ = {candidate(3, "b"), candidate(4, "c")};
+  auto v = view();
+  v.settle = 1s;
+  live(v, lease("a", {0}));
+  live(v, lease("b", {0}));
+  v.preparing = {{"b", "i-b"}, {"c", "i-c"}};
+  auto d = desired_members(v);
+  EXPECT_EQ(d.action, Action::kRepair);
+  EXPECT_EQ(nodes(d.members), std::vector<std::string>{"a"});
+  ASSERT_EQ(d.preparing.size(), 1u) << "c has no lease: it is no candidate any more";
+  EXPECT_EQ(d.preparing[0].node, "b");
+  ASSERT_TRUE(d.pending_since.has_value()) << "the window starts while b prepares";
+  EXPECT_EQ(*d.pending_since, v.now);
+  v.pending_since = v.now - 3s;
+  d = desired_members(v);
+  EXPECT_EQ(d.action, Action::kRepair);
+  EXPECT_EQ(*d.pending_since, v.now - 3s) << "the window keeps its start";
+  v.preparing.clear();  // b is set up: the window has passed, so at once
+  d = desired_members(v);
+  EXPECT_EQ(d.action, Action::kPublish);
+  EXPECT_EQ(nodes(d.members), (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(d.preparing.empty());
+  // With c live and ready while b prepares, c joins alone after the window.
+  live(v, lease("c", {0}));
+  v.preparing = {{"b", "i-b"}};
+  v.pending_since = v.now - 1s;
+  d = desired_members(v);
+  EXPECT_EQ(d.action, Action::kPublish);
+  EXPECT_EQ(nodes(d.members), (std::vector<std::string>{"a", "c"}));
+  ASSERT_EQ(d.preparing.size(), 1u);
+  EXPECT_EQ(d.candidates.size(), 2u) << "b stays a candidate";
+}
+
+// Nobody's preparation holds up a first generation, or one waiting below MIN: no rank runs.
+TEST_F(Decision, APreparingCandidateIsAdmittedWhenNoRankRuns) {
+  candidates_ = {candidate(1, "a")};
+  auto v = view();
+  live(v, lease("a", {0}));
+  v.preparing = {{"a", "i-a"}};
+  auto d = desired_members(v);
+  EXPECT_EQ(d.action, Action::kPublish);
+  EXPECT_EQ(nodes(d.members), std::vector<std::string>{"a"});
+  EXPECT_TRUE(d.preparing.empty());
+  members_ = {member("a", {0})};
+  candidates_ = {candidate(2, "b")};
+  v = view({2, 4});
+  v.status = GenerationStatus::kWaiting;
+  live(v, lease("a", {0}));
+  live(v, lease("b", {0}));
+  v.preparing = {{"b", "i-b"}};
+  d = desired_members(v);
+  EXPECT_EQ(d.action, Action::kPublish);
+  EXPECT_EQ(nodes(d.members), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(d.status, GenerationStatus::kRunning);
+  // A running generation that would fall below MIN without it (a member lost): admitted with the rest.
+  members_ = {member("a", {0}), member("x", {0})};
+  v = view({2, 4});
+  live(v, lease("a", {0}));
+  live(v, lease("b", {0}));
+  v.preparing = {{"b", "i-b"}};
+  d = desired_members(v);
+  EXPECT_EQ(d.action, Action::kPublish);
+  EXPECT_EQ(nodes(d.members), (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(d.preparing.empty());
+  // A cordoned candidate waits as cordoned, not as preparing.
+  members_ = {member("a", {0})};
+  v = view();
+  live(v, lease("a", {0}));
+  live(v, lease("b", {0}));
+  v.preparing = {{"b", "i-b"}};
+  v.cordons["b"] = {};
+  d = desired_members(v);
+  EXPECT_EQ(nodes(d.members), std::vector<std::string>{"a"});
+  EXPECT_TRUE(d.preparing.empty());
+}
+
 TEST_F(Decision, WithNoGenerationJoinsWaitTheRejoinWindowWhenLonger) {
   candidates_ = {candidate(1, "a")};
   auto v = view();
@@ -469,6 +550,9 @@ RandomView random_view(std::mt19937& rng) {
   v.rolled_back = chance(0.1);
   v.settle = std::chrono::milliseconds(number(0, 2) * 1000);
   if (chance(0.5)) v.pending_since = v.now - std::chrono::milliseconds(number(0, 3000));
+  for (const auto& c : r.candidates) {
+    if (chance(0.3)) v.preparing.emplace(c.node, c.incarnation);
+  }
   v.members = r.members;
   v.candidates = r.candidates;
   return r;
@@ -523,6 +607,25 @@ TEST(DecisionProperties, HoldOnRandomViews) {
     }
     EXPECT_LE(static_cast<int>(d.members.size()), v.config.max_nodes);
     for (const auto& c : d.standby) EXPECT_FALSE(v.cordons.contains(c.node)) << c.node;
+    // Into a running generation, a candidate whose workers are preparing is admitted only when the
+    // generation would be below MIN without the candidates preparing (then none is held).
+    seen_cases["preparing"] += !d.preparing.empty();
+    if (v.generation > 0 && v.status == GenerationStatus::kRunning) {
+      const bool admitted_preparing = std::any_of(d.members.begin(), d.members.end(), [&](const Member& m) {
+        return !is_member(v, m) && v.preparing.contains({m.node, m.incarnation});
+      });
+      if (admitted_preparing) {
+        ++seen_cases["preparing admitted below MIN"];
+        EXPECT_TRUE(d.preparing.empty());
+        std::vector<JoinCandidate> ready;
+        for (const auto& c : v.candidates) {
+          if (!v.preparing.contains({c.node, c.incarnation})) ready.push_back(c);
+        }
+        MembershipView without = v;
+        without.candidates = ready;
+        EXPECT_LT(static_cast<int>(desired_members(without).members.size()), v.config.min_nodes);
+      }
+    }
     // Survivors first, in their relative order; the candidates admitted follow in join order.
     std::size_t survivors = 0;
     while (survivors < d.members.size() && is_member(v, d.members[survivors])) ++survivors;
@@ -582,9 +685,9 @@ TEST(DecisionProperties, HoldOnRandomViews) {
                                                                                   : GenerationStatus::kWaiting);
   }
   // Every rule came into play: evictions taken, refused and readmitted, cool-downs cut short,
-  // standbys, both statuses, every action, and candidates refused for their build.
+  // standbys, both statuses, every action, candidates refused for their build and held preparing.
   for (const char* rule : {"outcome 0", "outcome 1", "outcome 2", "cut", "standby", "waiting", "action 0", "action 1",
-                           "action 2", "action 3", "refused"}) {
+                           "action 2", "action 3", "refused", "preparing", "preparing admitted below MIN"}) {
     EXPECT_GE(seen_cases[rule], 1) << rule;
   }
 }

@@ -39,6 +39,31 @@ TEST(HoldFault, ParsesEveryRankAStepAndTheLongestHold) {
   }
 }
 
+// setup:NODE/SLOT:MS (a worker slow to set up): parsed without a step, and delay_setup() sleeps
+// only in the worker it names, for its MS (within 1 s more on a loaded machine).
+TEST(SetupFault, ParsesAWorkerAndADelayAndSleepsOnlyInThatWorker) {
+  const Fault f = parse_fault("setup:n2/1:300");
+  EXPECT_EQ(f.kind, Fault::Kind::kSetup);
+  EXPECT_EQ(f.node, "n2");
+  EXPECT_EQ(f.slot, 1);
+  EXPECT_EQ(f.hang, 300ms);
+  EXPECT_FALSE(f.claimed_once());
+  for (const char* bad : {"setup:n2/1", "setup:n2:300", "setup:n2/1:0", "setup:n2/1:3600001", "setup:n2/x:300",
+                          "setup:/1:300", "setup:n2/1:30ms"}) {
+    const std::string message = test::invalid_argument_message([&] { parse_fault(bad); });
+    EXPECT_NE(message.find(bad), std::string::npos) << bad << ": " << message;
+  }
+  const std::vector<Fault> faults{f};
+  elastic::WorkerIdentity other{.node = "n2", .local_rank = 0}, named{.node = "n2", .local_rank = 1};
+  auto start = Clock::now();
+  delay_setup(faults, other);
+  EXPECT_LT(seconds_since(start), 0.2);
+  start = Clock::now();
+  delay_setup(faults, named);
+  EXPECT_GE(seconds_since(start), 0.3);
+  EXPECT_LT(seconds_since(start), 1.3);
+}
+
 class Hold : public ::testing::Test {
  protected:
   // A worker's injector (made on the test's thread: the vectors are not shared with the ranks').
