@@ -83,6 +83,7 @@ void WorkerChannel::close() {
   peers_.clear();
   preparing_ = 0;  // nobody is told: the agent is closing
   awaiting_.clear();
+  closed_ = true;
 }
 
 void WorkerChannel::accept() {
@@ -163,6 +164,7 @@ void WorkerChannel::set_preparing(Peer& peer, bool preparing) {
 }
 
 void WorkerChannel::expect_worker() {
+  if (closed_) return;
   awaiting_.push_back(std::chrono::steady_clock::now() + elastic::agent_channel::kFirstLineGrace);
   // Told from io_'s loop, not from inside the caller's call (the agent starts workers from its
   // control plane, which on_preparing_ calls into).
@@ -172,6 +174,7 @@ void WorkerChannel::expect_worker() {
 }
 
 void WorkerChannel::review_preparing() {
+  if (closed_) return;
   const auto now = std::chrono::steady_clock::now();
   while (!awaiting_.empty() && awaiting_.front() <= now) awaiting_.pop_front();
   if (!awaiting_.empty()) {

@@ -37,7 +37,7 @@ class WorkerChannel {
  public:
   // Called on `io`'s thread with the generation a worker said broke (`broken <g>`).
   using OnBroken = std::function<void(std::int64_t generation)>;
-  // Called on `io`'s thread when whether any connected worker is preparing changes.
+  // Called on `io`'s thread when whether the node's workers are preparing changes (below).
   using OnPreparing = std::function<void(bool preparing)>;
   // Binds the socket and starts accepting on `io`. Throws hdp::Error when it cannot be bound.
   WorkerChannel(boost::asio::io_context& io, std::chrono::milliseconds keepalive, OnBroken on_broken = {},
@@ -89,6 +89,7 @@ class WorkerChannel {
   int preparing_ = 0;  // connected workers that said `preparing` and not yet `ready`
   std::deque<std::chrono::steady_clock::time_point> awaiting_;  // started workers' first-line deadlines, in order
   bool told_preparing_ = false;  // what on_preparing_ was last told
+  bool closed_ = false;          // close() ran: on_preparing_ is told nothing more
   std::string name_;
   boost::asio::local::stream_protocol::acceptor acceptor_;
   boost::asio::steady_timer timer_;

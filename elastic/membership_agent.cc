@@ -116,9 +116,8 @@ void MembershipAgent::ensure_config() {
 
 void MembershipAgent::workers_preparing(bool preparing) {
   preparing_.set(preparing);
-  guarded("the workers' preparation", [&] {
-    if (registration_.registered() && !refused_) sync_preparing();
-  });
+  if (!workers_preparing_calls_store(preparing)) return;  // no store call: nothing to count as one
+  guarded("the workers' preparation", [&] { sync_preparing(); });
 }
 
 void MembershipAgent::sync_preparing() {
@@ -312,6 +311,7 @@ void MembershipAgent::check_membership(const std::optional<std::string>& value) 
   if (!newer && now - announced_at_ < options_.timing.lease) return;
   // The lease first (`SET … XX`: never reviving it), in case someone overwrote its value.
   if (!registration_.heartbeat(healthy, last_generation_, /*rewrite=*/true).alive) return;
+  sync_preparing();  // before the join it holds back: no longer a member, workers still preparing
   registration_.announce();
   announced_at_ = now;
   announced_generation_ = number;

@@ -126,7 +126,9 @@ class MembershipAgent {
   void workers_preparing(bool preparing);
   // Whether workers_preparing(preparing) would call the store now (the caller frees the connection
   // its watch holds only then).
-  bool workers_preparing_calls_store(bool preparing) const { return preparing_.would_call(preparing, member_); }
+  bool workers_preparing_calls_store(bool preparing) const {
+    return registration_.registered() && !refused_ && preparing_.would_call(preparing, member_);
+  }
   // One leader tick: renews the leader lease and runs the membership controller. A no-op unless
   // leading().
   void lead();

@@ -19,8 +19,8 @@ void PreparingWorkers::sync(Store& store, const std::string& node, const std::st
     written_.reset();
   }
   if (!preparing_ || member) return;
+  written_ = key;  // before the call: a write whose answer was lost may have landed, and is erased later
   store.set_with_ttl(key, "1", ttl);
-  written_ = key;
 }
 
 std::set<std::pair<std::string, std::string>> read_preparing(Store& store, std::span<const JoinCandidate> candidates) {
