@@ -22,11 +22,11 @@
 // (docs/architecture.md, "A joiner prepared beside the running job": the agent records a node
 // whose workers are preparing, elastic/preparing_workers.h, and the leader leaves it out until they
 // are ready); a worker counts as preparing from its start until its first line, for at most
-// kFirstLineGrace (a worker that never says either, not an hdp worker, then counts as ready). `broken` makes
-// its agent act at once (docs/architecture.md, "A node's processes gone: seen through the data
-// plane"): a leading agent ticks now, a following one asks whether the leader's agent is gone. The
-// worker's report in the store (gen:<g>:broken) stays what the leader decides from; a line lost
-// costs only time. Both ends include this header: the line formats and the bounds below are the
+// kFirstLineGrace (a worker that never says either, not an hdp worker, then counts as ready).
+// `broken` makes its agent act at once (docs/architecture.md, "A node's processes gone: seen
+// through the data plane"): a leading agent ticks now, a following one asks whether the leader's
+// agent is gone. The worker's report in the store (gen:<g>:broken) stays what the leader decides
+// from; a line lost costs only time. Both ends include this header: the line formats and the bounds below are the
 // contract; an agent of an older build logs the first two as lines it does not know and ignores
 // them.
 //

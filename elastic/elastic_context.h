@@ -81,8 +81,9 @@ class ElasticContext {
 
   // Blocks until a running, unbroken generation newer than `after` includes this worker; TimeoutError after
   // `timeout`. First tells the agent, when there is one, that this worker is set up (`ready`,
-  // agent_channel.h): a joining node is admitted once its workers are. Store outages and values that do not decode are waited out (they count against the
-  // timeout; bad values throw only beyond the bad-value limit, see kBadValueLimit).
+  // agent_channel.h): a joining node is admitted once its workers are. Store outages and values
+  // that do not decode are waited out (they count against the timeout; bad values throw only
+  // beyond the bad-value limit, see kBadValueLimit).
   Membership wait_for_next(std::int64_t after, std::chrono::milliseconds timeout);
 
   // True when a generation other than m's is current. With an agent channel (identity's

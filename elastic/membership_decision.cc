@@ -200,8 +200,9 @@ MembershipDecision desired_members(const MembershipView& view) {
   }
   auto decide = [&](const std::vector<JoinCandidate>& candidates) {
     const Wanting want(view, benched, candidates);
-    EvictionsApplied evictions = apply_evictions(view.evictions, fresh, view.now_ms, view.config.min_nodes,
-                                                 [&](const std::set<std::string>& out) { return want(out).members.size(); });
+    EvictionsApplied evictions =
+        apply_evictions(view.evictions, fresh, view.now_ms, view.config.min_nodes,
+                        [&](const std::set<std::string>& out) { return want(out).members.size(); });
     Wanted wanted = want(evictions.out);
     return std::pair{std::move(evictions), std::move(wanted)};
   };

@@ -10,11 +10,12 @@
 //    preparing until its first line (at most agent_channel::kFirstLineGrace).
 //  - The agent (PreparingWorkers) keeps keys::preparing(node, incarnation) in the store while one
 //    is and its incarnation is no member of the current generation, with the lease's TTL, written
-//    again at every heartbeat (a node that dies takes it with its lease), and erases it once none is.
+//    again at every heartbeat and before a join is announced again (a node that dies takes it with
+//    its lease), and erases it once none is, and when it leaves.
 //  - The leader (read_preparing) reads the key of every candidate when a running generation
 //    exists, and leaves out a candidate whose key is there (membership_decision.h). The first
-//    generation, and a job waiting below its minimum, wait for nobody's preparation: no rank is
-//    running to be held up.
+//    generation, a job waiting below its minimum, and a generation that would fall below it
+//    without the candidate, wait for nobody's preparation: no rank runs on to be held up.
 // A worker that never says either line (a command that is no hdp worker) holds its node for
 // kFirstLineGrace after its start at most. A worker slower than that to speak leaves a gap in which
 // its node may be admitted before it is ready, as before this mechanism.
@@ -36,7 +37,6 @@ class PreparingWorkers {
  public:
   // Whether any of the node's workers is preparing, as its channel last said.
   void set(bool preparing) { preparing_ = preparing; }
-  bool preparing() const { return preparing_; }
   // Makes the store agree: the key of (node, incarnation) written with `ttl` while the workers
   // prepare and the incarnation is not `member`, else erased (once). Written again at every call
   // while wanted (the caller's heartbeat renews its TTL). Store errors propagate: the next call

@@ -48,6 +48,14 @@ class Decision : public ::testing::Test {
     return v;
   }
   static void live(MembershipView& v, const NodeLease& l) { v.leases[keys::lease(l.node, l.incarnation)] = l; }
+  // view(), with a and b live and candidate b's workers preparing.
+  MembershipView view_with_b_preparing(JobConfig config = {1, 16}) {
+    auto v = view(config);
+    live(v, lease("a", {0}));
+    live(v, lease("b", {0}));
+    v.preparing = {{"b", "i-b"}};
+    return v;
+  }
   static std::vector<std::string> nodes(const std::vector<Member>& members) {
     std::vector<std::string> out;
     for (const auto& m : members) out.push_back(m.node);
@@ -159,31 +167,22 @@ TEST_F(Decision, APreparingCandidateIsAdmittedWhenNoRankRuns) {
   EXPECT_TRUE(d.preparing.empty());
   members_ = {member("a", {0})};
   candidates_ = {candidate(2, "b")};
-  v = view({2, 4});
+  v = view_with_b_preparing({2, 4});
   v.status = GenerationStatus::kWaiting;
-  live(v, lease("a", {0}));
-  live(v, lease("b", {0}));
-  v.preparing = {{"b", "i-b"}};
   d = desired_members(v);
   EXPECT_EQ(d.action, Action::kPublish);
   EXPECT_EQ(nodes(d.members), (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(d.status, GenerationStatus::kRunning);
   // A running generation that would fall below MIN without it (a member lost): admitted with the rest.
   members_ = {member("a", {0}), member("x", {0})};
-  v = view({2, 4});
-  live(v, lease("a", {0}));
-  live(v, lease("b", {0}));
-  v.preparing = {{"b", "i-b"}};
+  v = view_with_b_preparing({2, 4});
   d = desired_members(v);
   EXPECT_EQ(d.action, Action::kPublish);
   EXPECT_EQ(nodes(d.members), (std::vector<std::string>{"a", "b"}));
   EXPECT_TRUE(d.preparing.empty());
   // A cordoned candidate waits as cordoned, not as preparing.
   members_ = {member("a", {0})};
-  v = view();
-  live(v, lease("a", {0}));
-  live(v, lease("b", {0}));
-  v.preparing = {{"b", "i-b"}};
+  v = view_with_b_preparing();
   v.cordons["b"] = {};
   d = desired_members(v);
   EXPECT_EQ(nodes(d.members), std::vector<std::string>{"a"});
