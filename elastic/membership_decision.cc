@@ -218,7 +218,15 @@ MembershipDecision desired_members(const MembershipView& view) {
   d.status = static_cast<int>(d.members.size()) >= view.config.min_nodes ? GenerationStatus::kRunning
                                                                         : GenerationStatus::kWaiting;
   d.newest_seen = wanted.newest_seen;
-  d.standby = std::move(wanted.standby);
+  // Standing by: the candidates beyond max_nodes and those still preparing, in join order. A
+  // preparing one makes up a leave as well (it is admitted when the job would be below MIN without
+  // it), and a leader that takes over resumes reading the joins before it.
+  for (const auto& c : d.candidates) {
+    auto listed = [&](const std::vector<JoinCandidate>& in) {
+      return std::any_of(in.begin(), in.end(), [&](const JoinCandidate& x) { return same_identity(x, c); });
+    };
+    if (listed(wanted.standby) || listed(d.preparing)) d.standby.push_back(c);
+  }
   d.pending_since = view.pending_since;
   d.action = action(view, d, wanted.lost, !fresh.evictions.empty());
   // A join seen while its workers prepare: its settle window runs meanwhile (a publication, or a

@@ -96,7 +96,7 @@ struct MembershipDecision {
   std::vector<Member> members;           // to publish, in order (ranks not assigned)
   GenerationStatus status = GenerationStatus::kRunning;
   std::int64_t newest_seen = 0;          // the generation to publish is numbered above this
-  std::vector<JoinCandidate> standby;    // live candidates not admitted (max_nodes), in join order
+  std::vector<JoinCandidate> standby;    // live candidates not admitted (max_nodes, preparing), in join order
   std::vector<JoinCandidate> preparing;  // live candidates not admitted until their workers are set up
   std::vector<JoinCandidate> candidates;  // the view's candidates whose lease is still there
   struct Refused {

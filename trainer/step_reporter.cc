@@ -15,6 +15,13 @@
 #include "elastic/job_keys.h"
 
 namespace hdp::trainer {
+namespace {
+
+// What rank 0 reads of what the job is asked, in read_asked()'s order: with every step report, and
+// at once after a hold.
+const std::vector<std::string> kAskedKeys{elastic::keys::kControl, elastic::keys::kSettings, elastic::keys::kStandby};
+
+}  // namespace
 
 std::string fixed3(double value) {
   char text[32];
@@ -127,8 +134,7 @@ void StepReporter::post_state(const elastic::Membership& m, std::int64_t step, c
   // Off the step's critical path (state_report.h): the requests and settings come from the newest
   // report written, a step or more behind.
   if (!state_report_) {
-    state_report_ = std::make_unique<StateReport>(
-        store_, std::vector<std::string>{elastic::keys::kControl, elastic::keys::kSettings, elastic::keys::kStandby});
+    state_report_ = std::make_unique<StateReport>(store_, kAskedKeys);
   }
   state_report_->post(m.generation, std::move(state), {elastic::sample_write(std::move(sample))});
   take_reads();
@@ -136,11 +142,16 @@ void StepReporter::post_state(const elastic::Membership& m, std::int64_t step, c
 
 void StepReporter::take_reads() {
   StateReport::Reads reads = state_report_->reads();
-  if (reads.serial == reads_serial_ || reads.values.size() != 3) return;
+  if (reads.serial == reads_serial_) return;
   reads_serial_ = reads.serial;
-  read_requests(reads.values[0]);
-  read_settings(reads.values[1]);
-  read_standby(reads.values[2]);
+  read_asked(reads.values);
+}
+
+void StepReporter::read_asked(const std::vector<std::optional<std::string>>& values) {
+  if (values.size() != kAskedKeys.size()) return;
+  read_requests(values[0]);
+  read_settings(values[1]);
+  read_standby(values[2]);
 }
 
 bool StepReporter::flush_reports() {
@@ -202,12 +213,13 @@ void StepReporter::read_requests_now() {
     state_report_->flush(kFlushTimeout);
     take_reads();
   }
+  // The nodes standing by with them: a leave asked during the hold is judged against the spares
+  // registered by then, not those of the last report.
   try {
-    read_requests(job_.store().get(elastic::keys::kControl));
+    read_asked(job_.store().multi_get(kAskedKeys));
   } catch (const Error& e) {
     log()->warn("cannot read the pending requests: {}", e.what());
   }
-  read_settings_now();
 }
 
 void StepReporter::settings_applied(const elastic::Membership& m, std::int64_t step, const std::string& in_force) {

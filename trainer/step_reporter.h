@@ -108,8 +108,9 @@ class StepReporter {
   int standby() const { return standby_; }
   // Rank 0, at a generation's start: reads them now rather than with the first step report.
   void read_settings_now();
-  // Rank 0, after a hold (fault_injection.h): the pending requests and the settings, read now, so
-  // that the boundary that follows carries what the job was asked during the hold.
+  // Rank 0, after a hold (fault_injection.h): the pending requests, the settings and the nodes
+  // standing by, read now, so that the boundary that follows carries what the job was asked during
+  // the hold.
   void read_requests_now();
   // Rank 0: the settings in force changed at `step` (an event).
   void settings_applied(const elastic::Membership& m, std::int64_t step, const std::string& in_force);
@@ -134,6 +135,8 @@ class StepReporter {
   void take_reads();
   // Waits (at most kFlushTimeout) until the queued reports are written; false when they were not.
   bool flush_reports();
+  // The values of kAskedKeys, in its order.
+  void read_asked(const std::vector<std::optional<std::string>>& values);
   void read_requests(const std::optional<std::string>& value);
   void read_settings(const std::optional<std::string>& value);
   void read_standby(const std::optional<std::string>& value);

@@ -95,11 +95,15 @@ TEST_F(ControllerTest, AJoinerIsAdmittedOnceItsWorkersAreSetUp) {
   std::this_thread::sleep_for(400ms);  // past the settle window
   EXPECT_EQ(leader.tick(), std::nullopt) << "b is preparing";
   EXPECT_EQ(nodes(), std::vector<std::string>{"a"});
+  // Meanwhile b stands by: the ranks count it when a member leaves (a leave it makes up goes on).
+  EXPECT_EQ(store_->get(keys::kStandby).value_or(""), "b");
+  EXPECT_EQ(store_->hash_get_all(keys::kState)["standby"], "b");
   preparing.set(false);
   preparing.sync(*store_, "b", b.lease().incarnation, false, 60s);
   EXPECT_FALSE(store_->get(key).has_value());
   ASSERT_EQ(leader.tick(), 2) << "ready after the window: admitted at the next tick";
   EXPECT_EQ(nodes(), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(store_->get(keys::kStandby).value_or("?"), "");
   // A member writes no key; a new incarnation's replaces an earlier one's.
   preparing.set(true);
   preparing.sync(*store_, "b", b.lease().incarnation, true, 60s);

@@ -133,6 +133,9 @@ TEST_F(Decision, ACandidateStillPreparingWaitsAndItsSettleWindowRunsMeanwhile) {
   EXPECT_EQ(nodes(d.members), std::vector<std::string>{"a"});
   ASSERT_EQ(d.preparing.size(), 1u) << "c has no lease: it is no candidate any more";
   EXPECT_EQ(d.preparing[0].node, "b");
+  // b stands by meanwhile: a member's leave that it would make up does not stop the job.
+  ASSERT_EQ(d.standby.size(), 1u);
+  EXPECT_EQ(d.standby[0].node, "b");
   ASSERT_TRUE(d.pending_since.has_value()) << "the window starts while b prepares";
   EXPECT_EQ(*d.pending_since, v.now);
   v.pending_since = v.now - 3s;
@@ -153,6 +156,8 @@ TEST_F(Decision, ACandidateStillPreparingWaitsAndItsSettleWindowRunsMeanwhile) {
   EXPECT_EQ(nodes(d.members), (std::vector<std::string>{"a", "c"}));
   ASSERT_EQ(d.preparing.size(), 1u);
   EXPECT_EQ(d.candidates.size(), 2u) << "b stays a candidate";
+  ASSERT_EQ(d.standby.size(), 1u) << "and stands by";
+  EXPECT_EQ(d.standby[0].node, "b");
 }
 
 // Nobody's preparation holds up a first generation, or one waiting below MIN: no rank runs.
@@ -606,6 +611,16 @@ TEST(DecisionProperties, HoldOnRandomViews) {
     }
     EXPECT_LE(static_cast<int>(d.members.size()), v.config.max_nodes);
     for (const auto& c : d.standby) EXPECT_FALSE(v.cordons.contains(c.node)) << c.node;
+    // Standing by: every candidate held preparing, and the others only beyond max_nodes.
+    auto standing_by = [&](const JoinCandidate& c) {
+      return std::any_of(d.standby.begin(), d.standby.end(), [&](const JoinCandidate& x) { return same_identity(x, c); });
+    };
+    for (const auto& c : d.preparing) EXPECT_TRUE(standing_by(c)) << c.node << " prepares and does not stand by";
+    for (const auto& c : d.standby) {
+      const bool preparing = std::any_of(d.preparing.begin(), d.preparing.end(),
+                                         [&](const JoinCandidate& x) { return same_identity(x, c); });
+      EXPECT_TRUE(preparing || static_cast<int>(d.members.size()) == v.config.max_nodes) << c.node;
+    }
     // Into a running generation, a candidate whose workers are preparing is admitted only when the
     // generation would be below MIN without the candidates preparing (then none is held).
     seen_cases["preparing"] += !d.preparing.empty();

@@ -198,7 +198,7 @@ class RecoveryCluster : public ::testing::Test {
  protected:
   void drain_goes_on_from_memory(DrainBy by);
   void drain_and_stop_at_once(DrainBy by, bool stop_after_leave = false);
-  void standby_replaces(bool drained);
+  void standby_replaces(bool drained, bool spare_while_held = false);
   void rolled_forward_saved(int victim);
   static void SetUpTestSuite() {
     reference_ = std::make_unique<ReferenceRun>([](const fs::path& dir) { return options(dir, "2:2", 1); },
@@ -696,8 +696,11 @@ TEST_F(RecoveryCluster, HdpConfigSetTakesEffectAtOneStepOnEveryRank) {
 // place the same way: a leave that a standby makes up is not a leave below MIN.
 TEST_F(RecoveryCluster, AStandbyNodeReplacesAKilledMemberFromMemory) { standby_replaces(false); }
 TEST_F(RecoveryCluster, AStandbyNodeReplacesADrainedMemberFromMemory) { standby_replaces(true); }
+// The spare registers while the ranks stand held at the boundary, after the last step report read
+// the nodes standing by: the drain that ends the hold is judged against the spares of now.
+TEST_F(RecoveryCluster, ASpareRegisteredDuringAHoldMakesUpTheDrainThatEndsIt) { standby_replaces(true, true); }
 
-void RecoveryCluster::standby_replaces(bool drained) {
+void RecoveryCluster::standby_replaces(bool drained, bool spare_while_held) {
   TempDir dir;
   std::cout << "the " << (drained ? "drain" : "kill") << " comes at step " << fault_step() << " (HDP_FAULT_STEP)\n";
   // Held there: the survivor's ranks go on when the victim's new generation comes, or when released.
@@ -705,12 +708,22 @@ void RecoveryCluster::standby_replaces(bool drained) {
   cluster.start_agent("n1");
   cluster.start_agent("n2");
   ASSERT_GE(cluster.wait_for_members({"n1", "n2"}, 60s), 0) << cluster.all_logs();
-  cluster.start_agent("n3");
-  // n3 registers and stands by: the state lists it, and so does `hdp status`.
-  ASSERT_GE(cluster.wait_until([&] { return cluster.state()["standby"] == "n3"; }, 30s), 0) << cluster.all_logs();
-  const CommandResult status = hdp(cluster, {"status"});
-  EXPECT_NE(status.out.find("standby (registered, not members"), std::string::npos) << status.out;
+  auto spare = [&] {
+    cluster.start_agent("n3");
+    // n3 registers and stands by: the state lists it, and so does `hdp status`.
+    ASSERT_GE(cluster.wait_until([&] { return cluster.state()["standby"] == "n3"; }, 30s), 0) << cluster.all_logs();
+    const CommandResult status = hdp(cluster, {"status"});
+    EXPECT_NE(status.out.find("standby (registered, not members"), std::string::npos) << status.out;
+  };
+  if (!spare_while_held) spare();
+  ASSERT_FALSE(HasFatalFailure());
   ASSERT_GE(cluster.wait_until([&] { return cluster.step() >= fault_step(); }, 120s), 0) << cluster.all_logs();
+  if (spare_while_held) {
+    std::this_thread::sleep_for(300ms);  // the last step's report written, its reads taken
+    ASSERT_EQ(cluster.step(), fault_step()) << "the ranks are held";
+    spare();
+    ASSERT_FALSE(HasFatalFailure());
+  }
   // The member that does not lead (the leader's own failover is timed elsewhere).
   const std::string leader = cluster.leader().value_or("");
   const std::string victim = leader.rfind("n1/", 0) == 0 ? "n2" : "n1";
