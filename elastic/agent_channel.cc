@@ -212,12 +212,13 @@ void AgentChannel::run() {
       socket_ = fd;
       // Where this worker stands, at every connection: a restarted agent (or one that lost the
       // connection) learns it again.
-      send_locked(ready_ ? agent_channel::ready_line() : agent_channel::preparing_line());
+      send_locked(ready_ ? agent_channel::ready_line() : agent_channel::preparing_line(), true);
     }
     serve(fd);
     {
       std::lock_guard lock(mutex_);
       socket_ = -1;
+      unsent_.clear();  // the next connection starts with where this worker stands
     }
     ::close(fd);
   }
@@ -233,6 +234,10 @@ void AgentChannel::serve(int socket) {
   while (!stop_) {
     pollfd entry{.fd = socket, .events = POLLIN, .revents = 0};
     const int ready = ::poll(&entry, 1, 100);
+    {
+      std::lock_guard lock(mutex_);
+      flush_locked();  // what the connection's buffer could not take before
+    }
     if (ready < 0 && errno == EINTR) continue;
     if (ready == 0) continue;  // silence is judged by readers from last_line_
     const ssize_t got = ready < 0 ? -1 : ::recv(socket, chunk, sizeof chunk, 0);
@@ -300,15 +305,30 @@ void AgentChannel::report_broken(std::int64_t g) {
 void AgentChannel::report_ready() {
   std::lock_guard lock(mutex_);
   if (std::exchange(ready_, true)) return;
-  send_locked(agent_channel::ready_line());
+  send_locked(agent_channel::ready_line(), true);
 }
 
-void AgentChannel::send_locked(const std::string& line) {
-  if (socket_ < 0) return;
-  const ssize_t sent = ::send(socket_, line.data(), line.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-  if (sent != static_cast<ssize_t>(line.size())) {
-    log()->debug("agent channel {}: could not write {} to the agent: {}", name_,
-                 quote_value(line.substr(0, line.size() - 1)), sent < 0 ? std::strerror(errno) : "a partial write");
+std::size_t AgentChannel::unsent() const {
+  std::lock_guard lock(mutex_);
+  return unsent_.size();
+}
+
+void AgentChannel::send_locked(const std::string& line, bool essential) {
+  if (socket_ < 0 || (!essential && unsent_.size() + line.size() > agent_channel::kMaxUnsent)) {
+    log()->debug("agent channel {}: dropped {}: {}", name_, quote_value(line.substr(0, line.size() - 1)),
+                 socket_ < 0 ? "not connected" : "the agent reads nothing");
+    return;
+  }
+  unsent_ += line;
+  flush_locked();
+}
+
+void AgentChannel::flush_locked() {
+  while (socket_ >= 0 && !unsent_.empty()) {
+    const ssize_t sent = ::send(socket_, unsent_.data(), unsent_.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (sent < 0 && errno == EINTR) continue;
+    if (sent <= 0) return;  // the buffer is full (or the connection broke: serve() sees it)
+    unsent_.erase(0, static_cast<std::size_t>(sent));
   }
 }
 

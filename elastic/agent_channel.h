@@ -60,6 +60,8 @@ inline constexpr int kVersion = 3;
 inline constexpr int kSilenceKeepalives = 3;
 inline constexpr std::chrono::milliseconds kAgentChannelLimit{30000};
 inline constexpr std::size_t kMaxLine = 128;  // longer lines are garbage
+// A worker keeps at most this many bytes of its lines waiting for an agent that does not read.
+inline constexpr std::size_t kMaxUnsent = 64 * kMaxLine;
 // A record larger than this is garbage (12,500 nodes take ~1.4 MB).
 inline constexpr std::size_t kMaxRecordBytes = 256u << 20;
 // A worker the agent started counts as preparing until it says `preparing` or `ready`, for at most
@@ -119,21 +121,29 @@ class AgentChannel {
   void wait_for_change(std::int64_t known, std::chrono::milliseconds timeout) const;
   // Lines that did not parse, in all.
   std::int64_t bad_lines() const { return bad_lines_; }
-  // Tells the agent that generation g broke under this worker (`broken <g>`); never blocks, and a
-  // line that cannot be written now (the channel lost, its buffer full) is dropped.
+  // Tells the agent that generation g broke under this worker (`broken <g>`); never blocks. A line
+  // the connection's buffer cannot take now is written by the channel's thread once it can (within
+  // its 100 ms poll), in order; with the channel lost, or agent_channel::kMaxUnsent bytes waiting, it is
+  // dropped.
   void report_broken(std::int64_t g);
   // Tells the agent that this worker is set up and waits for a generation (`ready`), now and at
-  // every later connection (before it, each connection says `preparing`). Idempotent; never blocks.
+  // every later connection (before it, each connection says `preparing`). Idempotent; never blocks;
+  // never dropped while connected (written later as above), and said again at a new connection.
   void report_ready();
+  // The bytes of lines not written to the agent yet (a full buffer); for tests.
+  std::size_t unsent() const;
 
  private:
   void run();
   void serve(int socket);  // reads lines until the connection breaks, goes silent, or stop_
   void lose(const std::string& why);
   void heard(std::optional<std::int64_t> generation);
-  // Writes one line to the agent without blocking (dropped, logged at debug, when it cannot be
-  // written now). The caller holds mutex_.
-  void send_locked(const std::string& line);
+  // Queues one line for the agent and writes what the connection takes now, without blocking: a
+  // line not `essential` is dropped (logged at debug) when there is no connection or
+  // agent_channel::kMaxUnsent bytes wait already. The caller holds mutex_.
+  void send_locked(const std::string& line, bool essential = false);
+  // Writes what waits, as far as the connection takes it now. The caller holds mutex_.
+  void flush_locked();
 
   const std::string name_;
   std::atomic<bool> stop_{false};
@@ -141,6 +151,7 @@ class AgentChannel {
   mutable std::condition_variable changed_;
   bool connected_ = false;                        // guarded by mutex_
   int socket_ = -1;                               // the connection while serve() runs; guarded by mutex_
+  std::string unsent_;                            // lines (or a line's rest) not written yet; guarded by mutex_
   std::optional<std::int64_t> generation_;        // guarded by mutex_
   std::int64_t record_generation_ = 0;              // guarded by mutex_
   std::shared_ptr<const std::string> record_;     // guarded by mutex_

@@ -135,7 +135,13 @@ class FakeAgent {
     ::close(listener_);
   }
   const std::string& name() const { return name_; }
-  void accept() { peer_ = ::accept(listener_, nullptr, nullptr); }
+  // The worker's connection, within `limit`; false when none came.
+  bool accept(std::chrono::milliseconds limit = 5s) {
+    pollfd entry{.fd = listener_, .events = POLLIN, .revents = 0};
+    if (::poll(&entry, 1, static_cast<int>(limit.count())) <= 0) return false;
+    peer_ = ::accept(listener_, nullptr, nullptr);
+    return peer_ >= 0;
+  }
   void write(const std::string& text) { ASSERT_EQ(::send(peer_, text.data(), text.size(), MSG_NOSIGNAL), static_cast<ssize_t>(text.size())); }
   // The next line the worker wrote, without its end; "" when none came within `limit`.
   std::string read_line(std::chrono::milliseconds limit) {
@@ -254,14 +260,55 @@ TEST(WorkerChannel, AStartedWorkerIsPreparingUntilItsFirstLineOrTheGrace) {
 TEST(WorkerChannel, AReconnectedWorkerSaysWhereItStands) {
   FakeAgent agent;
   AgentChannel worker(agent.name());
-  agent.accept();
+  ASSERT_TRUE(agent.accept());
   agent.write(elastic::agent_channel::hello_line(1000ms));
   EXPECT_EQ(agent.read_line(5s), "preparing");
   worker.report_ready();
   EXPECT_EQ(agent.read_line(5s), "ready");
   agent.hang_up();
-  agent.accept();
+  ASSERT_TRUE(agent.accept());
   EXPECT_EQ(agent.read_line(5s), "ready");
+}
+
+// A line the connection's buffer cannot take now is written once it can, in order: a worker whose
+// agent reads nothing for a while tells it `ready` when it reads again. Of the `broken` lines, those
+// beyond kMaxUnsent bytes waiting are dropped; the stage never is.
+TEST(WorkerChannel, ALineTheBufferRefusesIsWrittenOnceTheAgentReads) {
+  using elastic::agent_channel::kMaxLine;
+  using elastic::agent_channel::kMaxUnsent;
+  FakeAgent agent;
+  AgentChannel worker(agent.name());
+  ASSERT_TRUE(agent.accept());
+  agent.write(elastic::agent_channel::hello_line(1000ms));
+  EXPECT_EQ(agent.read_line(5s), "preparing");
+  // The agent reads nothing: the connection's buffer fills, then what the worker keeps, until a
+  // line is dropped.
+  std::int64_t dropped = 0;
+  for (std::int64_t g = 1; g <= 1000000 && !dropped; ++g) {
+    const std::size_t before = worker.unsent();
+    worker.report_broken(g);
+    if (before > 0 && worker.unsent() == before) dropped = g;
+  }
+  ASSERT_GT(dropped, 0) << "the connection's buffer never filled";
+  const std::size_t kept = worker.unsent();
+  EXPECT_LE(kept, kMaxUnsent);
+  EXPECT_GT(kept + kMaxLine, kMaxUnsent) << "dropped before kMaxUnsent";
+  worker.report_ready();
+  EXPECT_EQ(worker.unsent(), kept + elastic::agent_channel::ready_line().size()) << "ready waits";
+  // The agent reads again: the broken lines in order, then `ready`.
+  std::string line;
+  std::int64_t last = 0;
+  int broken = 0;
+  while ((line = agent.read_line(5s)).starts_with("broken ")) {
+    const std::int64_t g = std::stoll(line.substr(7));
+    ASSERT_GT(g, last) << "out of order: " << line;
+    ASSERT_LT(g, dropped) << "a line kept after one was dropped: " << line;
+    last = g;
+    ++broken;
+  }
+  EXPECT_EQ(line, "ready");
+  EXPECT_GT(broken, 0);
+  EXPECT_TRUE(eventually([&] { return worker.unsent() == 0; }, 5s));
 }
 
 // A worker's `broken <g>` reaches the agent (once per line; garbage between lines is dropped),
