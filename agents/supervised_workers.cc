@@ -12,12 +12,11 @@
 namespace hdp::agents {
 
 void SupervisedWorkers::start_all(const elastic::NodeLease& lease) {
-  // Called for every worker started for a slot (a restart, a standby handed the slot) and for the
-  // standby itself, which speaks on the channel only once it has a slot.
-  supervisor_.start_all([this, incarnation = lease.incarnation](int slot) {
-    if (slot != WorkerSupervisor::kStandbySlot) channel_.expect_worker();
-    return worker_environment(incarnation, slot);
-  });
+  // Every worker that takes a slot (a restart, a standby handed the slot) is expected on the
+  // channel; the standby itself speaks there only once it has a slot.
+  supervisor_.start_all(
+      [this, incarnation = lease.incarnation](int slot) { return worker_environment(incarnation, slot); },
+      [this](int) { channel_.expect_worker(); });
 }
 
 void SupervisedWorkers::forget_gone() const {

@@ -31,8 +31,9 @@ WorkerSupervisor::WorkerSupervisor(boost::asio::io_context& io, Options options,
 
 WorkerSupervisor::~WorkerSupervisor() { kill_and_reap_all(); }
 
-void WorkerSupervisor::start_all(Environment environment) {
+void WorkerSupervisor::start_all(Environment environment, Started started) {
   environment_ = std::move(environment);
+  started_ = std::move(started);
   for (int slot = 0; slot < options_.slots; ++slot) {
     slots_[slot].restarts = 0;
     slots_[slot].stopping = false;
@@ -46,9 +47,11 @@ void WorkerSupervisor::start_all(Environment environment) {
 
 void WorkerSupervisor::start(int slot) {
   slots_[slot].started = std::chrono::steady_clock::now();
-  if (standby_.pid > 0 && take_standby(slot)) return;
-  slots_[slot].pid = spawn({options_.command, environment_(slot)});
-  log()->info("worker {} started (pid {}): {}", slot, slots_[slot].pid, options_.command.front());
+  if (!(standby_.pid > 0 && take_standby(slot))) {
+    slots_[slot].pid = spawn({options_.command, environment_(slot)});
+    log()->info("worker {} started (pid {}): {}", slot, slots_[slot].pid, options_.command.front());
+  }
+  if (started_) started_(slot);
 }
 
 bool WorkerSupervisor::take_standby(int slot) {

@@ -64,6 +64,9 @@ class WorkerSupervisor {
   // A slot's whole environment ("NAME=value" entries; see ProcessSpec in agents/process.h); for
   // kStandbySlot, the standby's (HDP_STANDBY=1).
   using Environment = std::function<std::vector<std::string>(int slot)>;
+  // Called once for each process that becomes a slot's worker: one spawned for it, or the standby
+  // handed it (not for a standby while it stands by, nor for a handover that failed).
+  using Started = std::function<void(int slot)>;
   // Called for every exit the supervisor does not handle by restarting: a clean exit (0), an exit
   // of a stopping worker, or a slot that ran out of restarts.
   using ExitHandler = std::function<void(int slot, int status, bool restarts_exhausted)>;
@@ -71,8 +74,9 @@ class WorkerSupervisor {
   WorkerSupervisor(boost::asio::io_context& io, Options options, ExitHandler on_final_exit);
   ~WorkerSupervisor();
 
-  // Starts every slot's worker (slots restart counters too).
-  void start_all(Environment environment);
+  // Starts every slot's worker (slots restart counters too); `started`, when set, is told each
+  // worker that takes a slot from now on, restarts included.
+  void start_all(Environment environment, Started started = {});
   // Returns true when `pid` was one of ours.
   bool on_exit(pid_t pid, int status);
   // Reaps every child that has exited (the agent's children are its workers) and hands each to
@@ -120,6 +124,7 @@ class WorkerSupervisor {
   Options options_;
   ExitHandler on_final_exit_;
   Environment environment_;
+  Started started_;
   std::vector<Slot> slots_;
   int restarts_total_ = 0;
   Standby standby_;

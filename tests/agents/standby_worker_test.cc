@@ -80,7 +80,7 @@ class StandbyWorker : public ::testing::Test {
       values.nproc_per_node = 2;
       const char* inherited[] = {"PATH=/usr/bin:/bin", nullptr};
       return elastic::worker_environment(values, inherited);
-    });
+    }, [this](int slot) { started_.push_back(slot); });
     reap();
   }
   // Runs the io_context until `done` or 10 s.
@@ -108,6 +108,7 @@ class StandbyWorker : public ::testing::Test {
   boost::asio::steady_timer reaper_{io_};
   std::unique_ptr<WorkerSupervisor> supervisor_;
   std::vector<std::pair<int, int>> final_exits_;
+  std::vector<int> started_;  // the slots the supervisor said a worker took, in order
   bool reaping_ = true;
 };
 
@@ -129,6 +130,7 @@ TEST_F(StandbyWorker, ACrashedWorkersSlotIsHandedToTheStandbyWithTheSlotsVariabl
   EXPECT_EQ(lines[2], std::to_string(standby) + " 1 -") << "the standby runs as slot 1's worker, HDP_STANDBY unset";
   EXPECT_EQ(supervisor_->restarts_total(), 1);
   EXPECT_EQ(supervisor_->healthy(), (std::vector<int>{0, 1}));
+  EXPECT_EQ(started_, (std::vector<int>{0, 1, 1})) << "the standby handed slot 1 is its worker now";
   EXPECT_TRUE(alive(standby));
   // The next standby follows after the delay; it is not a running worker.
   ASSERT_TRUE(run_until([&] { return supervisor_->standby_pid() > 0; }));
@@ -156,6 +158,7 @@ TEST_F(StandbyWorker, AStandbyThatDiesBeforeItIsNeededIsReplacedThenGivenUp) {
   EXPECT_EQ(supervisor_->standby_pid(), -1);
   EXPECT_EQ(supervisor_->healthy(), (std::vector<int>{0}));
   EXPECT_EQ(supervisor_->restarts_total(), 0) << "a standby's failure is no slot's restart";
+  EXPECT_EQ(started_, std::vector<int>{0}) << "a standby takes no slot while it stands by";
   EXPECT_TRUE(final_exits_.empty());
 }
 
@@ -183,6 +186,7 @@ TEST_F(StandbyWorker, AStandbyFoundDeadAtTheHandoverIsPassedOverForANewProcess) 
   EXPECT_NE(lines[1].substr(0, lines[1].find(' ')), std::to_string(standby));
   EXPECT_EQ(lines[1].substr(lines[1].find(' ')), " 0 -");
   EXPECT_EQ(supervisor_->standbys_taken(), 0);
+  EXPECT_EQ(started_, (std::vector<int>{0, 0})) << "one worker for the slot, not the failed handover too";
   // Reaped at last, the dead standby is replaced after the delay.
   ASSERT_TRUE(run_until([&] { return supervisor_->standby_pid() > 0 && supervisor_->standby_pid() != standby; }));
 }
