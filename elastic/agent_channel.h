@@ -123,8 +123,8 @@ class AgentChannel {
   std::int64_t bad_lines() const { return bad_lines_; }
   // Tells the agent that generation g broke under this worker (`broken <g>`); never blocks. A line
   // the connection's buffer cannot take now is written by the channel's thread once it can (within
-  // its 100 ms poll), in order; with the channel lost, or agent_channel::kMaxUnsent bytes waiting, it is
-  // dropped.
+  // its 100 ms poll), in order; it is dropped while the channel is lost, or when
+  // agent_channel::kMaxUnsent bytes wait already.
   void report_broken(std::int64_t g);
   // Tells the agent that this worker is set up and waits for a generation (`ready`), now and at
   // every later connection (before it, each connection says `preparing`). Idempotent; never blocks;

@@ -613,7 +613,8 @@ TEST(DecisionProperties, HoldOnRandomViews) {
     for (const auto& c : d.standby) EXPECT_FALSE(v.cordons.contains(c.node)) << c.node;
     // Standing by: every candidate held preparing, and the others only beyond max_nodes.
     auto standing_by = [&](const JoinCandidate& c) {
-      return std::any_of(d.standby.begin(), d.standby.end(), [&](const JoinCandidate& x) { return same_identity(x, c); });
+      return std::any_of(d.standby.begin(), d.standby.end(),
+                         [&](const JoinCandidate& x) { return same_identity(x, c); });
     };
     for (const auto& c : d.preparing) EXPECT_TRUE(standing_by(c)) << c.node << " prepares and does not stand by";
     for (const auto& c : d.standby) {
