@@ -233,11 +233,11 @@ void AgentChannel::serve(int socket) {
   char chunk[64 * 1024];
   while (!stop_) {
     pollfd entry{.fd = socket, .events = POLLIN, .revents = 0};
-    const int ready = ::poll(&entry, 1, 100);
     {
       std::lock_guard lock(mutex_);
       flush_locked();  // what the connection's buffer could not take before
     }
+    const int ready = ::poll(&entry, 1, 100);
     if (ready < 0 && errno == EINTR) continue;
     if (ready == 0) continue;  // silence is judged by readers from last_line_
     const ssize_t got = ready < 0 ? -1 : ::recv(socket, chunk, sizeof chunk, 0);

@@ -28,9 +28,10 @@ inline constexpr const char* kEvictions = "evictions";  // JSON: evicted node/sl
 inline constexpr const char* kControl = "control";  // JSON: pending requests (hdp stop/drain/checkpoint), control.h
 inline constexpr const char* kCordons = "cordons";  // JSON: nodes not admitted (hdp cordon), control.h
 inline constexpr const char* kSettings = "settings";  // JSON: live settings (hdp config set), control.h
-// The nodes standing by (registered alive, not members at MAX), comma-separated in join order, as
-// the state's `standby` field (leader): a string key too, so that rank 0 reads it with its step
-// report and a drain that a standby makes up is not a leave below MIN.
+// The nodes standing by (registered alive, not members: at MAX, or a joiner whose workers are still
+// preparing: membership_decision.h), comma-separated in join order, as the state's `standby` field
+// (leader): a string key too, so that rank 0 reads it with its step report and a drain that a
+// standby makes up is not a leave below MIN.
 inline constexpr const char* kStandby = "standby";
 // The store's primary as the job's agents last saw it ("host:port", RedisStore::primary()) and how
 // many times it moved (failovers through Redis Sentinel): for `hdp status` and the dashboard only,

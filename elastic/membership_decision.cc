@@ -192,7 +192,10 @@ MembershipDecision desired_members(const MembershipView& view) {
       }
     }
     admissible.push_back(c);
-    if (running && view.preparing.contains({c.node, c.incarnation}) && !view.cordons.contains(c.node)) {
+    // One that could not be admitted anyway (no healthy slot yet, or cordoned) waits as such.
+    const bool admittable = lease != view.leases.end() && same_identity(lease->second, c) &&
+                            !lease->second.healthy.empty() && !view.cordons.contains(c.node);
+    if (running && admittable && view.preparing.contains({c.node, c.incarnation})) {
       d.preparing.push_back(c);
     } else {
       ready.push_back(c);

@@ -15,11 +15,13 @@
 //    cool-down ended, and the candidates in join order. The other live candidates stand by. Below
 //    min_nodes the generation's status is `waiting`.
 //  - While a running generation exists, a candidate whose workers are still preparing (the view's
-//    `preparing`: elastic/preparing_workers.h) is not admitted: it waits, listed in `preparing`,
-//    and the settle window runs from when its join was first seen, so that a candidate ready after
-//    the window is published at the next tick. The first generation, or one waiting below MIN,
-//    waits for nobody's preparation, nor does a generation that would be below MIN without the
-//    candidates still preparing (it would wait anyway). A cordoned candidate waits as cordoned.
+//    `preparing`: elastic/preparing_workers.h) is not admitted: it waits, listed in `preparing`
+//    and in `standby` (a leave it makes up is no leave below MIN: see the next sentence), and the
+//    settle window runs from when its join was first seen, so that a candidate ready after the
+//    window is published at the next tick. The first generation, or one waiting below MIN, waits
+//    for nobody's preparation, nor does a generation that would be below MIN without the
+//    candidates still preparing (it would wait anyway). A cordoned candidate waits as cordoned,
+//    one without a healthy slot as such (neither could be admitted).
 //  - A cordoned node is not admitted (hdp cordon): a member stays, a candidate or a benched node
 //    waits until it is uncordoned.
 //  - A candidate of another build than the live members' (release.h: its lease's version or wire)

@@ -193,6 +193,28 @@ TEST_F(ControllerTest, AJoinNumberNotYetAnnouncedHoldsBackNoLaterOneAndIsReadWhe
   EXPECT_EQ(decode_generation(*store_->get(keys::generation(3)), "gen:3").joins_seen, 3);
 }
 
+// A standby read late (its number was a hole when first read) stands by in its number's place,
+// before later numbers, and a new leader would resume before the smallest number standing by.
+TEST_F(ControllerTest, AStandbyReadLateStandsByInJoinOrder) {
+  join("a");
+  auto leader = controller({1, 1});
+  ASSERT_EQ(leader.tick(), 1);
+  store_->add(keys::kJoinCount, 1);  // number 2 taken, its announcement not written yet
+  join("c");                         // number 3
+  join("e");                         // number 4
+  EXPECT_EQ(leader.tick(), std::nullopt) << "c and e stand by (MAX 1)";
+  join("b");  // number 5, its announcement moved to 2 (late), 5 left a hole
+  store_->set(keys::join(2), store_->get(keys::join(5)).value());
+  store_->erase(keys::join(5));
+  EXPECT_EQ(leader.tick(), std::nullopt);
+  EXPECT_EQ(store_->get(keys::kStandby).value_or(""), "b,c,e");
+  expire("a");
+  ASSERT_EQ(leader.tick(), 2);
+  EXPECT_EQ(nodes(), std::vector<std::string>{"b"}) << "the first in join order takes the place";
+  EXPECT_EQ(store_->get(keys::kStandby).value_or(""), "c,e");
+  EXPECT_EQ(decode_generation(*store_->get(keys::generation(2)), "gen:2").joins_seen, 2) << "c's number is 3";
+}
+
 TEST_F(ControllerTest, NothingIsPublishedAfterTheJobCompleted) {
   join("a");
   join("b");

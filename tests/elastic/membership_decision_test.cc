@@ -192,6 +192,13 @@ TEST_F(Decision, APreparingCandidateIsAdmittedWhenNoRankRuns) {
   d = desired_members(v);
   EXPECT_EQ(nodes(d.members), std::vector<std::string>{"a"});
   EXPECT_TRUE(d.preparing.empty());
+  // One without a healthy slot (its workers restarting) neither: it could not make up a leave.
+  v = view_with_b_preparing();
+  live(v, lease("b", {}));
+  d = desired_members(v);
+  EXPECT_EQ(nodes(d.members), std::vector<std::string>{"a"});
+  EXPECT_TRUE(d.preparing.empty());
+  EXPECT_TRUE(d.standby.empty());
 }
 
 TEST_F(Decision, WithNoGenerationJoinsWaitTheRejoinWindowWhenLonger) {
@@ -616,7 +623,11 @@ TEST(DecisionProperties, HoldOnRandomViews) {
       return std::any_of(d.standby.begin(), d.standby.end(),
                          [&](const JoinCandidate& x) { return same_identity(x, c); });
     };
-    for (const auto& c : d.preparing) EXPECT_TRUE(standing_by(c)) << c.node << " prepares and does not stand by";
+    for (const auto& c : d.preparing) {
+      EXPECT_TRUE(standing_by(c)) << c.node << " prepares and does not stand by";
+      const auto lease = v.leases.find(keys::lease(c.node, c.incarnation));
+      EXPECT_TRUE(lease != v.leases.end() && !lease->second.healthy.empty()) << c.node << " has no healthy slot";
+    }
     for (const auto& c : d.standby) {
       const bool preparing = std::any_of(d.preparing.begin(), d.preparing.end(),
                                          [&](const JoinCandidate& x) { return same_identity(x, c); });
