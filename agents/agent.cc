@@ -19,6 +19,7 @@
 
 #include "agents/agent_metrics.h"
 #include "agents/generation_watcher.h"
+#include "agents/node_directory.h"
 #include "agents/supervised_workers.h"
 #include "agents/systemd_notify.h"
 #include "agents/worker_channel.h"
@@ -45,7 +46,7 @@ using std::chrono::milliseconds;
 class Agent {
  public:
   Agent(const AgentOptions& options, std::shared_ptr<Store> store, std::shared_ptr<const RedisStore> redis,
-        AgentMetrics* metrics)
+        AgentMetrics* metrics, const std::filesystem::path& node_directory)
       : options_(options),
         metrics_(metrics),
         stop_signals_(io_, SIGTERM, SIGINT, SIGUSR1),
@@ -63,7 +64,7 @@ class Agent {
                     [this](int slot, int status, bool exhausted) { on_final_exit(slot, status, exhausted); }),
         channel_(io_, options.timing.heartbeat, [this](std::int64_t g) { on_generation_broke(g); },
                  [this](bool preparing) { on_workers_preparing(preparing); }),
-        workers_(options, supervisor_, metrics, channel_),
+        workers_(options, supervisor_, metrics, channel_, node_directory),
         control_(control_options(options, redis), store, workers_),
         redis_(std::move(redis)),
         store_primary_(control_.store(), redis_ && redis_->endpoint().is_sentinel()),
@@ -468,6 +469,7 @@ AgentOutcome run_agent(const AgentOptions& options, std::shared_ptr<Store> job_s
                        std::shared_ptr<const RedisStore> redis) {
   if (options.slots < 1) throw InvalidArgument("--nproc-per-node must be >= 1");
   if (options.worker_command.empty()) throw InvalidArgument("the worker command is empty");
+  const NodeDirectory node_directory;
   // The metrics endpoint first: a port in use fails the agent before it registers.
   std::unique_ptr<AgentMetrics> metrics;
   if (options.metrics_port) {
@@ -476,11 +478,12 @@ AgentOutcome run_agent(const AgentOptions& options, std::shared_ptr<Store> job_s
                                                                  .slots = options.slots,
                                                                  .address = options.metrics_address,
                                                                  .port = *options.metrics_port,
-                                                                 .lease = options.timing.lease});
+                                                                 .lease = options.timing.lease,
+                                                                 .directory = node_directory.path()});
     job_store = std::make_shared<metrics::TimedStore>(std::move(job_store), metrics->registry(),
                                                       metrics::Labels{{"hdp_job", options.job}, {"node", options.node_id}});
   }
-  Agent agent(options, std::move(job_store), std::move(redis), metrics.get());
+  Agent agent(options, std::move(job_store), std::move(redis), metrics.get(), node_directory.path());
   return agent.run();
 }
 

@@ -44,54 +44,21 @@ AgentMetrics::AgentMetrics(AgentMetricsOptions options) : options_(std::move(opt
   r.add_counter("hdp_agent_worker_metrics_errors_total", labels(), 0);
   r.add_counter("hdp_agent_store_failovers_total", labels(), 0);
 
-  remove_stale_directories();
-  const std::string prefix = "hdp-agent-metrics-" + std::to_string(::getpid()) + "-";
-  std::string pattern = (std::filesystem::temp_directory_path() / (prefix + "XXXXXX")).string();
-  if (!::mkdtemp(pattern.data())) throw Error("cannot create a directory for the workers' metrics under " + pattern);
-  dir_ = pattern;
-  try {
-    server_ = std::make_unique<metrics::HttpServer>(options_.address, options_.port, [this](const metrics::HttpRequest& request) {
-      if (request.path == "/metrics") {
-        return metrics::HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", scrape()};
-      }
-      if (request.path == "/") return metrics::HttpResponse{200, "text/plain; charset=utf-8", "hdp agent: see /metrics\n"};
-      return metrics::HttpResponse{404, "text/plain; charset=utf-8", "not found\n"};
-    });
-    http_ = server_.get();
-  } catch (...) {
-    std::error_code ignored;
-    std::filesystem::remove_all(dir_, ignored);
-    throw;
-  }
+  server_ = std::make_unique<metrics::HttpServer>(options_.address, options_.port, [this](const metrics::HttpRequest& request) {
+    if (request.path == "/metrics") {
+      return metrics::HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", scrape()};
+    }
+    if (request.path == "/") return metrics::HttpResponse{200, "text/plain; charset=utf-8", "hdp agent: see /metrics\n"};
+    return metrics::HttpResponse{404, "text/plain; charset=utf-8", "not found\n"};
+  });
+  http_ = server_.get();
   log()->info("node {}: serving metrics on http://{}:{}/metrics", options_.node, options_.address, port());
 }
 
-// A SIGKILLed agent cannot remove its directory: the next agent on the machine removes every one
-// whose agent (the pid in its name) is gone.
-void AgentMetrics::remove_stale_directories() {
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::temp_directory_path(), ec)) {
-    const std::string name = entry.path().filename().string();
-    constexpr std::string_view kPrefix = "hdp-agent-metrics-";
-    if (!name.starts_with(kPrefix)) continue;
-    const std::string rest = name.substr(kPrefix.size());
-    int pid = 0;
-    auto [end, parse] = std::from_chars(rest.data(), rest.data() + rest.size(), pid);
-    if (parse != std::errc() || end == rest.data() || *end != '-' || pid <= 0) continue;
-    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
-    std::error_code ignored;
-    std::filesystem::remove_all(entry.path(), ignored);
-  }
-}
-
-AgentMetrics::~AgentMetrics() {
-  server_.reset();
-  std::error_code ignored;
-  std::filesystem::remove_all(dir_, ignored);
-}
+AgentMetrics::~AgentMetrics() { server_.reset(); }
 
 std::filesystem::path AgentMetrics::worker_file(int slot) const {
-  return dir_ / ("worker-" + std::to_string(slot) + ".json");
+  return options_.directory / ("worker-" + std::to_string(slot) + ".json");
 }
 
 metrics::Labels AgentMetrics::labels(metrics::Labels more) const {

@@ -42,14 +42,17 @@ struct AgentMetricsOptions {
   std::string address = "0.0.0.0";
   int port = 0;  // 0: a free port
   std::chrono::milliseconds lease{5000};
+  // Where the workers' metrics files go: the node's directory (agents/node_directory.h), which
+  // outlives this object.
+  std::filesystem::path directory;
 };
 
 class AgentMetrics {
  public:
-  // Creates the workers' metrics directory (under the system's temporary directory) and starts
-  // serving. Throws InvalidArgument when the port is in use or the address is not an IP address.
+  // Starts serving. Throws InvalidArgument when the port is in use or the address is not an IP
+  // address.
   explicit AgentMetrics(AgentMetricsOptions options);
-  ~AgentMetrics();  // stops serving, removes the directory
+  ~AgentMetrics();  // stops serving
   AgentMetrics(const AgentMetrics&) = delete;
   AgentMetrics& operator=(const AgentMetrics&) = delete;
 
@@ -75,10 +78,8 @@ class AgentMetrics {
 
  private:
   metrics::Labels labels(metrics::Labels more = {}) const;
-  static void remove_stale_directories();
 
   AgentMetricsOptions options_;
-  std::filesystem::path dir_;
   metrics::Registry registry_;
   std::atomic<std::int64_t> renewed_ns_{-1};  // steady clock, ns; -1: never
   mutable std::atomic<std::int64_t> worker_errors_{0};

@@ -41,6 +41,7 @@ std::vector<std::string> SupervisedWorkers::worker_environment(const std::string
   values.advertise_address = options_.advertise_address;
   values.agent_pid = static_cast<int>(getpid());
   values.agent_channel = channel_.name();
+  values.node_dir = node_directory_.string();
   if (metrics_ && !values.standby) {
     metrics_->worker_gone(slot);  // a new process: nothing of its predecessor's
     values.metrics_file = metrics_->worker_file(slot).string();

@@ -291,6 +291,7 @@ void add_train_command(CLI::App& app) {
     const char* nproc_text = std::getenv(elastic::worker_env::kNprocPerNode);
     const int nproc = std::max(1, nproc_text ? std::atoi(nproc_text) : 1);
     trainer::TrainerConfig config = make_config(*flags, nproc);
+    if (const char* node_dir = std::getenv(elastic::worker_env::kNodeDir)) config.data_index_dir = node_dir;
     config.threads = flags->threads > 0 ? flags->threads
                                         : std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)) / nproc);
     std::optional<trainer::PreparedWorker> prepared;

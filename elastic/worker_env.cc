@@ -90,6 +90,7 @@ std::vector<std::string> worker_environment(const WorkerEnvironment& values, con
   if (values.agent_pid > 0) set(env::kAgentPid, std::to_string(values.agent_pid));
   if (!values.metrics_file.empty()) set(env::kMetricsFile, values.metrics_file);
   if (!values.agent_channel.empty()) set(env::kAgentChannel, values.agent_channel);
+  if (!values.node_dir.empty()) set(env::kNodeDir, values.node_dir);
   if (values.standby) set(env::kStandby, "1");
   return result;
 }
@@ -115,6 +116,7 @@ WorkerEnvironment read_worker_environment(const std::function<const char*(const 
   if (auto pid = optional(env::kAgentPid); !pid.empty()) values.agent_pid = non_negative(env::kAgentPid, pid);
   values.metrics_file = std::string(optional(env::kMetricsFile));
   values.agent_channel = std::string(optional(env::kAgentChannel));
+  values.node_dir = std::string(optional(env::kNodeDir));
   if (!values.agent_channel.empty() && (values.agent_channel[0] != '@' || values.agent_channel.size() < 2 ||
                                         values.agent_channel.size() > 100)) {
     throw InvalidArgument(std::string("environment variable ") + env::kAgentChannel + "='" +

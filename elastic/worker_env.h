@@ -46,6 +46,11 @@ inline constexpr const char* kMetricsFile = "HDP_AGENT_METRICS_FILE";
 // Set only by an agent: the abstract unix socket ("@<name>") on which it tells its workers the
 // job's generation (elastic/agent_channel.h). Without it a worker reads `gen` from the store.
 inline constexpr const char* kAgentChannel = "HDP_AGENT_CHANNEL";
+// Set only by an agent: a directory the agent keeps for its life (created at its start, removed
+// when it exits; a SIGKILLed agent's by the next agent on the machine: agents/node_directory.h),
+// which the node's workers share: each worker's metrics file, and a directory corpus's index,
+// which a restarted worker reads instead of walking the tree (trainer/data/corpus_index_cache.h).
+inline constexpr const char* kNodeDir = "HDP_NODE_DIR";
 // Set ("1") only for a standby worker (agents/worker_supervisor.h, Options::standby): a process
 // started before any slot needs it, which prepares what does not depend on its slot and then reads
 // its slot's variables on standard input (StandbyAssignment below). Its other variables are the
@@ -66,9 +71,10 @@ inline constexpr std::string_view kHugePageHeapSetting = "glibc.malloc.hugetlb=1
 static_assert(kHugePageHeapSetting.starts_with(kHugePageHeapTunable) &&
               kHugePageHeapSetting[kHugePageHeapTunable.size()] == '=');
 // Every variable of the contract: none of them is ever inherited by a worker.
-inline constexpr std::array<const char*, 14> kAll = {
-    kJobId,         kRedisUrl,     kRedisPasswordFile, kSentinelPasswordFile, kNodeId,      kNodeIncarnation, kLocalRank,
-    kTorchLocalRank, kNprocPerNode, kAdvertiseAddr,     kAgentPid,             kMetricsFile, kAgentChannel, kStandby};
+inline constexpr std::array<const char*, 15> kAll = {
+    kJobId,          kRedisUrl,     kRedisPasswordFile, kSentinelPasswordFile, kNodeId,
+    kNodeIncarnation, kLocalRank,   kTorchLocalRank,    kNprocPerNode,         kAdvertiseAddr,
+    kAgentPid,       kMetricsFile,  kAgentChannel,      kNodeDir,              kStandby};
 }  // namespace worker_env
 
 // What an agent tells one worker.
@@ -85,6 +91,7 @@ struct WorkerEnvironment {
   int agent_pid = 0;  // 0: not started by an agent (tests); the variable is then not written
   std::string metrics_file;  // empty: the agent serves no metrics; the variable is then not written
   std::string agent_channel;  // empty: none (the variable is then not written)
+  std::string node_dir;       // empty: none (the variable is then not written)
   bool standby = false;       // HDP_STANDBY=1 (the variable is written only when true)
 };
 

@@ -110,6 +110,10 @@ struct TrainerConfig : elastic::LiveValues {
   // A directory tree of text files (one file a document), or synthetic:NAME for documents with
   // lengths from a planner distribution (github, byted, file:PATH).
   std::string data = "/usr/include";
+  // Where a directory corpus's index is kept for the node's other workers, and read from
+  // (trainer/data/corpus_index_cache.h): the agent's HDP_NODE_DIR; empty (outside an agent): each
+  // worker walks the tree. Not part of the job's identity.
+  std::filesystem::path data_index_dir;
   std::uint64_t seed = 1234;          // initial weights and data order
   std::filesystem::path init_from;    // --init-from: initial weights from a Hugging Face directory (hf_model.h)
   // A restore from a checkpoint written over other data (its fingerprint differs) goes on, logged,

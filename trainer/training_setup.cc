@@ -133,6 +133,7 @@ std::shared_ptr<const data::PieceSource> open_dataset(const TrainerConfig& confi
   }
   data::CorpusOptions options;
   options.context = config.context;
+  options.index_cache_dir = config.data_index_dir;
   auto corpus = std::make_shared<data::Corpus>(spec, options);
   const auto& s = corpus->stats();
   log()->info("data: {} documents, {} pieces of at most {} tokens, {} bytes under {}", s.documents, s.pieces,

@@ -3,12 +3,15 @@
 //   - its identity comes from the agent's flags, never from variables the agent inherited
 //     (elastic/worker_env.h);
 //   - it shares no open file or socket with its agent beyond stdin, stdout and stderr;
+//   - the node's directory (HDP_NODE_DIR) lives as long as its agent;
 //   - a worker asking for a device it cannot have fails once, with one line, and is not restarted.
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -149,6 +152,72 @@ TEST(WorkerLaunch, WorkersInheritNoDescriptorOfTheirAgentButStdio) {
           << "worker " << slot << " (pid " << pid << ") holds its agent's " << target << " as fd " << fd;
     }
   }
+}
+
+// The node's directory (agents/node_directory.h, HDP_NODE_DIR): one per agent, shared by its
+// workers, not inherited, present while the agent runs and gone when it ends; a SIGKILLed agent's
+// (it cannot remove its own) and an earlier version's metrics directory of an agent gone are removed
+// by the next agent on the machine, a directory of a live process is left alone.
+TEST(WorkerLaunch, TheNodesDirectoryLivesAsLongAsItsAgent) {
+  namespace fs = std::filesystem;
+  const fs::path tmp = fs::temp_directory_path();
+  // A pid whose process is gone: a child that exited and was reaped.
+  const pid_t gone = ::fork();
+  if (gone == 0) ::_exit(0);
+  ASSERT_GT(gone, 0);
+  ASSERT_EQ(::waitpid(gone, nullptr, 0), gone);
+  const fs::path stale = tmp / ("hdp-agent-" + std::to_string(gone) + "-AbCdEf");
+  const fs::path stale_metrics = tmp / ("hdp-agent-metrics-" + std::to_string(gone) + "-AbCdEf");
+  const fs::path alive = tmp / ("hdp-agent-" + std::to_string(::getpid()) + "-AbCdEf");
+  for (const fs::path& dir : {stale, stale_metrics, alive}) {
+    fs::create_directories(dir / "sub");
+    std::ofstream(dir / "sub" / "file") << "x";
+  }
+  struct Cleanup {
+    fs::path dir;
+    ~Cleanup() {
+      std::error_code ignored;
+      fs::remove_all(dir, ignored);
+    }
+  } keep_clean{alive};
+
+  AgentCluster cluster({.nproc = 2});
+  const auto pids = train_one_node(cluster, "d1", {}, {"HDP_NODE_DIR=/planted/by/the/shell"});
+  ASSERT_FALSE(HasFailure());
+  EXPECT_FALSE(fs::exists(stale)) << "a SIGKILLed agent's directory is removed by the next agent";
+  EXPECT_FALSE(fs::exists(stale_metrics)) << "and an earlier version's metrics directory";
+  EXPECT_TRUE(fs::exists(alive / "sub" / "file")) << "a live process's directory is left alone";
+  std::set<std::string> dirs;
+  for (const auto& [slot, pid] : pids) {
+    const auto values = values_of(environment_of(pid), "HDP_NODE_DIR");
+    ASSERT_EQ(values.size(), 1u) << "worker " << slot;
+    dirs.insert(values[0]);
+  }
+  ASSERT_EQ(dirs.size(), 1u) << "one directory for the node's workers";
+  const fs::path dir = *dirs.begin();
+  const pid_t agent = cluster.agent("d1").pid();
+  EXPECT_EQ(dir.parent_path(), tmp);
+  EXPECT_TRUE(dir.filename().string().starts_with("hdp-agent-" + std::to_string(agent) + "-")) << dir;
+  struct stat st {};
+  ASSERT_EQ(::stat(dir.c_str(), &st), 0) << dir;
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0700u) << "the agent's user's only";
+
+  // SIGKILL: the directory stays behind, and the next agent on the machine removes it.
+  cluster.agent("d1").kill();
+  EXPECT_TRUE(fs::exists(dir));
+  cluster.start_agent("d2");
+  EXPECT_GE(cluster.wait_until([&] { return !fs::exists(dir); }, 15s), 0) << cluster.all_logs();
+  ASSERT_GE(cluster.wait_for_members({"d2"}, 15s), 0) << cluster.all_logs();
+  const auto d2_pids = worker_pids(cluster.agent_log("d2"));
+  ASSERT_FALSE(d2_pids.empty());
+  const auto d2_dirs = values_of(environment_of(d2_pids.begin()->second), "HDP_NODE_DIR");
+  ASSERT_EQ(d2_dirs.size(), 1u);
+  ASSERT_TRUE(fs::is_directory(d2_dirs[0]));
+  // An agent that leaves (SIGTERM) removes its own.
+  cluster.agent("d2").signal(SIGTERM);
+  ASSERT_TRUE(cluster.agent("d2").wait_for(20s)) << cluster.agent_log("d2");
+  EXPECT_FALSE(fs::exists(d2_dirs[0])) << cluster.agent_log("d2");
 }
 
 // `hdp train --device cuda` on a node where it cannot have one (the suite's machines have no GPU;

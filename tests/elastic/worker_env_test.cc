@@ -33,6 +33,7 @@ WorkerEnvironment agent_values() {
   values.advertise_address = "10.0.0.7";
   values.agent_pid = 4242;
   values.agent_channel = "@hdp-agent-4242-0123456789abcdef";
+  values.node_dir = "/tmp/hdp-agent-4242-Ab12Cd";
   return values;
 }
 
@@ -44,7 +45,7 @@ const std::vector<std::string> kInherited = {
     "HDP_NODE_INCARNATION=dead",   "HDP_NPROC_PER_NODE=8",
     "HDP_ADVERTISE_ADDR=192.0.2.1", "HDP_AGENT_PID=1",
     "HDP_LOG_LEVEL=debug",         "HDP_NODE_ID_SUFFIX=not-a-contract-name",
-    "LOCAL_RANK=5",
+    "LOCAL_RANK=5",                "HDP_NODE_DIR=/tmp/hdp-agent-1-stale",
     "NO_EQUALS_SIGN"};
 
 std::vector<const char*> as_environ(const std::vector<std::string>& entries) {
@@ -84,6 +85,7 @@ TEST(WorkerEnvironment, AgentValuesReplaceEveryInheritedContractVariable) {
   EXPECT_STREQ(first_match(env, "HDP_NPROC_PER_NODE"), "2");
   EXPECT_STREQ(first_match(env, "HDP_ADVERTISE_ADDR"), "10.0.0.7");
   EXPECT_STREQ(first_match(env, "HDP_AGENT_PID"), "4242");
+  EXPECT_STREQ(first_match(env, "HDP_NODE_DIR"), "/tmp/hdp-agent-4242-Ab12Cd");
   // The agent has no password file: the inherited one must not reach the worker.
   EXPECT_EQ(first_match(env, "HDP_REDIS_PASSWORD_FILE"), nullptr);
   // Everything else passes through, once, in its order; an entry without '=' is dropped.
@@ -119,6 +121,7 @@ TEST(WorkerEnvironment, WorkerReadsBackWhatTheAgentWrote) {
   EXPECT_EQ(read.advertise_address, values.advertise_address);
   EXPECT_EQ(read.agent_pid, values.agent_pid);
   EXPECT_EQ(read.metrics_file, values.metrics_file);
+  EXPECT_EQ(read.node_dir, values.node_dir);
 }
 
 TEST(WorkerEnvironment, NullInheritedEnvironmentGivesOnlyTheContractAndTheHeapTunable) {

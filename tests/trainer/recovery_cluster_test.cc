@@ -247,6 +247,11 @@ class RecoveryCluster : public ::testing::Test {
     *run = read_metrics(dir / "metrics.jsonl");
     const std::string logs = cluster.all_logs();
     EXPECT_NE(logs.find("fault " + fault + ": firing"), std::string::npos) << logs;
+    // A worker restarted by its agent reads the data index its node's first workers kept in the
+    // node's directory (trainer/data/corpus_index_cache.h) instead of walking the tree.
+    if (!node_loss) {
+      EXPECT_NE(logs.find("data: read the node's index of"), std::string::npos) << logs;
+    }
     const std::int64_t t = expect_continued_from_memory(cluster, *run);
     EXPECT_TRUE(t == fault_step() - 1 || t == fault_step()) << "T = " << t << ", the fault at step " << fault_step();
     EXPECT_TRUE(fs::is_directory(dir / "ckpt" / checkpoint::step_dir_name(fault_step())))

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <system_error>
 #include <utility>
@@ -18,6 +19,7 @@
 #include "common/fd.h"
 #include "common/log.h"
 #include "common/text.h"
+#include "trainer/data/corpus_index_cache.h"
 
 namespace hdp::trainer::data {
 namespace {
@@ -239,38 +241,66 @@ Corpus::Corpus(std::filesystem::path root, const CorpusOptions& options) : root_
   if (ec) throw InvalidArgument("cannot resolve data root " + shown + ": " + ec.message());
 
   const auto start = std::chrono::steady_clock::now();
-  Walk walk(root_, options, stats_, paths_, sizes_);
-  walk.root();
-  first_piece_.reserve(sizes_.size());
-  for (std::int64_t size : sizes_) {
-    first_piece_.push_back(stats_.pieces);
-    stats_.pieces += static_cast<std::uint64_t>((size + context_ - 1) / context_);
+  CorpusStats& stats = index_.stats;
+  fs::path kept;  // the index's file in options.index_cache_dir; empty: none
+  std::uint64_t unnamed_skips = 0;
+  if (!options.index_cache_dir.empty()) {
+    kept = corpus_index_file(options.index_cache_dir, root_, options);
+    std::string why;
+    if (std::optional<CorpusIndex> read = read_corpus_index(kept, root_, options, why)) {
+      index_ = std::move(*read);
+      stats.from_cache = true;
+    } else if (why != "absent") {
+      log()->warn("data: not using the index of {} kept in {}: {}; indexing the tree", shown,
+                  quote_value(kept.string()), why);
+    }
+  }
+  if (!stats.from_cache) {
+    Walk walk(root_, options, stats, index_.paths, index_.sizes);
+    walk.root();
+    unnamed_skips = walk.unnamed_skips();
+  }
+  first_piece_.reserve(index_.sizes.size());
+  for (std::int64_t size : index_.sizes) {
+    first_piece_.push_back(stats.pieces);
+    stats.pieces += static_cast<std::uint64_t>((size + context_ - 1) / context_);
   }
   std::string listing = "corpus " + std::to_string(context_) + "\n";
-  for (std::size_t d = 0; d < paths_.size(); ++d) listing += paths_[d] + '\0' + std::to_string(sizes_[d]) + '\n';
+  for (std::size_t d = 0; d < index_.paths.size(); ++d) {
+    listing += index_.paths[d] + '\0' + std::to_string(index_.sizes[d]) + '\n';
+  }
   fingerprint_ = fingerprint_of(listing);
-  stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-  std::string skipped = skipped_summary(stats_);
-  if (walk.unnamed_skips() > 0) skipped += " (" + std::to_string(walk.unnamed_skips()) + " unreadable not named above)";
-  if (stats_.documents == 0) {
+  std::string skipped = skipped_summary(stats);
+  if (unnamed_skips > 0) skipped += " (" + std::to_string(unnamed_skips) + " unreadable not named above)";
+  if (stats.documents == 0) {
     throw InvalidArgument("data root " + shown + " holds no usable document (a non-empty regular file): " + skipped);
   }
-  const auto level = stats_.unreadable > 0 || stats_.truncated ? spdlog::level::warn : spdlog::level::info;
+  if (!kept.empty() && !stats.from_cache) {
+    try {
+      write_corpus_index(kept, root_, options, index_);
+    } catch (const Error& e) {
+      log()->warn("data: the index of {} is not kept for the node's other workers: {}", shown, e.what());
+    }
+  }
+  const auto level = stats.unreadable > 0 || stats.truncated ? spdlog::level::warn : spdlog::level::info;
   // No document cut (hdp tokenize walks with no limit): no piece count to tell.
-  const std::string pieces = stats_.pieces == stats_.documents
+  const std::string pieces = stats.pieces == stats.documents
                                  ? std::string("one piece each")
-                                 : std::to_string(stats_.pieces) + " pieces of <= " + std::to_string(context_) + " tokens";
-  log()->log(level, "data: indexed {} documents ({} bytes, {}) under {} in {:.3f} s; {}", stats_.documents,
-             stats_.bytes, pieces, shown, stats_.seconds, skipped);
+                                 : std::to_string(stats.pieces) + " pieces of <= " + std::to_string(context_) + " tokens";
+  log()->log(level, "data: {} {} documents ({} bytes, {}) under {} in {:.3f} s; {}",
+             stats.from_cache ? "read the node's index of" : "indexed", stats.documents, stats.bytes, pieces, shown,
+             stats.seconds, skipped);
 }
 
 PieceLocation Corpus::locate(std::uint64_t piece) const {
-  HDP_CHECK(piece < stats_.pieces, "piece " + std::to_string(piece) + " of " + std::to_string(stats_.pieces));
+  HDP_CHECK(piece < index_.stats.pieces,
+            "piece " + std::to_string(piece) + " of " + std::to_string(index_.stats.pieces));
   const auto after = std::upper_bound(first_piece_.begin(), first_piece_.end(), piece);
   const auto document = static_cast<std::uint64_t>(after - first_piece_.begin()) - 1;
   const auto offset = static_cast<std::int64_t>(piece - first_piece_[document]) * context_;
-  return {document, offset, std::min(context_, sizes_[document] - offset)};
+  return {document, offset, std::min(context_, index_.sizes[document] - offset)};
 }
 
 bool Corpus::read(std::uint64_t piece, std::int64_t length, std::vector<std::int32_t>& tokens,
@@ -278,16 +308,16 @@ bool Corpus::read(std::uint64_t piece, std::int64_t length, std::vector<std::int
   const PieceLocation at = locate(piece);
   HDP_CHECK(length >= 1 && length <= at.length,
             "length " + std::to_string(length) + " of a piece of " + std::to_string(at.length));
-  const std::int64_t size = sizes_[at.document];
+  const std::int64_t size = index_.sizes[at.document];
   auto refuse = [&](const std::string& reason) {
     why = "piece " + std::to_string(piece) + " (bytes " + std::to_string(at.offset) + ".." +
-          std::to_string(at.offset + at.length) + " of " + quote_value(paths_[at.document]) + " under " +
+          std::to_string(at.offset + at.length) + " of " + quote_value(index_.paths[at.document]) + " under " +
           quote_value(root_.string()) + "): " + reason;
     return false;
   };
   // O_NOFOLLOW: a link put in a document's place after indexing is not followed either;
   // O_NONBLOCK: nor does a FIFO put there block the open.
-  const fs::path path = root_ / paths_[at.document];
+  const fs::path path = root_ / index_.paths[at.document];
   const Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
   if (fd.get() < 0) return refuse("cannot open: " + errno_text(errno));
   struct stat st{};

@@ -50,6 +50,10 @@ struct CorpusOptions {
   std::int64_t context = 0;                         // tokens per piece at most, >= 1
   std::uint64_t max_documents = 10'000'000;         // documents indexed at most, >= 1
   std::int64_t max_bytes = std::int64_t{1} << 40;   // bytes indexed at most (1 TiB), >= 1
+  // Where the index is kept for the node's other processes (the agent's directory, HDP_NODE_DIR):
+  // read from there when a file for this root and these options is there and whole, written there
+  // after a walk otherwise (trainer/data/corpus_index_cache.h). Empty: every process walks.
+  std::filesystem::path index_cache_dir;
 };
 
 // What indexing found.
@@ -62,7 +66,15 @@ struct CorpusStats {
   std::uint64_t special_files = 0;  // FIFOs, sockets, devices
   std::uint64_t unreadable = 0;     // directories that cannot be listed, files without read permission
   bool truncated = false;           // a limit stopped the walk
-  double seconds = 0;               // wall time of the walk
+  double seconds = 0;               // wall time of the walk, or of reading the index kept
+  bool from_cache = false;          // read from CorpusOptions::index_cache_dir, not walked
+};
+
+// What indexing found, document by document: what CorpusOptions::index_cache_dir keeps.
+struct CorpusIndex {
+  CorpusStats stats;
+  std::vector<std::string> paths;   // relative, bytewise ascending
+  std::vector<std::int64_t> sizes;  // bytes, >= 1
 };
 
 // Where a piece lies.
@@ -74,21 +86,22 @@ struct PieceLocation {
 
 class Corpus final : public PieceSource {
  public:
-  // Indexes the tree under `root`; see the header comment. Throws InvalidArgument.
+  // Indexes the tree under `root` (or reads the index kept in options.index_cache_dir); see the
+  // header comment. Throws InvalidArgument.
   Corpus(std::filesystem::path root, const CorpusOptions& options);
 
   // The root made absolute (reads do not depend on the working directory).
   const std::filesystem::path& root() const { return root_; }
   std::int64_t context() const { return context_; }
-  const CorpusStats& stats() const { return stats_; }
+  const CorpusStats& stats() const { return index_.stats; }
 
-  std::uint64_t document_count() const { return paths_.size(); }
+  std::uint64_t document_count() const { return index_.paths.size(); }
   // Path of document `document` relative to the root (generic format, '/' separated).
-  const std::string& document_path(std::uint64_t document) const { return paths_.at(document); }
-  std::int64_t document_size(std::uint64_t document) const { return sizes_.at(document); }
+  const std::string& document_path(std::uint64_t document) const { return index_.paths.at(document); }
+  std::int64_t document_size(std::uint64_t document) const { return index_.sizes.at(document); }
   PieceLocation locate(std::uint64_t piece) const;
 
-  std::uint64_t piece_count() const override { return stats_.pieces; }
+  std::uint64_t piece_count() const override { return index_.stats.pieces; }
   std::int64_t piece_length(std::uint64_t piece) const override { return locate(piece).length; }
   bool read(std::uint64_t piece, std::int64_t length, std::vector<std::int32_t>& tokens,
             std::string& why) const override;
@@ -100,9 +113,7 @@ class Corpus final : public PieceSource {
  private:
   std::filesystem::path root_;
   std::int64_t context_ = 0;
-  CorpusStats stats_;
-  std::vector<std::string> paths_;          // relative, bytewise ascending
-  std::vector<std::int64_t> sizes_;         // bytes, >= 1
+  CorpusIndex index_;
   std::vector<std::uint64_t> first_piece_;  // first piece of each document; ascending
   std::string fingerprint_;
 };
