@@ -469,7 +469,17 @@ AgentOutcome run_agent(const AgentOptions& options, std::shared_ptr<Store> job_s
                        std::shared_ptr<const RedisStore> redis) {
   if (options.slots < 1) throw InvalidArgument("--nproc-per-node must be >= 1");
   if (options.worker_command.empty()) throw InvalidArgument("the worker command is empty");
-  const NodeDirectory node_directory;
+  // The node's directory is a saving for the workers (their data's index) unless metrics need it
+  // for their files: without a temporary directory the agent runs without it.
+  std::optional<NodeDirectory> node_directory;
+  try {
+    node_directory.emplace();
+  } catch (const Error& e) {
+    if (options.metrics_port) throw;
+    log()->warn("node {}: {}; its workers share no directory (each indexes its data itself)", options.node_id,
+                e.what());
+  }
+  const std::filesystem::path node_dir = node_directory ? node_directory->path() : std::filesystem::path();
   // The metrics endpoint first: a port in use fails the agent before it registers.
   std::unique_ptr<AgentMetrics> metrics;
   if (options.metrics_port) {
@@ -479,11 +489,11 @@ AgentOutcome run_agent(const AgentOptions& options, std::shared_ptr<Store> job_s
                                                                  .address = options.metrics_address,
                                                                  .port = *options.metrics_port,
                                                                  .lease = options.timing.lease,
-                                                                 .directory = node_directory.path()});
+                                                                 .directory = node_dir});
     job_store = std::make_shared<metrics::TimedStore>(std::move(job_store), metrics->registry(),
                                                       metrics::Labels{{"hdp_job", options.job}, {"node", options.node_id}});
   }
-  Agent agent(options, std::move(job_store), std::move(redis), metrics.get(), node_directory.path());
+  Agent agent(options, std::move(job_store), std::move(redis), metrics.get(), node_dir);
   return agent.run();
 }
 

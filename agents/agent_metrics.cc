@@ -1,12 +1,5 @@
 #include "agents/agent_metrics.h"
 
-#include <signal.h>
-#include <stdlib.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <charconv>
-
 #include <fstream>
 #include <sstream>
 
@@ -19,6 +12,7 @@ using metrics::Type;
 using Clock = std::chrono::steady_clock;
 
 AgentMetrics::AgentMetrics(AgentMetricsOptions options) : options_(std::move(options)) {
+  HDP_CHECK(!options_.directory.empty(), "the agent's metrics need the node's directory for the workers' files");
   auto& r = registry_;
   r.describe("hdp_agent_lease_age_seconds", Type::kGauge, "Time since the agent's heartbeat last renewed its lease");
   r.describe("hdp_agent_lease_duration_seconds", Type::kGauge, "The lease: a node silent this long leaves the job");

@@ -3,8 +3,11 @@
 // The directory an agent keeps for its life: see node_directory.h.
 #include "agents/node_directory.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,9 +17,14 @@
 #include <system_error>
 
 #include "common/error.h"
+#include "common/fd.h"
 
 namespace hdp::agents {
 namespace {
+
+namespace fs = std::filesystem;
+
+std::string errno_text(int error) { return std::error_code(error, std::generic_category()).message(); }
 
 // The pid in a name "<prefix><pid>-...", or 0 when the name has no such form.
 int owner_pid(std::string_view name, std::string_view prefix) {
@@ -31,31 +39,47 @@ int owner_pid(std::string_view name, std::string_view prefix) {
 }  // namespace
 
 NodeDirectory::NodeDirectory() {
-  remove_stale();
-  std::string pattern =
-      (std::filesystem::temp_directory_path() / (std::string(kPrefix) + std::to_string(::getpid()) + "-XXXXXX")).string();
-  if (!::mkdtemp(pattern.data())) {
-    throw Error("cannot create the node's directory " + pattern + ": " +
-                std::error_code(errno, std::generic_category()).message());
-  }
+  std::error_code ec;
+  const fs::path temporary = fs::absolute(fs::temp_directory_path(ec), ec);
+  if (ec) throw Error("no temporary directory for the node's directory: " + ec.message());
+  remove_stale(temporary);
+  std::string pattern = (temporary / (std::string(kPrefix) + std::to_string(::getpid()) + "-XXXXXX")).string();
+  if (!::mkdtemp(pattern.data())) throw Error("cannot create the node's directory " + pattern + ": " + errno_text(errno));
   path_ = pattern;
+  const fs::path lock = path_ / kLockFile;
+  lock_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (lock_ < 0 || ::flock(lock_, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    if (lock_ >= 0) ::close(lock_);
+    fs::remove_all(path_, ec);
+    throw Error("cannot lock the node's directory " + pattern + ": " + errno_text(error));
+  }
 }
 
 NodeDirectory::~NodeDirectory() {
   std::error_code ignored;
-  std::filesystem::remove_all(path_, ignored);
+  fs::remove_all(path_, ignored);
+  ::close(lock_);
 }
 
-void NodeDirectory::remove_stale() {
+void NodeDirectory::remove_stale(const fs::path& temporary) {
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::temp_directory_path(), ec)) {
+  for (const auto& entry : fs::directory_iterator(temporary, ec)) {
     const std::string name = entry.path().filename().string();
-    int pid = owner_pid(name, "hdp-agent-metrics-");  // an earlier version's metrics directory
-    if (pid == 0) pid = owner_pid(name, kPrefix);
-    if (pid == 0 || !entry.is_directory(ec) || entry.is_symlink(ec)) continue;
+    const int earlier = owner_pid(name, "hdp-agent-metrics-");  // an earlier version's, without a lock
+    const int pid = earlier ? earlier : owner_pid(name, kPrefix);
+    if (pid == 0) continue;
+    struct stat st {};
+    if (::lstat(entry.path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid()) continue;
     if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
+    if (!earlier) {
+      // A lock still held: its agent lives, in another pid namespace. No lock file: an agent that
+      // died between creating its directory and locking it.
+      const Fd lock(::open((entry.path() / kLockFile).c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC));
+      if (lock.get() >= 0 && ::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) continue;
+    }
     std::error_code ignored;
-    std::filesystem::remove_all(entry.path(), ignored);
+    fs::remove_all(entry.path(), ignored);
   }
 }
 

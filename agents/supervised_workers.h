@@ -11,6 +11,7 @@
 
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "agents/agent.h"
@@ -23,15 +24,15 @@ namespace hdp::agents {
 
 class SupervisedWorkers final : public elastic::NodeWorkers {
  public:
-  // `metrics` may be null (no metrics). `node_directory`: HDP_NODE_DIR (agents/node_directory.h).
-  // Every argument must outlive this object.
+  // `metrics` may be null (no metrics). `node_directory`: HDP_NODE_DIR (agents/node_directory.h;
+  // empty: none). Every other argument must outlive this object.
   SupervisedWorkers(const AgentOptions& options, WorkerSupervisor& supervisor, AgentMetrics* metrics,
-                    WorkerChannel& channel, const std::filesystem::path& node_directory)
+                    WorkerChannel& channel, std::filesystem::path node_directory)
       : options_(options),
         supervisor_(supervisor),
         metrics_(metrics),
         channel_(channel),
-        node_directory_(node_directory) {}
+        node_directory_(std::move(node_directory)) {}
 
   std::vector<int> healthy() const override { return supervisor_.healthy(); }
   void kill_all() override { supervisor_.kill_and_reap_all(); }
@@ -49,7 +50,7 @@ class SupervisedWorkers final : public elastic::NodeWorkers {
   WorkerSupervisor& supervisor_;
   AgentMetrics* metrics_;
   WorkerChannel& channel_;  // told of every worker started for a slot (WorkerChannel::expect_worker)
-  const std::filesystem::path& node_directory_;
+  const std::filesystem::path node_directory_;
 };
 
 }  // namespace hdp::agents

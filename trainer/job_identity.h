@@ -30,7 +30,8 @@
 //   - every rank the same: the generation goes on;
 //   - some ranks hold the running job's state (they trained in an earlier generation) and agree:
 //     they are the job. A rank that differs from them (a node that joins, a worker restarted from
-//     files changed under it) is refused: it throws RefusedByJob (`hdp train` exits 5; its agent
+//     files changed under it; its data's index, though, is its node's kept one while its agent
+//     runs: trainer/data/corpus_index_cache.h) is refused: it throws RefusedByJob (`hdp train` exits 5; its agent
 //     stops its node, leaves the job and exits 5, not to be restarted), and the others abandon the
 //     generation (RecoverableError; the lowest rank of their side records a `node_refused` event)
 //     to go on in the next one without it, from memory;

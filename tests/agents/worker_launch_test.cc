@@ -5,6 +5,8 @@
 //   - it shares no open file or socket with its agent beyond stdin, stdout and stderr;
 //   - the node's directory (HDP_NODE_DIR) lives as long as its agent;
 //   - a worker asking for a device it cannot have fails once, with one line, and is not restarted.
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -157,7 +159,8 @@ TEST(WorkerLaunch, WorkersInheritNoDescriptorOfTheirAgentButStdio) {
 // The node's directory (agents/node_directory.h, HDP_NODE_DIR): one per agent, shared by its
 // workers, not inherited, present while the agent runs and gone when it ends; a SIGKILLed agent's
 // (it cannot remove its own) and an earlier version's metrics directory of an agent gone are removed
-// by the next agent on the machine, a directory of a live process is left alone.
+// by the next agent on the machine; a directory of a live process, or one whose lock is held (an
+// agent of another pid namespace), is left alone.
 TEST(WorkerLaunch, TheNodesDirectoryLivesAsLongAsItsAgent) {
   namespace fs = std::filesystem;
   const fs::path tmp = fs::temp_directory_path();
@@ -169,17 +172,21 @@ TEST(WorkerLaunch, TheNodesDirectoryLivesAsLongAsItsAgent) {
   const fs::path stale = tmp / ("hdp-agent-" + std::to_string(gone) + "-AbCdEf");
   const fs::path stale_metrics = tmp / ("hdp-agent-metrics-" + std::to_string(gone) + "-AbCdEf");
   const fs::path alive = tmp / ("hdp-agent-" + std::to_string(::getpid()) + "-AbCdEf");
-  for (const fs::path& dir : {stale, stale_metrics, alive}) {
+  const fs::path locked = tmp / ("hdp-agent-" + std::to_string(gone) + "-LoCkEd");
+  struct Cleanup {
+    std::vector<fs::path> dirs;
+    ~Cleanup() {
+      std::error_code ignored;
+      for (const auto& dir : dirs) fs::remove_all(dir, ignored);
+    }
+  } keep_clean{{stale, stale_metrics, alive, locked}};
+  for (const fs::path& dir : {stale, stale_metrics, alive, locked}) {
     fs::create_directories(dir / "sub");
     std::ofstream(dir / "sub" / "file") << "x";
   }
-  struct Cleanup {
-    fs::path dir;
-    ~Cleanup() {
-      std::error_code ignored;
-      fs::remove_all(dir, ignored);
-    }
-  } keep_clean{alive};
+  const int lock = ::open((locked / "lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  ASSERT_GE(lock, 0);
+  ASSERT_EQ(::flock(lock, LOCK_EX | LOCK_NB), 0);
 
   AgentCluster cluster({.nproc = 2});
   const auto pids = train_one_node(cluster, "d1", {}, {"HDP_NODE_DIR=/planted/by/the/shell"});
@@ -187,6 +194,8 @@ TEST(WorkerLaunch, TheNodesDirectoryLivesAsLongAsItsAgent) {
   EXPECT_FALSE(fs::exists(stale)) << "a SIGKILLed agent's directory is removed by the next agent";
   EXPECT_FALSE(fs::exists(stale_metrics)) << "and an earlier version's metrics directory";
   EXPECT_TRUE(fs::exists(alive / "sub" / "file")) << "a live process's directory is left alone";
+  EXPECT_TRUE(fs::exists(locked / "sub" / "file")) << "and one whose lock is held";
+  ::close(lock);
   std::set<std::string> dirs;
   for (const auto& [slot, pid] : pids) {
     const auto values = values_of(environment_of(pid), "HDP_NODE_DIR");
@@ -196,7 +205,8 @@ TEST(WorkerLaunch, TheNodesDirectoryLivesAsLongAsItsAgent) {
   ASSERT_EQ(dirs.size(), 1u) << "one directory for the node's workers";
   const fs::path dir = *dirs.begin();
   const pid_t agent = cluster.agent("d1").pid();
-  EXPECT_EQ(dir.parent_path(), tmp);
+  EXPECT_TRUE(dir.is_absolute()) << dir;
+  EXPECT_TRUE(fs::equivalent(dir.parent_path(), tmp)) << dir;
   EXPECT_TRUE(dir.filename().string().starts_with("hdp-agent-" + std::to_string(agent) + "-")) << dir;
   struct stat st {};
   ASSERT_EQ(::stat(dir.c_str(), &st), 0) << dir;
@@ -218,6 +228,19 @@ TEST(WorkerLaunch, TheNodesDirectoryLivesAsLongAsItsAgent) {
   cluster.agent("d2").signal(SIGTERM);
   ASSERT_TRUE(cluster.agent("d2").wait_for(20s)) << cluster.agent_log("d2");
   EXPECT_FALSE(fs::exists(d2_dirs[0])) << cluster.agent_log("d2");
+}
+
+// Without a temporary directory (TMPDIR names none) the agent runs, and its workers get no
+// HDP_NODE_DIR: the directory is a saving, not a need (with --metrics-port it is one).
+TEST(WorkerLaunch, AnAgentWithoutATemporaryDirectoryRunsWithoutTheNodesDirectory) {
+  AgentCluster cluster({.nproc = 2});
+  const auto pids = train_one_node(cluster, "t1", {}, {"TMPDIR=/nonexistent/hdp-worker-launch-test"});
+  ASSERT_FALSE(HasFailure());
+  for (const auto& [slot, pid] : pids) {
+    EXPECT_TRUE(values_of(environment_of(pid), "HDP_NODE_DIR").empty()) << "worker " << slot;
+  }
+  EXPECT_NE(cluster.agent_log("t1").find("its workers share no directory"), std::string::npos)
+      << cluster.agent_log("t1");
 }
 
 // `hdp train --device cuda` on a node where it cannot have one (the suite's machines have no GPU;

@@ -21,6 +21,7 @@
 #include <chrono>
 #include <iostream>
 #include <optional>
+#include <filesystem>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -270,7 +271,9 @@ TEST(HttpServerLimits, LimitsThatMakeNoSenseAreRefused) {
 
 // The agent's endpoint exposes the counters, as a counter family with its HELP and TYPE.
 TEST(AgentMetricsEndpoint, CountsConnectionsItsServerClosed) {
-  agents::AgentMetrics agent({.job = "j", .node = "n1", .address = "127.0.0.1"});
+  // No worker: nothing is written in the directory the workers' files would go to.
+  agents::AgentMetrics agent(
+      {.job = "j", .node = "n1", .address = "127.0.0.1", .directory = std::filesystem::temp_directory_path()});
   Fd fd = connect_from("127.0.0.1", agent.port());
   ASSERT_TRUE(fd.ok());
   const Pushed r = push(fd.get(), "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Pad: " + std::string(16384, 'a') + "\r\n\r\n");

@@ -34,6 +34,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -194,6 +195,22 @@ void equals_continuation(const ReferenceRun& reference, const fs::path& dir, con
 // agent and to its workers together), or with `hdp drain` from another process.
 enum class DrainBy { kSignals, kCommand };
 
+// The pids of the workers that an agent of `nodes` started for a slot it had started a worker for
+// before (its log's "worker <slot> started (pid <pid>)" lines after the slot's first).
+std::vector<int> restarted_worker_pids(AgentCluster& cluster, const std::vector<std::string>& nodes) {
+  std::vector<int> pids;
+  for (const std::string& node : nodes) {
+    const std::string log = cluster.agent_log(node);
+    std::set<int> slots;
+    for (std::size_t at = log.find("worker "); at != std::string::npos; at = log.find("worker ", at + 1)) {
+      int slot = -1, pid = -1;
+      if (std::sscanf(log.c_str() + at, "worker %d started (pid %d)", &slot, &pid) != 2) continue;
+      if (!slots.insert(slot).second) pids.push_back(pid);
+    }
+  }
+  return pids;
+}
+
 class RecoveryCluster : public ::testing::Test {
  protected:
   void drain_goes_on_from_memory(DrainBy by);
@@ -250,7 +267,12 @@ class RecoveryCluster : public ::testing::Test {
     // A worker restarted by its agent reads the data index its node's first workers kept in the
     // node's directory (trainer/data/corpus_index_cache.h) instead of walking the tree.
     if (!node_loss) {
-      EXPECT_NE(logs.find("data: read the node's index of"), std::string::npos) << logs;
+      const std::vector<int> restarted = restarted_worker_pids(cluster, {"n1", "n2"});
+      EXPECT_EQ(restarted.size(), 1u) << logs;
+      for (const int pid : restarted) {
+        EXPECT_NE(logs.find("[" + std::to_string(pid) + "] data: read the node's index of"), std::string::npos)
+            << "worker pid " << pid << "\n" << logs;
+      }
     }
     const std::int64_t t = expect_continued_from_memory(cluster, *run);
     EXPECT_TRUE(t == fault_step() - 1 || t == fault_step()) << "T = " << t << ", the fault at step " << fault_step();

@@ -2,6 +2,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -203,6 +205,22 @@ std::string skipped_summary(const CorpusStats& s) {
   return text.empty() ? "nothing skipped" : "skipped " + text;
 }
 
+// Opens `relative` (a document's path) beneath `root` for reading, following no symbolic link on
+// the way (openat2's RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS): a link put in a document's place, or
+// in a directory's, after indexing is not followed either, so nothing outside the tree is read.
+// O_NONBLOCK: nor does a FIFO put there block the open. A kernel without openat2 (before 5.6)
+// opens the path with O_NOFOLLOW, which guards its last component only. -1 with errno set.
+int open_beneath(const fs::path& root, const std::string& relative) {
+  const Fd dir(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir.get() < 0) return -1;
+  open_how how{};
+  how.flags = O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS;
+  const long fd = ::syscall(SYS_openat2, dir.get(), relative.c_str(), &how, sizeof how);
+  if (fd >= 0 || errno != ENOSYS) return static_cast<int>(fd);
+  return ::openat(dir.get(), relative.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+}
+
 // Reads exactly `size` bytes at `offset`; false (errno set, or 0 at end of file) when it cannot.
 bool read_at(int fd, char* out, std::int64_t size, std::int64_t offset) {
   while (size > 0) {
@@ -279,7 +297,9 @@ Corpus::Corpus(std::filesystem::path root, const CorpusOptions& options) : root_
   }
   if (!kept.empty() && !stats.from_cache) {
     try {
-      write_corpus_index(kept, root_, options, index_);
+      if (!write_corpus_index(kept, root_, options, index_)) {
+        log()->info("data: the index of {} is too large to keep for the node's other workers", shown);
+      }
     } catch (const Error& e) {
       log()->warn("data: the index of {} is not kept for the node's other workers: {}", shown, e.what());
     }
@@ -315,10 +335,7 @@ bool Corpus::read(std::uint64_t piece, std::int64_t length, std::vector<std::int
           quote_value(root_.string()) + "): " + reason;
     return false;
   };
-  // O_NOFOLLOW: a link put in a document's place after indexing is not followed either;
-  // O_NONBLOCK: nor does a FIFO put there block the open.
-  const fs::path path = root_ / index_.paths[at.document];
-  const Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  const Fd fd(open_beneath(root_, index_.paths[at.document]));
   if (fd.get() < 0) return refuse("cannot open: " + errno_text(errno));
   struct stat st{};
   if (::fstat(fd.get(), &st) != 0) return refuse("cannot examine: " + errno_text(errno));

@@ -15,7 +15,8 @@
 //     without holding the whole list before the limits apply);
 //   - symbolic links are never followed, neither to files nor to directories, so nothing outside
 //     the tree is read, no cycle is possible and no document is counted twice; only the root itself
-//     may be a link (it is the user's choice of directory);
+//     may be a link (it is the user's choice of directory); read() follows none either, whatever
+//     took a document's or a directory's place after indexing (on Linux 5.6 and later: openat2);
 //   - skipped, counted in CorpusStats and summed up in one log line (the first few also named in a
 //     warning): empty files, symbolic links, anything not a regular file or a directory (FIFOs,
 //     sockets, devices), and entries the process may not read (a directory it cannot list, a file

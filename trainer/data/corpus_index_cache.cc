@@ -4,6 +4,8 @@
 #include "trainer/data/corpus_index_cache.h"
 
 #include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,9 +22,9 @@
 namespace hdp::trainer::data {
 namespace {
 
-constexpr std::string_view kMagic = "hdp corpus index 1\n";
-// The header's decimal fields after the root, in order.
-constexpr std::size_t kFields = 12;
+constexpr std::string_view kMagic = "hdp corpus index 1 ";
+// The decimal fields after the root, in order.
+constexpr std::size_t kFields = 11;
 // A file larger than this is refused unread (10 M documents of 100-byte paths, and some).
 constexpr std::int64_t kMaxFileBytes = std::int64_t{2} << 30;
 
@@ -32,17 +34,8 @@ std::uint64_t checksum(std::string_view bytes) {
   return checkpoint::xxh3({reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()});
 }
 
-std::array<std::uint64_t, kFields> fields_of(const CorpusOptions& options, const CorpusIndex& index,
-                                             std::string_view body) {
-  const CorpusStats& s = index.stats;
-  return {static_cast<std::uint64_t>(options.context), options.max_documents,
-          static_cast<std::uint64_t>(options.max_bytes), s.documents, static_cast<std::uint64_t>(s.bytes),
-          s.empty_files, s.symlinks, s.special_files, s.unreadable, s.truncated ? 1u : 0u, body.size(),
-          checksum(body)};
-}
-
-// Parses a decimal (base 10) or, for the last field, hexadecimal unsigned number from the front of
-// `text` and drops it; false when there is none.
+// Parses an unsigned number in `base` from the front of `text` and drops it; false when there is
+// none.
 bool take_number(std::string_view& text, std::uint64_t& value, int base) {
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value, base);
   if (ec != std::errc() || end == text.data()) return false;
@@ -51,16 +44,23 @@ bool take_number(std::string_view& text, std::uint64_t& value, int base) {
 }
 
 std::optional<std::string> read_whole(const std::filesystem::path& file, std::string& why) {
-  const Fd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  // O_NONBLOCK: a FIFO in the file's place does not block the open.
+  const Fd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
   if (fd.get() < 0) {
     why = errno == ENOENT ? "absent" : "cannot open: " + errno_text(errno);
     return std::nullopt;
   }
-  const off_t size = ::lseek(fd.get(), 0, SEEK_END);
-  if (size < 0 || size > kMaxFileBytes) {
-    why = size < 0 ? "cannot examine: " + errno_text(errno) : "larger than " + std::to_string(kMaxFileBytes) + " bytes";
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) {
+    why = "cannot examine: " + errno_text(errno);
     return std::nullopt;
   }
+  if (!S_ISREG(st.st_mode) || st.st_size > kMaxFileBytes) {
+    why = !S_ISREG(st.st_mode) ? std::string("not a regular file")
+                               : "larger than " + std::to_string(kMaxFileBytes) + " bytes";
+    return std::nullopt;
+  }
+  const off_t size = st.st_size;
   std::string bytes(static_cast<std::size_t>(size), '\0');
   std::size_t got = 0;
   while (got < bytes.size()) {
@@ -107,6 +107,12 @@ std::optional<CorpusIndex> read_corpus_index(const std::filesystem::path& file, 
   std::string_view text = *bytes;
   if (!text.starts_with(kMagic)) return refuse("not an index of this version (its first line differs)");
   text.remove_prefix(kMagic.size());
+  std::uint64_t sum = 0;
+  if (text.size() < 17 || !take_number(text, sum, 16) || !text.starts_with('\n')) {
+    return refuse("not an index of this version (its first line differs)");
+  }
+  text.remove_prefix(1);
+  if (sum != checksum(text)) return refuse("its checksum differs");
   const std::string& wanted_root = root.string();
   if (!text.starts_with(wanted_root) || text.size() == wanted_root.size() || text[wanted_root.size()] != '\0') {
     return refuse("taken for another root");
@@ -118,7 +124,7 @@ std::optional<CorpusIndex> read_corpus_index(const std::filesystem::path& file, 
       if (!text.starts_with(' ')) return refuse("malformed header");
       text.remove_prefix(1);
     }
-    if (!take_number(text, fields[f], f + 1 == kFields ? 16 : 10)) return refuse("malformed header");
+    if (!take_number(text, fields[f], 10)) return refuse("malformed header");
   }
   if (!text.starts_with('\n')) return refuse("malformed header");
   text.remove_prefix(1);
@@ -129,8 +135,6 @@ std::optional<CorpusIndex> read_corpus_index(const std::filesystem::path& file, 
   if (fields[10] != text.size()) {
     return refuse("its body is " + std::to_string(text.size()) + " bytes, its header says " + std::to_string(fields[10]));
   }
-  if (fields[11] != checksum(text)) return refuse("its body's checksum differs");
-
   CorpusIndex index;
   CorpusStats& s = index.stats;
   s.documents = fields[3];
@@ -139,7 +143,10 @@ std::optional<CorpusIndex> read_corpus_index(const std::filesystem::path& file, 
   s.symlinks = fields[6];
   s.special_files = fields[7];
   s.unreadable = fields[8];
-  s.truncated = fields[9] != 0;
+  s.truncated = fields[9] == 1;
+  if (fields[9] > 1) return refuse("malformed header");
+  // A walk that found no document throws before it writes: such a file is no walk's.
+  if (s.documents == 0) return refuse("it holds no document");
   if (s.documents > options.max_documents || fields[4] > static_cast<std::uint64_t>(options.max_bytes)) {
     return refuse("its counts pass the limits it was taken under");
   }
@@ -149,6 +156,7 @@ std::optional<CorpusIndex> read_corpus_index(const std::filesystem::path& file, 
   index.sizes.reserve(entries);
   std::uint64_t total = 0;
   while (!text.empty()) {
+    if (index.paths.size() == s.documents) return refuse("more documents than its header says");
     const std::size_t nul = text.find('\0');
     if (nul == std::string_view::npos || nul == 0) return refuse("malformed document entry");
     std::string_view path = text.substr(0, nul);
@@ -169,43 +177,57 @@ std::optional<CorpusIndex> read_corpus_index(const std::filesystem::path& file, 
   return index;
 }
 
-void write_corpus_index(const std::filesystem::path& file, const std::filesystem::path& root,
+bool write_corpus_index(const std::filesystem::path& file, const std::filesystem::path& root,
                         const CorpusOptions& options, const CorpusIndex& index) {
-  std::string body;
+  // The header's line, then the rest: root and fields, and the body, whose length goes in a field.
+  std::size_t body_bytes = 0;
   for (std::size_t d = 0; d < index.paths.size(); ++d) {
-    body += index.paths[d];
-    body += '\0';
-    body += std::to_string(index.sizes[d]);
-    body += '\n';
+    body_bytes += index.paths[d].size() + std::to_string(index.sizes[d]).size() + 2;
   }
-  std::string text(kMagic);
+  const CorpusStats& s = index.stats;
+  const std::array<std::uint64_t, kFields> fields = {
+      static_cast<std::uint64_t>(options.context), options.max_documents, static_cast<std::uint64_t>(options.max_bytes),
+      s.documents, static_cast<std::uint64_t>(s.bytes), s.empty_files, s.symlinks, s.special_files, s.unreadable,
+      s.truncated ? 1u : 0u, body_bytes};
+  const std::size_t first_line = kMagic.size() + 17;  // the magic, 16 hex digits, '\n'
+  std::string text(first_line, ' ');
   text += root.string();
   text += '\0';
-  const auto fields = fields_of(options, index, body);
   for (std::size_t f = 0; f < kFields; ++f) {
     if (f > 0) text += ' ';
-    text += f + 1 == kFields ? checkpoint::to_hex(fields[f]) : std::to_string(fields[f]);
+    text += std::to_string(fields[f]);
   }
   text += '\n';
-  text += body;
+  if (static_cast<std::int64_t>(text.size() + body_bytes) > kMaxFileBytes) return false;
+  text.reserve(text.size() + body_bytes);
+  for (std::size_t d = 0; d < index.paths.size(); ++d) {
+    text += index.paths[d];
+    text += '\0';
+    text += std::to_string(index.sizes[d]);
+    text += '\n';
+  }
+  const std::string head = std::string(kMagic) + checkpoint::to_hex(checksum(std::string_view(text).substr(first_line))) + "\n";
+  text.replace(0, first_line, head);
 
-  const std::filesystem::path temporary = file.string() + ".tmp." + std::to_string(::getpid());
-  auto fail = [&](const std::string& what, int error) {
-    ::unlink(temporary.c_str());
+  // A name of this process's own beside the file (mkstemp), renamed over it once whole.
+  std::string temporary = file.string() + ".XXXXXX";
+  auto fail = [&](const std::string& what, int error, bool created) {
+    if (created) ::unlink(temporary.c_str());
     throw Error("cannot " + what + " the corpus index " + file.string() + ": " + errno_text(error));
   };
   {
-    const Fd fd(::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
-    if (fd.get() < 0) fail("create", errno);
+    const Fd fd(::mkostemp(temporary.data(), O_CLOEXEC));
+    if (fd.get() < 0) fail("create", errno, false);
     std::size_t done = 0;
     while (done < text.size()) {
       const ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) fail("write", n < 0 ? errno : EIO);
+      if (n <= 0) fail("write", n < 0 ? errno : EIO, true);
       done += static_cast<std::size_t>(n);
     }
   }
-  if (::rename(temporary.c_str(), file.c_str()) != 0) fail("rename into place", errno);
+  if (::rename(temporary.c_str(), file.c_str()) != 0) fail("rename into place", errno, true);
+  return true;
 }
 
 }  // namespace hdp::trainer::data

@@ -17,6 +17,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "checkpoint/checksum.h"
 #include "common/error.h"
 #include "tests/support/temp_dir.h"
 #include "tests/trainer/data/data_tree.h"
@@ -55,6 +56,8 @@ void expect_same_corpus(const Corpus& a, const Corpus& b) {
   EXPECT_EQ(a.stats().bytes, b.stats().bytes);
   EXPECT_EQ(a.stats().empty_files, b.stats().empty_files);
   EXPECT_EQ(a.stats().symlinks, b.stats().symlinks);
+  EXPECT_EQ(a.stats().special_files, b.stats().special_files);
+  EXPECT_EQ(a.stats().unreadable, b.stats().unreadable);
   EXPECT_EQ(a.stats().truncated, b.stats().truncated);
   ASSERT_EQ(a.piece_count(), b.piece_count());
   std::vector<std::int32_t> ta, tb;
@@ -158,24 +161,57 @@ TEST(CorpusIndexCache, AGarbledOrForeignFileIsRefusedAndTheTreeWalked) {
     { const Corpus keep(other.path(), kept_in(scratch.path())); }
     return read_bytes(corpus_index_file(scratch.path(), fs::absolute(other.path()), kept_in(scratch.path())));
   };
+  // The file with what follows its first line replaced, and sealed with that text's checksum: a
+  // file only a writer with a defect would write.
+  const std::size_t first_line = good.find('\n') + 1;
+  auto resealed = [&](const std::string& rest) {
+    return good.substr(0, 19) + checkpoint::to_hex(checkpoint::xxh3({reinterpret_cast<const std::uint8_t*>(rest.data()),
+                                                                     rest.size()})) + "\n" + rest;
+  };
+  const std::string rest = good.substr(first_line);
+  const std::size_t fields_at = rest.find('\0') + 1, fields_end = rest.find('\n');
+  // The header's decimal fields, one replaced.
+  auto with_field = [&](std::size_t field, const std::string& value) {
+    std::vector<std::string> fields;
+    std::string text = rest.substr(fields_at, fields_end - fields_at);
+    for (std::size_t at = 0;;) {
+      const std::size_t end = std::min(text.find(' ', at), text.size());
+      fields.push_back(text.substr(at, end - at));
+      if (end == text.size()) break;
+      at = end + 1;
+    }
+    fields.at(field) = value;
+    std::string joined;
+    for (const auto& f : fields) joined += (joined.empty() ? "" : " ") + f;
+    return resealed(rest.substr(0, fields_at) + joined + rest.substr(fields_end));
+  };
   std::string flipped_body = good, flipped_header = good;
   flipped_body[body + 3] ^= 0x01;
-  flipped_header[good.find('\0') + 2] ^= 0x01;  // a digit of the context
+  flipped_header[body - 4] ^= 0x01;  // a digit of the body's length
   const struct {
     std::string name, bytes, why;
   } cases[] = {
       {"empty", "", "first line"},
-      {"other magic", "hdp corpus index 0\n" + good.substr(19), "first line"},
-      {"cut in the header", good.substr(0, body - 5), "malformed header"},
-      {"cut in the body", good.substr(0, good.size() - 7), "its header says"},
-      {"a byte more", good + "x", "its header says"},
+      {"other magic", "hdp corpus index 0 " + good.substr(19), "first line"},
+      {"cut in its first line", good.substr(0, 25), "first line"},
+      {"cut in the header", good.substr(0, body - 5), "checksum"},
+      {"cut in the body", good.substr(0, good.size() - 7), "checksum"},
+      {"a byte more", good + "x", "checksum"},
       {"a bit flipped in the body", flipped_body, "checksum"},
-      {"a bit flipped in the header", flipped_header, "other options"},
+      {"a bit flipped in the header", flipped_header, "checksum"},
       {"other options", other_options_file(), "other options"},
       {"another root", other_root_file(), "another root"},
+      {"truncated neither 0 nor 1", with_field(9, "2"), "malformed header"},
+      {"a field that is no number", with_field(7, "x"), "malformed header"},
+      {"the body's length wrong", with_field(10, "12"), "its header says"},
+      {"no document", with_field(3, "0"), "no document"},
+      {"fewer documents than the body", with_field(3, "1"), "more documents than its header says"},
+      {"more documents than the body", with_field(3, std::to_string(fresh.document_count() + 1)), "disagree"},
+      {"more bytes than the body", with_field(4, std::to_string(fresh.stats().bytes + 1)), "disagree"},
       {"a path out of the root", crafted({"../etc/passwd"}, {4}), "not a relative file path"},
       {"an absolute path", crafted({"/etc/passwd"}, {4}), "not a relative file path"},
       {"an empty component", crafted({"a//b"}, {4}), "not a relative file path"},
+      {"a directory's path", crafted({"a/"}, {4}), "not a relative file path"},
       {"paths out of order", crafted({"b", "a"}, {1, 1}), "out of order"},
       {"a path twice", crafted({"a", "a"}, {1, 1}), "out of order"},
       {"a size of 0", crafted({"a"}, {0}), "malformed document size"},
@@ -195,6 +231,37 @@ TEST(CorpusIndexCache, AGarbledOrForeignFileIsRefusedAndTheTreeWalked) {
   fs::remove(file);
   EXPECT_FALSE(read_corpus_index(file, root, options, why).has_value());
   EXPECT_EQ(why, "absent");
+  // A FIFO in the file's place neither blocks the reader nor is taken.
+  ASSERT_EQ(::mkfifo(file.c_str(), 0600), 0);
+  EXPECT_FALSE(read_corpus_index(file, root, options, why).has_value());
+  EXPECT_EQ(why, "not a regular file");
+  const Corpus walked(tree.path(), options);
+  EXPECT_FALSE(walked.stats().from_cache);
+  expect_same_corpus(fresh, walked);
+}
+
+// A kept index can name only paths a walk could give, and read() follows no link on the way to
+// one: a path through a directory link (which the walk does not follow) is refused at read time.
+TEST(CorpusIndexCache, APathThroughALinkInTheTreeIsNotFollowedWhenRead) {
+  TempDir tree("hdp-data"), node("hdp-node"), outside("hdp-outside");
+  write_file(tree.path() / "a.txt", "inside");
+  write_file(outside.path() / "secret", "outside");
+  fs::create_directory_symlink(outside.path(), tree.path() / "link");
+  const CorpusOptions options = kept_in(node.path());
+  const fs::path root = fs::absolute(tree.path());
+  CorpusIndex index;
+  index.paths = {"a.txt", "link/secret"};
+  index.sizes = {6, 7};
+  index.stats.documents = 2;
+  index.stats.bytes = 13;
+  ASSERT_TRUE(write_corpus_index(corpus_index_file(node.path(), root, options), root, options, index));
+  const Corpus corpus(tree.path(), options);
+  ASSERT_TRUE(corpus.stats().from_cache);
+  std::vector<std::int32_t> tokens;
+  std::string why;
+  EXPECT_TRUE(corpus.read(0, 6, tokens, why)) << why;
+  EXPECT_FALSE(corpus.read(1, 7, tokens, why));
+  EXPECT_THAT(why, HasSubstr("cannot open"));
 }
 
 TEST(CorpusIndexCache, ADirectoryThatCannotTakeTheFileCostsOnlyTheKeeping) {
@@ -206,7 +273,12 @@ TEST(CorpusIndexCache, ADirectoryThatCannotTakeTheFileCostsOnlyTheKeeping) {
   write_file(node.path() / "a-file", "not a directory");
   const Corpus not_a_dir(tree.path(), kept_in(node.path() / "a-file"));
   EXPECT_EQ(not_a_dir.document_count(), 1u);
-  EXPECT_THROW(write_corpus_index(node.path() / "gone" / "index", not_a_dir.root(), kept_in(node.path()), {}), Error);
+  CorpusIndex one;
+  one.paths = {"a.txt"};
+  one.sizes = {5};
+  one.stats.documents = 1;
+  one.stats.bytes = 5;
+  EXPECT_THROW(write_corpus_index(node.path() / "gone" / "index", not_a_dir.root(), kept_in(node.path()), one), Error);
 }
 
 // /usr/include's index read back against its walk, in one process: the read is what a worker
