@@ -24,8 +24,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string errno_text(int error) { return std::error_code(error, std::generic_category()).message(); }
-
 // The pid in a name "<prefix><pid>-...", or 0 when the name has no such form.
 int owner_pid(std::string_view name, std::string_view prefix) {
   if (!name.starts_with(prefix)) return 0;

@@ -1,6 +1,13 @@
 #include "common/error.h"
 
 #include <cstring>
+#include <system_error>
+
+namespace hdp {
+
+std::string errno_text(int error) { return std::error_code(error, std::generic_category()).message(); }
+
+}  // namespace hdp
 
 namespace hdp::detail {
 

@@ -65,6 +65,9 @@ class InvariantViolation : public FatalError {
   using FatalError::FatalError;
 };
 
+// The text of an errno value ("No such file or directory"), for an error message.
+std::string errno_text(int error);
+
 namespace detail {
 [[noreturn]] void throw_invariant(const char* file, int line, const char* condition, const std::string& message);
 }  // namespace detail

@@ -31,8 +31,6 @@ namespace fs = std::filesystem;
 // Entries named in a warning each; the rest are only counted (summary line at the end).
 constexpr std::uint64_t kNamedSkips = 5;
 
-std::string errno_text(int error) { return std::error_code(error, std::generic_category()).message(); }
-
 // The walk of Corpus's constructor: each directory's entries sorted by key (a directory's key is
 // "name/"), so the documents come out in bytewise order of their relative paths. Every call is
 // relative to the directory's descriptor (openat, fstatat, faccessat), and an entry's type comes

@@ -28,8 +28,6 @@ constexpr std::size_t kFields = 11;
 // A file larger than this is refused unread (10 M documents of 100-byte paths, and some).
 constexpr std::int64_t kMaxFileBytes = std::int64_t{2} << 30;
 
-std::string errno_text(int error) { return std::error_code(error, std::generic_category()).message(); }
-
 std::uint64_t checksum(std::string_view bytes) {
   return checkpoint::xxh3({reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()});
 }

@@ -26,8 +26,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string errno_text(int error) { return std::error_code(error, std::generic_category()).message(); }
-
 // Encodes one document's text into the result, or records a skip when it gives no token.
 void add_document(const DocumentEncoder& encoder, std::string_view text, EncodedBatch& result,
                   const std::function<std::string()>& where) {

@@ -20,8 +20,6 @@ namespace fs = std::filesystem;
 constexpr unsigned char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
 constexpr std::size_t kBufferBytes = std::size_t{4} << 20;
 
-std::string errno_text(int error) { return std::error_code(error, std::generic_category()).message(); }
-
 [[noreturn]] void io_error(const fs::path& path, const std::string& what) {
   throw Error("indexed dataset '" + path.string() + "': " + what + ": " + errno_text(errno));
 }
