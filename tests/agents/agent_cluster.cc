@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -183,6 +184,18 @@ void start_training(AgentCluster& cluster, const std::vector<std::string>& nodes
   // A precondition, not a bound: the workers' start-up (seconds per process under a sanitizer on a
   // loaded machine) comes before the first step.
   expect_progress(cluster, 10, std::chrono::seconds(30));
+}
+
+std::vector<std::pair<int, pid_t>> started_workers(const std::string& agent_log) {
+  std::vector<std::pair<int, pid_t>> started;
+  const std::string marker = "worker ";
+  for (std::size_t at = agent_log.find(marker); at != std::string::npos; at = agent_log.find(marker, at + 1)) {
+    int slot = -1, pid = -1;
+    if (std::sscanf(agent_log.c_str() + at, "worker %d started (pid %d)", &slot, &pid) == 2) {
+      started.emplace_back(slot, static_cast<pid_t>(pid));
+    }
+  }
+  return started;
 }
 
 }  // namespace hdp::test

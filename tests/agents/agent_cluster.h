@@ -97,4 +97,8 @@ void expect_progress(AgentCluster& cluster, std::int64_t steps, std::chrono::mil
 // Starts one agent per node and waits until they train together.
 void start_training(AgentCluster& cluster, const std::vector<std::string>& nodes);
 
+// The workers an agent's log says it started ("worker <slot> started (pid <pid>)"), in order:
+// (slot, pid) pairs; a slot seen twice had its worker restarted.
+std::vector<std::pair<int, pid_t>> started_workers(const std::string& agent_log);
+
 }  // namespace hdp::test

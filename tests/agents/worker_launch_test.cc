@@ -29,14 +29,10 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// The pids of the node's workers, from the agent's log ("worker <slot> started (pid <pid>)").
+// The pid of each slot's last worker, from the agent's log.
 std::map<int, pid_t> worker_pids(const std::string& log) {
   std::map<int, pid_t> pids;
-  const std::string marker = "worker ";
-  for (std::size_t at = log.find(marker); at != std::string::npos; at = log.find(marker, at + 1)) {
-    int slot = -1, pid = -1;
-    if (std::sscanf(log.c_str() + at, "worker %d started (pid %d)", &slot, &pid) == 2) pids[slot] = pid;
-  }
+  for (const auto& [slot, pid] : started_workers(log)) pids[slot] = pid;
   return pids;
 }
 

@@ -200,11 +200,8 @@ enum class DrainBy { kSignals, kCommand };
 std::vector<int> restarted_worker_pids(AgentCluster& cluster, const std::vector<std::string>& nodes) {
   std::vector<int> pids;
   for (const std::string& node : nodes) {
-    const std::string log = cluster.agent_log(node);
     std::set<int> slots;
-    for (std::size_t at = log.find("worker "); at != std::string::npos; at = log.find("worker ", at + 1)) {
-      int slot = -1, pid = -1;
-      if (std::sscanf(log.c_str() + at, "worker %d started (pid %d)", &slot, &pid) != 2) continue;
+    for (const auto& [slot, pid] : started_workers(cluster.agent_log(node))) {
       if (!slots.insert(slot).second) pids.push_back(pid);
     }
   }
