@@ -15,19 +15,22 @@ export HDP_DEVICE=cpu
 test_jobs=$((jobs * 2))
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
+# Each phase's header says how long the run has taken so far, so a slow phase shows in the log.
+phase() { echo "== $1 (at ${SECONDS} s)"; }
 
-echo "== build (warnings are errors)"
+phase "build (warnings are errors)"
 cmake -S . -B build "${generator[@]}" -DHDP_WERROR=ON >/dev/null
 cmake --build build --parallel "$jobs"
 
-echo "== tests: unit, integration, system, gpu"
+phase "tests: unit, integration, system, gpu"
 ctest --test-dir build --output-on-failure --parallel "$test_jobs" --timeout 300
 
-echo "== build with address,undefined sanitizers"
+phase "build with address,undefined sanitizers"
 cmake -S . -B build-asan "${generator[@]}" -DHDP_WERROR=ON -DHDP_SANITIZE=address,undefined -DHDP_CUDA=OFF \
   -DHDP_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build build-asan --parallel "$jobs"
 
-echo "== tests under sanitizers: unit, integration"
+phase "tests under sanitizers: unit, integration"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure --parallel "$test_jobs" --timeout 600 -L 'unit|integration'
+phase "done"
