@@ -15,9 +15,9 @@ if(HDP_SANITIZE)
   add_compile_options($<$<COMPILE_LANGUAGE:CXX,C>:-fno-omit-frame-pointer>
                       $<$<COMPILE_LANGUAGE:CXX,C>:-fno-sanitize-recover=all>)
   # Executables linked at a fixed address: the instrumented `hdp` as a PIE carried 5.7 million
-  # relative relocations, which the loader applied at every process start (1.16 s for
-  # `hdp train --help` on an idle 2-core machine, 0.42 s without them). The suite starts thousands
-  # of agents and workers, and its start-up bounds are measured with them.
+  # relative relocations, which the loader applied at every start of an agent or a worker
+  # (docs/testing.md: `hdp train --help` 0.51-0.60 s as a PIE, 0.29-0.38 s without). The suite's
+  # start-up bounds are measured with these processes.
   add_link_options($<$<STREQUAL:$<TARGET_PROPERTY:TYPE>,EXECUTABLE>:-no-pie>)
 endif()
 
