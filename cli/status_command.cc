@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <iomanip>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <sstream>
 #include <thread>
@@ -16,6 +17,7 @@
 #include "cli/job_json.h"
 #include "cli/job_options.h"
 #include "common/error.h"
+#include "common/text.h"
 #include "elastic/job_state.h"
 
 namespace hdp::cli {
@@ -33,6 +35,21 @@ struct StatusFlags {
 std::string field_or_dash(const std::map<std::string, std::string>& state, const char* name) {
   auto it = state.find(name);
   return it == state.end() ? "-" : it->second;
+}
+
+std::string field_or_empty(const std::map<std::string, std::string>& state, const char* name) {
+  const auto it = state.find(name);
+  return it == state.end() ? std::string() : it->second;
+}
+
+// "n1,n2" as its node ids (an empty list: none).
+std::vector<std::string> node_list(const std::string& list) {
+  std::vector<std::string> nodes;
+  std::istringstream in(list);
+  for (std::string node; std::getline(in, node, ',');) {
+    if (!node.empty()) nodes.push_back(node);
+  }
+  return nodes;
 }
 
 std::string format_time(const std::string& ms_text) {
@@ -130,8 +147,19 @@ std::string to_table(const std::string& job, const elastic::JobSnapshot& s,
                              : std::string(e.readmitted ? "readmitted" : "cool-down over"))
         << "\n";
   }
-  if (auto standby = s.state.find("standby"); standby != s.state.end() && !standby->second.empty()) {
-    out << "\nstandby (registered, not members: they take a lost member's place): " << standby->second << "\n";
+  // `standby` lists the nodes registered but not members; `preparing` those of them whose workers
+  // are still setting up: they are not ready to take a place yet (docs/redis-schema.md).
+  const std::vector<std::string> standby = node_list(field_or_empty(s.state, "standby"));
+  const std::vector<std::string> preparing = node_list(field_or_empty(s.state, "preparing"));
+  std::vector<std::string> ready;
+  std::copy_if(standby.begin(), standby.end(), std::back_inserter(ready),
+               [&](const std::string& node) { return std::find(preparing.begin(), preparing.end(), node) == preparing.end(); });
+  if (!preparing.empty()) {
+    out << "\nsetting up (registered; they join, or stand by at MAX, once their workers are set up): "
+        << join(preparing) << "\n";
+  }
+  if (!ready.empty()) {
+    out << "\nstandby (registered, not members: they take a lost member's place): " << join(ready) << "\n";
   }
   if (!s.cordons.empty()) {
     out << "\ncordoned (not admitted until `hdp uncordon`):\n";

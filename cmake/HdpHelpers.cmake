@@ -19,6 +19,10 @@ if(HDP_SANITIZE)
   # (docs/testing.md: `hdp train --help` 0.51-0.60 s as a PIE, 0.29-0.38 s without). The suite's
   # start-up bounds are measured with these processes.
   add_link_options($<$<STREQUAL:$<TARGET_PROPERTY:TYPE>,EXECUTABLE>:-no-pie>)
+  # The labels of the tests the sanitizer build runs, as a CTest label regex: hdp_test builds only
+  # those there, and scripts/test.sh reads the file to select them (`ctest -L`).
+  set(HDP_SANITIZER_TEST_LABELS "unit|integration")
+  file(WRITE ${CMAKE_BINARY_DIR}/sanitizer-test-labels "${HDP_SANITIZER_TEST_LABELS}\n")
 endif()
 
 # hdp_library(NAME <target> SOURCES ... [PUBLIC_LIBS ...] [PRIVATE_LIBS ...])
@@ -47,9 +51,9 @@ function(hdp_test)
   set_target_properties(${ARG_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   target_compile_options(${ARG_NAME} PRIVATE ${HDP_WARNINGS})
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_LIBS} hdp_test_support GTest::gtest GTest::gmock)
-  # The sanitizer build runs the unit and integration tests only (scripts/test.sh): the executable
-  # of a system or gpu test is declared there, for the lines that name it, but not built.
-  if(HDP_SANITIZE AND NOT "${ARG_LABELS}" MATCHES "unit|integration")
+  # The sanitizer build runs the tests of HDP_SANITIZER_TEST_LABELS only (scripts/test.sh): the
+  # executable of any other test is declared there, for the lines that name it, but not built.
+  if(HDP_SANITIZE AND NOT "${ARG_LABELS}" MATCHES "${HDP_SANITIZER_TEST_LABELS}")
     set_target_properties(${ARG_NAME} PROPERTIES EXCLUDE_FROM_ALL TRUE)
     return()
   endif()

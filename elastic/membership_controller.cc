@@ -17,7 +17,8 @@ namespace hdp::elastic {
 namespace {
 
 // "n1,n2": the nodes of `items` (members or candidates) in order: a `resize` event's members, the
-// state's `standby` (the nodes standing by, in join order).
+// state's `standby` (the nodes standing by, in join order) and `preparing` (those of them whose
+// workers are still setting up).
 template <typename Items>
 std::string node_list(const Items& items) {
   return hdp::join(items, ",", [](const auto& item) -> const std::string& { return item.node; });
@@ -306,26 +307,30 @@ std::optional<std::int64_t> MembershipController::act(MembershipDecision decisio
     case MembershipDecision::Action::kSettle:
       return std::nullopt;
     case MembershipDecision::Action::kRepair:
-      committed = repair_state(decision.standby, std::move(extra));
+      committed = repair_state(decision.standby, decision.preparing, std::move(extra));
       return std::nullopt;
     case MembershipDecision::Action::kPublish:
       break;
   }
   const std::int64_t handled = current_.number;
-  auto published = publish(std::move(decision.members), decision.newest_seen, decision.standby, std::move(extra));
+  auto published =
+      publish(std::move(decision.members), decision.newest_seen, decision.standby, decision.preparing, std::move(extra));
   if (published) evictions_.answered(handled);
   committed = published.has_value();
   return published;
 }
 
-bool MembershipController::repair_state(const std::vector<Candidate>& standby_candidates, std::vector<Write> extra) {
-  // The nodes standing by changed (a spare registered or left): the state lists them.
-  const std::string standby = node_list(standby_candidates);
-  Fields state = missing_state_fields(standby);
+bool MembershipController::repair_state(const std::vector<Candidate>& standby_candidates,
+                                        const std::vector<Candidate>& preparing_candidates, std::vector<Write> extra) {
+  // The nodes standing by changed (a spare registered or left, a joiner's workers set up): the
+  // state lists them.
+  const std::string standby = node_list(standby_candidates), preparing = node_list(preparing_candidates);
+  Fields state = missing_state_fields(standby, preparing);
   if (standby != standby_written_) {
     state.emplace_back("standby", standby);  // also when missing: a field set twice to one value
     extra.push_back(Write::set(keys::kStandby, standby));
   }
+  if (preparing != preparing_written_) state.emplace_back("preparing", preparing);
   if (!state.empty()) {
     state.emplace_back("updated_at_ms", std::to_string(now_ms()));
     extra.push_back(Write::hash_set(keys::kState, std::move(state)));
@@ -339,21 +344,23 @@ bool MembershipController::repair_state(const std::vector<Candidate>& standby_ca
   for (auto& write : extra) txn.add(std::move(write));
   if (!commit_with_job_state(*store_, txn)) return false;
   standby_written_ = standby;
+  preparing_written_ = preparing;
   return true;
 }
 
-Fields MembershipController::missing_state_fields(const std::string& standby) {
+Fields MembershipController::missing_state_fields(const std::string& standby, const std::string& preparing) {
   const auto now = Clock::now();
   if (now < next_state_check_) return {};
   next_state_check_ = now + full_read_every_;
   const auto state = store_->hash_get_all(keys::kState);
   // What the publication of the current generation wrote; a field another writer keeps (rank 0's
   // status while it trains, a drain's) is put back only when it is missing.
-  const Fields published = {{"status", encode(current_.status)},
-                            {"generation", std::to_string(current_.number)},
-                            {"world_size", std::to_string(current_.world_size())},
-                            {"nodes", std::to_string(current_.members.size())},
-                            {"standby", standby}};
+  Fields published = {{"status", encode(current_.status)},
+                      {"generation", std::to_string(current_.number)},
+                      {"world_size", std::to_string(current_.world_size())},
+                      {"nodes", std::to_string(current_.members.size())},
+                      {"standby", standby}};
+  if (!preparing.empty()) published.emplace_back("preparing", preparing);  // none: nothing to put back
   Fields missing;
   for (const auto& [field, value] : published) {
     if (!state.count(field)) missing.emplace_back(field, value);
@@ -367,6 +374,7 @@ Fields MembershipController::missing_state_fields(const std::string& standby) {
 
 std::optional<std::int64_t> MembershipController::publish(std::vector<Member> members, std::int64_t newest_seen,
                                                           const std::vector<Candidate>& standby,
+                                                          const std::vector<Candidate>& preparing,
                                                           std::vector<Write> extra) {
   if (newest_seen >= kMaxGeneration) {
     // Every input was range-checked, so this takes 2^53 - 1 generations or a value written by
@@ -406,12 +414,13 @@ std::optional<std::int64_t> MembershipController::publish(std::vector<Member> me
   // The previous record stays readable for an hour, for workers still catching up and for people.
   if (current_.number > 0) txn.add(Write::expire(keys::generation(current_.number), std::chrono::hours(1)));
   const std::string world = std::to_string(next.world_size());
-  const std::string standby_nodes = node_list(standby);
+  const std::string standby_nodes = node_list(standby), preparing_nodes = node_list(preparing);
   txn.add(Write::hash_set(keys::kState, {{"status", encode(next.status)},
                                          {"generation", std::to_string(next.number)},
                                          {"world_size", world},
                                          {"nodes", std::to_string(next.members.size())},
                                          {"standby", standby_nodes},
+                                         {"preparing", preparing_nodes},
                                          {"updated_at_ms", std::to_string(now_ms())}}));
   txn.add(Write::set(keys::kStandby, standby_nodes));
   txn.add(event_write("resize", {{"generation", std::to_string(next.number)},
@@ -435,6 +444,7 @@ std::optional<std::int64_t> MembershipController::publish(std::vector<Member> me
   current_ = std::move(next);
   pending_since_.reset();
   standby_written_ = standby_nodes;
+  preparing_written_ = preparing_nodes;
   return current_.number;
 }
 

@@ -115,16 +115,18 @@ class MembershipController {
   // `extra` applied.
   std::optional<std::int64_t> act(MembershipDecision decision, std::vector<Write> extra, bool& committed);
   std::optional<std::int64_t> publish(std::vector<Member> members, std::int64_t newest_seen_generation,
-                                      const std::vector<Candidate>& standby, std::vector<Write> extra);
-  // With the same members: `extra`, the standby list when it changed and the state's missing
-  // fields, fenced like a publication.
+                                      const std::vector<Candidate>& standby, const std::vector<Candidate>& preparing,
+                                      std::vector<Write> extra);
+  // With the same members: `extra`, the standby list and its preparing nodes when they changed,
+  // and the state's missing fields, fenced like a publication.
   // True when it committed.
-  bool repair_state(const std::vector<Candidate>& standby, std::vector<Write> extra);
+  bool repair_state(const std::vector<Candidate>& standby, const std::vector<Candidate>& preparing,
+                    std::vector<Write> extra);
   // The state hash's fields that the current generation's publication wrote and that are missing
   // now (the hash deleted or edited by hand: `hdp status` and the dashboard would lose the status
   // and generation until the next publication), with the values to put back. Reads the hash at
   // most every full_read_every (a heartbeat for an agent); empty in between.
-  Fields missing_state_fields(const std::string& standby);
+  Fields missing_state_fields(const std::string& standby, const std::string& preparing);
 
   std::shared_ptr<Store> store_;
   std::string leader_id_;
@@ -143,6 +145,7 @@ class MembershipController {
   std::optional<Clock::time_point> pending_since_;  // when a join-only change was first seen
   std::optional<Clock::time_point> exhausted_logged_;  // last "generation numbers exhausted" error
   std::string standby_written_;               // the state's `standby` as this leader last wrote it
+  std::string preparing_written_;             // ... and its `preparing`
   std::set<std::string> refusals_written_;    // candidates (member ids) whose refusal (release.h) this leader committed
   std::set<std::string> preparing_logged_;    // candidates ("node/incarnation") logged as preparing, still so
   Clock::time_point next_state_check_{};      // missing_state_fields() reads the hash again from then

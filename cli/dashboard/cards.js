@@ -6,8 +6,9 @@
 // the store's primary, the last checkpoint, the page's title), the members (#members, a tr.member
 // per node with data-node, data-ranks, data-lease, and per-rank speeds), the evictions
 // (#evictions), the pending requests, standby, settings and cordons (#control: li.request,
-// li.standby, li.setting, li.cordon, li.in-force) and the events (#events, an li.event per event,
-// newest first, new ones flashed). The page only shows them: it cannot act.
+// li.standby (also li.preparing while its workers set up), li.setting, li.cordon, li.in-force)
+// and the events (#events, an li.event per event, newest first, new ones flashed). The page only
+// shows them: it cannot act.
 
 import { DASH, MID, $, str, isNum, setText, setSub, el, clear, hhmmss, group3, compact, fmtLoss, fmtLr, fmtAge, statusClass, eventClass, eventTime } from './format.js';
 
@@ -224,11 +225,15 @@ export function renderControl(d) {
   });
   var st = d.state || {};
   var standby = typeof st.standby === 'string' && st.standby ? st.standby.split(',') : [];
+  // Those of them whose workers are still setting up (the state's `preparing`): not ready yet.
+  var preparing = typeof st.preparing === 'string' && st.preparing ? st.preparing.split(',') : [];
   standby.forEach(function (node) {
-    var li = el('li', 'standby');
+    var setting = preparing.indexOf(node) >= 0;
+    var li = el('li', setting ? 'standby preparing' : 'standby');
     li.dataset.node = node;
     li.appendChild(el('span', 'who', node));
-    li.appendChild(el('span', 'why', 'standby: takes a lost member\u2019s place'));
+    li.appendChild(el('span', 'why', setting ? 'setting up: joins, or stands by, once its workers are ready'
+                                             : 'standby: takes a lost member\u2019s place'));
     li.appendChild(el('span', 'left', ''));
     frag.appendChild(li);
   });

@@ -98,12 +98,14 @@ TEST_F(ControllerTest, AJoinerIsAdmittedOnceItsWorkersAreSetUp) {
   // Meanwhile b stands by: the ranks count it when a member leaves (a leave it makes up goes on).
   EXPECT_EQ(store_->get(keys::kStandby).value_or(""), "b");
   EXPECT_EQ(store_->hash_get_all(keys::kState)["standby"], "b");
+  EXPECT_EQ(store_->hash_get_all(keys::kState)["preparing"], "b") << "standing by, not ready: `hdp status` says so";
   preparing.set(false);
   preparing.sync(*store_, "b", b.lease().incarnation, false, 60s);
   EXPECT_FALSE(store_->get(key).has_value());
   ASSERT_EQ(leader.tick(), 2) << "ready after the window: admitted at the next tick";
   EXPECT_EQ(nodes(), (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(store_->get(keys::kStandby).value_or("?"), "");
+  EXPECT_EQ(store_->hash_get_all(keys::kState)["preparing"], "");
   // A member writes no key; a new incarnation's replaces an earlier one's.
   preparing.set(true);
   preparing.sync(*store_, "b", b.lease().incarnation, true, 60s);
@@ -113,6 +115,32 @@ TEST_F(ControllerTest, AJoinerIsAdmittedOnceItsWorkersAreSetUp) {
   preparing.sync(*store_, "b", "later", false, 60s);
   EXPECT_FALSE(store_->get(key).has_value());
   EXPECT_TRUE(store_->get(keys::preparing("b", "later")).has_value());
+}
+
+// A spare at MAX whose workers still set up stands by as preparing; once they are set up the same
+// members stay, and the state says it is ready (the standby list itself unchanged).
+TEST_F(ControllerTest, ASpareIsListedAsPreparingUntilItsWorkersAreSetUp) {
+  join("a");
+  auto leader = controller({1, 1});
+  ASSERT_EQ(leader.tick(), 1);
+  auto& b = join("b");
+  PreparingWorkers preparing;
+  preparing.set(true);
+  preparing.sync(*store_, "b", b.lease().incarnation, false, 60s);
+  EXPECT_EQ(leader.tick(), std::nullopt);
+  EXPECT_EQ(store_->hash_get_all(keys::kState)["standby"], "b");
+  EXPECT_EQ(store_->hash_get_all(keys::kState)["preparing"], "b");
+  preparing.set(false);
+  preparing.sync(*store_, "b", b.lease().incarnation, false, 60s);
+  EXPECT_EQ(leader.tick(), std::nullopt) << "at MAX: b stands by";
+  EXPECT_EQ(nodes(), std::vector<std::string>{"a"});
+  EXPECT_EQ(store_->hash_get_all(keys::kState)["standby"], "b");
+  EXPECT_EQ(store_->hash_get_all(keys::kState)["preparing"], "") << "b's workers are set up";
+  // A worker of b restarted: preparing again, listed again.
+  preparing.set(true);
+  preparing.sync(*store_, "b", b.lease().incarnation, false, 60s);
+  EXPECT_EQ(leader.tick(), std::nullopt);
+  EXPECT_EQ(store_->hash_get_all(keys::kState)["preparing"], "b");
 }
 
 TEST_F(ControllerTest, BelowMinTheGenerationWaitsAboveMaxNodesStandBy) {

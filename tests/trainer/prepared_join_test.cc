@@ -5,7 +5,9 @@
 // large model's buffers take long). Asserted:
 //   - n2 is admitted only after its worker is set up: the generation with it comes at least 5 s
 //     after n2's agent started (without the preparation key, after the 300 ms settle window);
-//   - the leader says why it waits ("joins once its workers are set up");
+//   - the leader says why it waits ("joins once its workers are set up"), and while it waits the
+//     job's state lists n2 as standing by and preparing, `hdp status` says n2 is setting up (not a
+//     standby ready to take a place); once admitted, neither lists it;
 //   - the running rank does not wait for the joiner: the longest interval between two of rank 0's
 //     lines from n2's start to the 10th line at world size 2 (a step, or a step and the switch:
 //     bootstrap, rebuild from memory) stays under 2.5 s. Waiting for the joiner in the bootstrap
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "tests/agents/agent_cluster.h"
+#include "tests/support/child_process.h"
 #include "tests/support/temp_dir.h"
 #include "tests/trainer/run_records.h"
 
@@ -46,7 +49,21 @@ TEST(PreparedJoin, AJoinerSlowToSetUpIsAdmittedOnceReadyAndTheRunningRankDoesNot
   const std::int64_t started_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   cluster.start_agent("n2");
+  // While its worker sets up (5 s): listed as preparing, and `hdp status` says so.
+  ASSERT_GE(cluster.wait_until([&] { return cluster.state()["preparing"] == "n2"; }, 30s), 0)
+      << "state: standby '" << cluster.state()["standby"] << "', preparing '" << cluster.state()["preparing"] << "'\n"
+      << cluster.all_logs();
+  EXPECT_EQ(cluster.state()["standby"], "n2");
+  const CommandResult status =
+      run_command({cluster.hdp(), "status", "--job", cluster.job(), "--redis", cluster.redis().url()}, {}, 60s);
+  EXPECT_EQ(status.exit_code, 0) << status.err;
+  EXPECT_NE(status.out.find("setting up (registered; they join, or stand by at MAX, once their workers are set up): n2"),
+            std::string::npos)
+      << status.out;
+  EXPECT_EQ(status.out.find("standby (registered"), std::string::npos) << "n2 is not ready to take a place\n" << status.out;
   ASSERT_GE(cluster.wait_for_members({"n1", "n2"}, 120s), 0) << cluster.all_logs();
+  EXPECT_EQ(cluster.state()["preparing"], "") << "n2 is a member now";
+  EXPECT_EQ(cluster.state()["standby"], "") << "n2 is a member now";
   const double admitted_s = std::chrono::duration<double>(Clock::now() - started).count();
   EXPECT_GE(admitted_s, std::chrono::duration<double>(kSetupDelay).count())
       << "n2 was admitted before its worker was set up\n" << cluster.all_logs();

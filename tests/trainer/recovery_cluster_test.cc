@@ -734,8 +734,15 @@ void RecoveryCluster::standby_replaces(bool drained, bool spare_while_held) {
   ASSERT_GE(cluster.wait_for_members({"n1", "n2"}, 60s), 0) << cluster.all_logs();
   auto spare = [&] {
     cluster.start_agent("n3");
-    // n3 registers and stands by: the state lists it, and so does `hdp status`.
-    ASSERT_GE(cluster.wait_until([&] { return cluster.state()["standby"] == "n3"; }, 30s), 0) << cluster.all_logs();
+    // n3 registers and stands by, its worker set up: the state lists it, and so does `hdp status`.
+    ASSERT_GE(cluster.wait_until(
+                  [&] {
+                    auto state = cluster.state();
+                    return state["standby"] == "n3" && state["preparing"].empty();
+                  },
+                  30s),
+              0)
+        << cluster.all_logs();
     const CommandResult status = hdp(cluster, {"status"});
     EXPECT_NE(status.out.find("standby (registered, not members"), std::string::npos) << status.out;
   };
