@@ -16,7 +16,9 @@
 //   checkpoint  --no-redundant-shards: the lost shard has no copy, every rank restores the newest
 //               checkpoint (HDF5, checkpoint every 5 steps)
 // recovery_s: from the fault (or the join) to the first step completed after it (for node_kill
-// and join: the first step on the new world size), from the step times rank 0 records
+// and join: the first step on the new world size; for worker_crash: the first step of a generation
+// newer than the one before the kill, not a step in flight that happened to end after it), from
+// the step times rank 0 records
 // (--metrics-file, wall clock: each line's start_ms and step_ms, so that what rank 0 reports
 // between a step and its line, the recovery's event after the first step among it, is not counted). steps_lost: the furthest step completed before the fault minus
 // the step the job went on from. disk_bytes_read: what the ranks read from checkpoint files to
@@ -106,10 +108,22 @@ double last_end_before(const std::vector<Line>& lines, double at_ms) {
   return end;
 }
 
-// The first step completed after `at_ms` (on `world` ranks when world > 0).
-std::optional<Line> first_after(const std::vector<Line>& lines, std::int64_t at_ms, int world) {
+// The generation of the last step completed by `at_ms` (0: none).
+std::int64_t generation_at(const std::vector<Line>& lines, std::int64_t at_ms) {
+  std::int64_t generation = 0;
   for (const Line& l : lines) {
-    if (l.ended() > static_cast<double>(at_ms) && (world == 0 || l.world == world)) return l;
+    if (l.ended() <= static_cast<double>(at_ms)) generation = std::max(generation, l.generation);
+  }
+  return generation;
+}
+
+// The first step completed after `at_ms` (on `world` ranks when world > 0, in a generation above
+// `above` when above > 0).
+std::optional<Line> first_after(const std::vector<Line>& lines, std::int64_t at_ms, int world, std::int64_t above = 0) {
+  for (const Line& l : lines) {
+    if (l.ended() > static_cast<double>(at_ms) && (world == 0 || l.world == world) && (above == 0 || l.generation > above)) {
+      return l;
+    }
   }
   return std::nullopt;
 }
@@ -154,6 +168,7 @@ Result measure(const std::string& scenario, const std::string& path, const std::
   // machine whose cores the workers keep busy, this process may wait to be run in between).
   std::int64_t at = now_ms();
   int expect_world = 0;
+  std::int64_t above = 0;  // worker_crash: the recovered step is one of a newer generation
   if (scenario == "node_kill") {
     at = now_ms();
     job.kill_agent("b");
@@ -166,8 +181,16 @@ Result measure(const std::string& scenario, const std::string& path, const std::
     expect_world = 2;
   } else if (scenario == "worker_crash") {
     const auto pids = job.workers("b");
+    if (pids.empty()) {
+      std::cerr << scenario << ": node b has no worker to kill\n";
+      return r;
+    }
+    // The step in flight when the worker dies ends with it, or (the kill landing as it ends) is
+    // reported: the recovery is the first step of the generation the crash brings.
+    above = generation_at(read_lines(job.metrics()), now_ms());
     at = now_ms();
-    if (!pids.empty()) kill(pids.back(), SIGKILL);
+    kill(pids.back(), SIGKILL);
+    std::cerr << scenario << ": killed worker pid " << pids.back() << " of node b (generation " << above << ")\n";
   } else if (scenario == "join") {
     at = now_ms();
     job.start_agent("b", 2, "1:2", agent_flags);
@@ -176,9 +199,9 @@ Result measure(const std::string& scenario, const std::string& path, const std::
     at = now_ms();
     job.redis().restart();
   }
-  job.wait([&](const auto& lines) { return first_after(lines, at, expect_world).has_value(); }, 600s);
+  job.wait([&](const auto& lines) { return first_after(lines, at, expect_world, above).has_value(); }, 600s);
   const auto lines = read_lines(job.metrics());
-  const auto next = first_after(lines, at, expect_world);
+  const auto next = first_after(lines, at, expect_world, above);
   r.step_s = median_step_s(lines, at);
   r.bound_s = scenario.ends_with("_processes") ? 0.5
               : scenario == "join"              ? r.step_s + 0.3
