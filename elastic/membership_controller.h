@@ -144,8 +144,9 @@ class MembershipController {
   std::vector<Candidate> candidates_;         // announced, not yet members, not known dead
   std::optional<Clock::time_point> pending_since_;  // when a join-only change was first seen
   std::optional<Clock::time_point> exhausted_logged_;  // last "generation numbers exhausted" error
-  std::string standby_written_;               // the state's `standby` as this leader last wrote it
-  std::string preparing_written_;             // ... and its `preparing`
+  // The state's `standby` and `preparing` as this leader last wrote them; none yet: a leader that
+  // takes over writes them once, whatever its predecessor left there.
+  std::optional<std::string> standby_written_, preparing_written_;
   std::set<std::string> refusals_written_;    // candidates (member ids) whose refusal (release.h) this leader committed
   std::set<std::string> preparing_logged_;    // candidates ("node/incarnation") logged as preparing, still so
   Clock::time_point next_state_check_{};      // missing_state_fields() reads the hash again from then

@@ -143,6 +143,25 @@ TEST_F(ControllerTest, ASpareIsListedAsPreparingUntilItsWorkersAreSetUp) {
   EXPECT_EQ(store_->hash_get_all(keys::kState)["preparing"], "b");
 }
 
+// A leader that takes over writes the standby list and its preparing nodes as it finds them, even
+// when they are empty: what a leader before it wrote (a spare since gone, a joiner since set up)
+// does not stay in the state.
+TEST_F(ControllerTest, ANewLeaderReplacesTheStandbyListsItsPredecessorLeft) {
+  join("a");
+  {
+    auto first = controller();
+    ASSERT_EQ(first.tick(), 1);
+  }
+  // What a leader that died wrote while a spare "b" prepared; b has left since.
+  store_->set(keys::kStandby, "b");
+  ASSERT_TRUE(store_->commit(Transaction{}.add(Write::hash_set(keys::kState, {{"standby", "b"}, {"preparing", "b"}}))));
+  auto next = controller();
+  EXPECT_EQ(next.tick(), std::nullopt);
+  EXPECT_EQ(store_->get(keys::kStandby).value_or("?"), "");
+  EXPECT_EQ(store_->hash_get_all(keys::kState)["standby"], "");
+  EXPECT_EQ(store_->hash_get_all(keys::kState)["preparing"], "");
+}
+
 TEST_F(ControllerTest, BelowMinTheGenerationWaitsAboveMaxNodesStandBy) {
   join("a");
   auto leader = controller({2, 3});
